@@ -1,0 +1,106 @@
+"""tfcluster tasks: `invoke --list` shows them, `invoke --help TASK` explains one.
+
+Thin by design: parse options, call tfcluster.commands, turn user errors into one line.
+"""
+
+from __future__ import annotations
+
+import functools
+import shlex
+from typing import Optional
+
+from invoke import Collection, Context, Exit, task
+
+from tfcluster import commands, config
+from tfcluster.errors import TfClusterError
+
+
+def _settings(c: Context, **overrides) -> config.Settings:
+    return config.load(c.config.get("tfcluster", {}), **overrides)
+
+
+def _user_errors(body):
+    """Show TfClusterError as one `error: ...` line and a non-zero exit, never a traceback."""
+
+    @functools.wraps(body)
+    def wrapper(c, *args, **kwargs):
+        try:
+            return body(c, *args, **kwargs)
+        except TfClusterError as error:
+            raise Exit(f"error: {error}", code=error.exit_code) from None
+
+    return wrapper
+
+
+@task(help={"workers": "number of workers (default: tfcluster.workers, 3)",
+            "backend": "local (default)", "cluster": "cluster name (default: default)"})
+@_user_errors
+def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
+       cluster: Optional[str] = None):
+    """Create the cluster. Idempotent: running it twice changes nothing."""
+    commands.up(_settings(c, workers=workers, backend=backend, cluster=cluster))
+
+
+@task(help={
+    "workers": "workers to use, 1..cluster size (default: all)",
+    "script": "your own TensorFlow script instead of the bundled trainer",
+    "retries": "restart everything up to K times after a failure, resuming from the checkpoint",
+    "dry_run": "print each worker's command and TF_CONFIG, start nothing",
+    "cluster": "cluster name (default: default)",
+})
+@_user_errors
+def train(c, workers: Optional[int] = None, script: Optional[str] = None,
+          retries: Optional[int] = None, dry_run: bool = False, cluster: Optional[str] = None):
+    """Train on the cluster; arguments after `--` go to the trainer (e.g. -- --epochs 5)."""
+    settings = _settings(c, cluster=cluster)
+    commands.train(settings, commands.TrainRequest(
+        workers=workers, script=script, trainer_args=shlex.split(c.remainder or ""),
+        retries=retries, dry_run=dry_run))
+
+
+@task(help={"cluster": "cluster name (default: default)"})
+@_user_errors
+def status(c, cluster: Optional[str] = None):
+    """Show the cluster, its workers, and the current or last run."""
+    commands.status(_settings(c, cluster=cluster))
+
+
+@task(help={"worker": "only this worker's log (0 = chief)",
+            "follow": "keep streaming until the run ends (re-attaches to a running job)",
+            "run": "a run id (default: the latest)", "cluster": "cluster name (default: default)"})
+@_user_errors
+def logs(c, worker: Optional[int] = None, follow: bool = False, run: Optional[str] = None,
+         cluster: Optional[str] = None):
+    """Print a run's logs with a per-worker prefix."""
+    state = commands.logs(_settings(c, cluster=cluster), worker, follow, run)
+    if follow and state != "succeeded":
+        raise Exit(code=1)
+
+
+@task(help={"cluster": "cluster name (default: default)"})
+@_user_errors
+def stop(c, cluster: Optional[str] = None):
+    """End the current run on every worker."""
+    commands.stop(_settings(c, cluster=cluster))
+
+
+@task(help={"cluster": "cluster name (default: default)"})
+@_user_errors
+def down(c, cluster: Optional[str] = None):
+    """Stop anything running, remove the cluster, and verify no worker process is left."""
+    commands.down(_settings(c, cluster=cluster))
+
+
+@task(help={"src": "image folder with one sub-folder per class",
+            "out": "output folder (default: the folder `train` reads)",
+            "synthetic": "generate the built-in coloured-shapes set instead",
+            "image_size": "square side in pixels (default 32)"})
+@_user_errors
+def data(c, src: Optional[str] = None, out: Optional[str] = None, synthetic: bool = False,
+         image_size: Optional[int] = None):
+    """Turn an image folder into TFRecord shards (trainer/create_tfrecords.py)."""
+    commands.data(_settings(c), src, out, synthetic, image_size)
+
+
+ns = Collection(up, train, status, logs, stop, down, data)
+ns.configure({"tfcluster": config.DEFAULTS})

@@ -1,0 +1,51 @@
+"""The narrow interface between the shared launcher and a backend."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from tfcluster.config import Settings
+from tfcluster.state import ClusterState, HostRecord
+
+
+class WorkerHost(Protocol):
+    """One worker slot's machine, as the launcher needs it. Paths are on that machine."""
+
+    record: HostRecord
+
+    def run_root(self, run_id: str) -> str:
+        """Folder (on the host) that holds this run's scripts, logs and status files."""
+
+    def code_dir(self) -> str:
+        """Folder (on the host) put on PYTHONPATH so ``python -m trainer.task`` imports."""
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        """Create or replace ``path``, making parent folders."""
+
+    def read_file(self, path: str, offset: int = 0) -> bytes | None:
+        """Bytes of ``path`` from ``offset``, or None when it does not exist."""
+
+    def start_detached(self, script: str) -> None:
+        """Run ``sh script`` in its own session so it outlives the launcher."""
+
+    def signal(self, pid: int, signum: int, group: bool = False) -> None:
+        """Send ``signum`` to a process (or its process group); a gone process is not an error."""
+
+    def alive(self, pid: int, group: bool = False) -> bool:
+        """Whether the process (or any live member of the group) still runs."""
+
+    def port_in_use(self, port: int) -> bool:
+        """Whether something already listens on ``port`` at this worker's address."""
+
+
+class Backend(Protocol):
+    name: str
+
+    def up(self, settings: Settings, existing: ClusterState | None) -> ClusterState:
+        """Create the cluster (or return ``existing`` unchanged when it already matches)."""
+
+    def hosts(self, cluster: ClusterState) -> list[WorkerHost]:
+        """One WorkerHost per worker slot, in TF_CONFIG order."""
+
+    def leftover_processes(self, cluster: ClusterState) -> list[str]:
+        """Descriptions of any process still carrying this cluster's id (should be none)."""

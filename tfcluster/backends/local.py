@@ -1,0 +1,170 @@
+"""The embedded local cluster: worker processes on this machine, on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import socket
+import subprocess
+from pathlib import Path
+
+import trainer
+from tfcluster.config import Settings
+from tfcluster.errors import ClusterError
+from tfcluster.state import ClusterState, HostRecord, StateStore
+
+LOOPBACK = "127.0.0.1"
+PROJECT_ROOT = Path(trainer.__file__).resolve().parent.parent
+
+
+def free_ports(count: int, address: str = LOOPBACK) -> list[int]:
+    """``count`` distinct ports the kernel reports free right now.
+
+    All sockets stay open until every port is chosen, so the kernel cannot hand
+    out the same port twice.
+    """
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((address, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def _proc_stat(pid: int) -> list[str] | None:
+    """Fields of /proc/<pid>/stat after the command name, or None if gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    return raw[raw.rfind(")") + 2:].split()
+
+
+def _live(pid: int) -> bool:
+    fields = _proc_stat(pid)
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
+def _live_group_members(pgid: int) -> list[int]:
+    members = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            fields = _proc_stat(int(entry.name))
+            if fields and fields[0] not in ("Z", "X") and fields[2] == str(pgid):
+                members.append(int(entry.name))
+    return members
+
+
+def processes_with_env(marker: str) -> list[tuple[int, str]]:
+    """(pid, command line) of live processes whose environment holds ``marker``."""
+    found = []
+    needle = marker.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes().split(b"\0"):
+                continue
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except (FileNotFoundError, ProcessLookupError, PermissionError):
+            continue
+        if _live(int(entry.name)):
+            found.append((int(entry.name), cmdline.strip()))
+    return found
+
+
+class LocalHost:
+    """A worker slot on this machine."""
+
+    def __init__(self, record: HostRecord, store: StateStore):
+        self.record = record
+        self._store = store
+
+    def run_root(self, run_id: str) -> str:
+        return str(self._store.run_dir(run_id))
+
+    def code_dir(self) -> str:
+        return str(PROJECT_ROOT)
+
+    def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(target.name + ".tmp")
+        tmp.write_bytes(data)
+        tmp.chmod(mode)
+        os.replace(tmp, target)
+
+    def read_file(self, path: str, offset: int = 0) -> bytes | None:
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offset)
+                return handle.read()
+        except FileNotFoundError:
+            return None
+
+    def start_detached(self, script: str) -> None:
+        # setsid makes the wrapper a session and group leader, so stop can signal the
+        # whole group; the trailing & lets `sh -c` exit at once, so init reaps the job.
+        command = f"setsid sh {shlex.quote(script)} </dev/null >/dev/null 2>&1 &"
+        subprocess.run(["sh", "-c", command], check=True, start_new_session=True)
+
+    def signal(self, pid: int, signum: int, group: bool = False) -> None:
+        try:
+            if group:
+                os.killpg(pid, signum)
+            else:
+                os.kill(pid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def alive(self, pid: int, group: bool = False) -> bool:
+        return bool(_live_group_members(pid)) if group else _live(pid)
+
+    def port_in_use(self, port: int) -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((self.record.address, port))
+            except OSError:
+                return True
+        return False
+
+
+class LocalBackend:
+    name = "local"
+
+    def __init__(self, store: StateStore | None = None):
+        self._store = store
+
+    def bind(self, store: StateStore) -> "LocalBackend":
+        self._store = store
+        return self
+
+    def up(self, settings: Settings, existing: ClusterState | None) -> ClusterState:
+        if existing is not None:
+            return existing
+        ports = free_ports(settings.workers)
+        hosts = [HostRecord(name=f"worker-{i}", address=LOOPBACK, tf_port=port)
+                 for i, port in enumerate(ports)]
+        return ClusterState(name=settings.cluster, backend=self.name, hosts=hosts)
+
+    def hosts(self, cluster: ClusterState) -> list[LocalHost]:
+        if self._store is None:
+            raise ClusterError("local backend used before bind(store)")
+        return [LocalHost(record, self._store) for record in cluster.hosts]
+
+    def leftover_processes(self, cluster: ClusterState) -> list[str]:
+        return [f"pid {pid}: {cmd[:120]}"
+                for pid, cmd in processes_with_env(f"TFCLUSTER_CLUSTER_ID={cluster.cluster_id}")]
+
+    def kill_leftovers(self, cluster: ClusterState) -> None:
+        for pid, _ in processes_with_env(f"TFCLUSTER_CLUSTER_ID={cluster.cluster_id}"):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass

@@ -1,0 +1,499 @@
+"""The operations behind the invoke tasks: up, train, status, logs, stop, down, data.
+
+tasks.py parses options and calls these; they raise TfClusterError subclasses for
+anything the user can fix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.status import Status
+
+from tfcluster import launch, ui
+from tfcluster.backends.local import LocalBackend
+from tfcluster.config import Settings, parse_int
+from tfcluster.errors import ClusterError, ConfigError, TfClusterError, TrainingFailed
+from tfcluster.state import ClusterState, RunRecord, StateStore
+
+console = ui.console
+
+
+def _backend(settings: Settings, store: StateStore):
+    if settings.backend == "local":
+        return LocalBackend(store)
+    raise ConfigError(f"backend must be one of local (got {settings.backend!r})")
+
+
+def _require_cluster(store: StateStore) -> ClusterState:
+    cluster = store.load_cluster()
+    if cluster is None:
+        raise ClusterError(f"no cluster '{store.cluster_name}' is up; run: invoke up")
+    return cluster
+
+
+# ---------------------------------------------------------------- up
+
+
+def up(settings: Settings) -> ClusterState:
+    store = StateStore(settings)
+    existing = store.load_cluster()
+    if existing is not None:
+        if existing.backend != settings.backend or existing.workers != settings.workers:
+            raise ClusterError(
+                f"cluster '{existing.name}' is already up with {existing.workers} {existing.backend} "
+                f"workers; run `invoke down` first to recreate it with {settings.workers} "
+                f"{settings.backend} workers")
+        console.print(f"Cluster [bold]{existing.name}[/] is already up: {existing.workers} "
+                      f"{existing.backend} workers. Nothing changed.")
+        return existing
+    with console.status(f"Creating {settings.backend} cluster '{settings.cluster}' "
+                        f"with {settings.workers} workers..."):
+        cluster = _backend(settings, store).up(settings, None)
+        store.save_cluster(cluster)
+    console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is up: {cluster.workers} "
+                  f"{cluster.backend} workers ({', '.join(h.endpoint for h in cluster.hosts)}).")
+    console.print("  Next: invoke train --workers N   (state: "
+                  f"{store.cluster_file})")
+    return cluster
+
+
+# ---------------------------------------------------------------- train
+
+
+@dataclass
+class TrainRequest:
+    # Workers to use; None means all of the cluster's.
+    workers: int | None
+    # A user's script to run instead of the bundled trainer.
+    script: str | None
+    # Arguments after `--`, passed to the trainer or script.
+    trainer_args: list[str]
+    # Restarts after a failure (None: the configured default).
+    retries: int | None
+    # Print the plan and start nothing.
+    dry_run: bool
+
+
+def ensure_synthetic_data(store: StateStore, python: str) -> Path:
+    """The built-in demo TFRecords, generated once (in a subprocess: the launcher stays TF-free)."""
+    data_dir = store.synthetic_data_dir
+    if (data_dir / "manifest.json").exists():
+        return data_dir
+    with console.status("Generating the built-in synthetic shapes dataset (once)..."):
+        result = subprocess.run([python, "-m", "trainer.create_tfrecords", "--synthetic",
+                                 "--out", str(data_dir)], capture_output=True, text=True,
+                                cwd=str(Path(launch.__file__).resolve().parent.parent))
+    if result.returncode != 0:
+        tail = " | ".join(result.stderr.strip().splitlines()[-3:])
+        raise TfClusterError(f"could not generate the synthetic dataset in {data_dir}: {tail}")
+    return data_dir
+
+
+def _worker_count(requested: int | None, cluster: ClusterState) -> int:
+    if requested is None:
+        return cluster.workers
+    count = parse_int("workers", requested, 1)
+    if count > cluster.workers:
+        raise ConfigError(
+            f"workers must be between 1 and {cluster.workers}, the size of cluster "
+            f"'{cluster.name}' (got {count}); use --workers {cluster.workers} or "
+            f"`invoke down && invoke up --workers {count}`")
+    return count
+
+
+def _command(settings: Settings, request: TrainRequest) -> list[str]:
+    python = settings.python or sys.executable
+    if request.script:
+        script = Path(request.script).expanduser()
+        if not script.is_file():
+            raise ConfigError(f"--script {request.script} does not exist or is not a file; "
+                              "give the path of a Python training script")
+        return [python, "-u", str(script.resolve()), *request.trainer_args]
+    return [python, "-u", "-m", "trainer.task", *request.trainer_args]
+
+
+def _active_run(store: StateStore, cluster: ClusterState) -> tuple[RunRecord, list] | None:
+    run = store.latest_run()
+    if run is None or run.outcome is not None or run.attempts == 0:
+        return None
+    plans = _plans_for(store, cluster, run)
+    statuses = [launch.worker_status(plan, run.attempts) for plan in plans]
+    if any(status.state in (launch.RUNNING, launch.STARTING) for status in statuses):
+        return run, plans
+    return None
+
+
+def _plans_for(store: StateStore, cluster: ClusterState, run: RunRecord,
+               env: dict[str, str] | None = None) -> list[launch.WorkerPlan]:
+    hosts = _backend_for_cluster(store, cluster).hosts(cluster)[: run.workers]
+    return launch.build_plans(hosts, run.run_id, run.command, env or {})
+
+
+def _backend_for_cluster(store: StateStore, cluster: ClusterState):
+    if cluster.backend == "local":
+        return LocalBackend(store)
+    raise ClusterError(f"cluster '{cluster.name}' uses unknown backend {cluster.backend!r}")
+
+
+def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
+    store = StateStore(settings)
+    cluster = _require_cluster(store)
+    workers = _worker_count(request.workers, cluster)
+    retries = settings.retries if request.retries is None else parse_int("retries", request.retries, 0)
+    command = _command(settings, request)
+    backend = _backend_for_cluster(store, cluster)
+    hosts = backend.hosts(cluster)[:workers]
+
+    run_id = store.new_run_id()
+    run_dir = store.run_dir(run_id)
+    output = run_dir / "output"
+    env = {
+        "TFCLUSTER_CLUSTER_ID": cluster.cluster_id,
+        "AIP_MODEL_DIR": str(output / "model"),
+        "AIP_CHECKPOINT_DIR": str(output / "checkpoints"),
+        "AIP_TENSORBOARD_LOG_DIR": str(output / "tensorboard"),
+        "PYTHONPATH": os.pathsep.join(filter(None, [hosts[0].code_dir(), os.environ.get("PYTHONPATH")])),
+        "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"),
+    }
+    data_dir = settings.data_dir or str(store.synthetic_data_dir)
+    env["TFCLUSTER_DATA_DIR"] = data_dir
+    plans = launch.build_plans(hosts, run_id, command, env)
+
+    if request.dry_run:
+        _print_plan(plans, attempt=1)
+        return None
+
+    if _active_run(store, cluster):
+        raise ClusterError(f"a run is still active on cluster '{cluster.name}'; "
+                           "watch it with `invoke logs --follow` or end it with `invoke stop`")
+    busy = [f"{plan.name} ({plan.host.record.endpoint})" for plan in plans
+            if plan.host.port_in_use(plan.host.record.tf_port)]
+    if busy:
+        raise ClusterError(f"TensorFlow port already in use on {', '.join(busy)}; "
+                           "free it, or pick new ports with `invoke down && invoke up`")
+    if not settings.data_dir:
+        ensure_synthetic_data(store, command[0])
+    elif not request.script and not Path(data_dir, "manifest.json").exists():
+        raise ConfigError(f"data_dir {data_dir} has no manifest.json; create it with "
+                          "`invoke data --src IMAGES --out DIR`")
+
+    run = RunRecord(run_id=run_id, cluster=cluster.name, workers=workers, command=command,
+                    retries=retries)
+    store.save_run(run)
+    return _run_attempts(settings, store, run, plans)
+
+
+def _print_plan(plans: list[launch.WorkerPlan], attempt: int) -> None:
+    for plan in plans:
+        colour = ui.worker_colour(plan.index)
+        console.print(f"[bold {colour}]{plan.name}[/] ({plan.task}) on {plan.host.record.endpoint}")
+        console.print(f"  command:   {shlex.join(plan.argv)}")
+        console.print("  TF_CONFIG: " + json.dumps(json.loads(plan.tf_config)), soft_wrap=True)
+    console.print("[dim]Dry run: nothing was started.[/]")
+
+
+def _run_attempts(settings: Settings, store: StateStore, run: RunRecord,
+                  plans: list[launch.WorkerPlan]) -> RunRecord:
+    progress = launch.Progress()
+    started = time.time()
+    failure: launch.AttemptResult | None = None
+    try:
+        for attempt in range(1, run.retries + 2):
+            run.attempts = attempt
+            store.save_run(run)
+            if attempt > 1:
+                console.print(f"[yellow]↻ Retrying: attempt {attempt} of {run.retries + 1}, "
+                              "resuming from the last checkpoint[/]")
+            failure = _one_attempt(settings, plans, attempt, progress)
+            if failure is None:
+                break
+            _report_failure(failure, plans)
+            launch.stop_attempt(plans, attempt, settings.stop_grace_seconds)
+    except KeyboardInterrupt:
+        console.print("\n[yellow]Interrupted: stopping every worker...[/]")
+        launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
+        _finish(store, run, "stopped", progress, started)
+        raise TrainingFailed(f"run {run.run_id} stopped by Ctrl-C; no worker is left running") from None
+
+    outcome = "succeeded" if failure is None else "failed"
+    _finish(store, run, outcome, progress, started)
+    _print_summary(run, progress, time.time() - started)
+    if failure is not None:
+        plan, status = failure.failures[0]
+        raise TrainingFailed(f"run {run.run_id} failed: {plan.name} ({plan.task}) {status.describe()}"
+                             f" after {run.attempts} attempt(s); see `invoke logs --worker {plan.index}`")
+    return run
+
+
+def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progress):
+    waiting = Status(f"Starting {len(plans)} workers (attempt {attempt})...", console=console)
+    waiting.start()
+    spinning = True
+
+    def on_line(plan, line):
+        console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
+
+    def on_event(plan, event):
+        nonlocal spinning
+        progress.update(plan, event, attempt)
+        if plan.index != 0:
+            return
+        kind = event["event"]
+        if kind == "first_step" and spinning:
+            waiting.stop()
+            spinning = False
+        if kind == "strategy":
+            console.print(ui.prefixed(0, plan.name, f"MultiWorkerMirroredStrategy: "
+                                      f"{event.get('replicas_in_sync')} replicas in sync, global batch "
+                                      f"{event.get('global_batch')}, shard policy {event.get('shard_policy')}",
+                                      ), style="bold", soft_wrap=True)
+        elif kind == "epoch_end":
+            console.print(ui.prefixed(0, plan.name, f"epoch {event.get('epoch')}/{event.get('epochs')}  "
+                                      + ui.format_metrics(event.get("metrics", {}))), style="bold", soft_wrap=True)
+
+    def on_tick(statuses):
+        if spinning:
+            running = sum(status.state == launch.RUNNING for status in statuses)
+            waiting.update(f"Attempt {attempt}: {running}/{len(plans)} workers running, "
+                           "waiting for the first training step...")
+
+    launch.start_attempt(plans, attempt)
+    try:
+        result = launch.follow_attempt(plans, attempt, on_line, on_event, on_tick)
+    finally:
+        if spinning:
+            waiting.stop()
+    return None if result.ok else result
+
+
+def _report_failure(result: launch.AttemptResult, plans) -> None:
+    for plan, status in result.failures:
+        console.print(f"[bold red]✗ {plan.name} ({plan.task} on {plan.host.record.endpoint}) "
+                      f"{status.describe()}.[/] Last lines of its log:")
+        for line in launch.log_tail(plan):
+            console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
+    console.print("[red]Stopping the other workers (fail fast)...[/]")
+
+
+def _finish(store, run: RunRecord, outcome: str, progress: launch.Progress, started: float) -> None:
+    run.outcome = outcome
+    run.ended_at = time.time()
+    run.summary = {
+        "replicas_in_sync": progress.replicas_in_sync,
+        "epochs": progress.epochs,
+        "last_epoch": progress.last_epoch,
+        "resumed_at": {str(k): v for k, v in progress.resumed_at.items()},
+        "metrics": progress.metrics,
+        "model_dir": progress.model_dir,
+        "keras_path": progress.keras_path,
+        "saved_model_path": progress.saved_model_path,
+        "chance": progress.chance,
+        "first_step_at": progress.first_step_at,
+        "scratch_dirs": {str(k): v for k, v in progress.scratch_dirs.items()},
+        "scratch_removed": progress.scratch_removed,
+        "wall_seconds": round(run.ended_at - started, 2),
+    }
+    store.save_run(run)
+
+
+def _print_summary(run: RunRecord, progress: launch.Progress, wall: float) -> None:
+    table = ui.table(f"Run {run.run_id}: {run.outcome}", ["", ""])
+    table.show_header = False
+    table.add_row("workers", str(run.workers))
+    table.add_row("replicas in sync", str(progress.replicas_in_sync or "n/a"))
+    if progress.epochs:
+        table.add_row("epochs", f"{progress.last_epoch}/{progress.epochs}")
+    resumed = {a: e for a, e in progress.resumed_at.items() if a > 1}
+    table.add_row("attempts", str(run.attempts))
+    for attempt, epoch in sorted(resumed.items()):
+        redo = f"epochs 1-{epoch - 1} not redone" if epoch > 1 else "no checkpoint yet, started over"
+        table.add_row(f"attempt {attempt}", f"resumed at epoch {epoch} ({redo})")
+    if progress.metrics:
+        table.add_row("final metrics", ui.format_metrics(progress.metrics))
+    if "val_accuracy" in progress.metrics and progress.chance:
+        table.add_row("validation accuracy",
+                      f"{progress.metrics['val_accuracy']:.3f} (chance {progress.chance:.3f})")
+    table.add_row("model", progress.keras_path or "n/a")
+    if progress.saved_model_path:
+        table.add_row("SavedModel", progress.saved_model_path)
+    table.add_row("wall time", ui.duration(wall))
+    console.print(table)
+
+
+# ---------------------------------------------------------------- status / logs / stop / down
+
+
+def _run_statuses(store, cluster, run) -> list[tuple[launch.WorkerPlan, launch.WorkerStatus]]:
+    plans = _plans_for(store, cluster, run)
+    return [(plan, launch.worker_status(plan, max(run.attempts, 1))) for plan in plans]
+
+
+def run_state(run: RunRecord, statuses: list[launch.WorkerStatus]) -> str:
+    """The run's state from its record and, if the launcher is gone, from the workers' files."""
+    if run.outcome is not None:
+        return run.outcome
+    states = {status.state for status in statuses}
+    if states & {launch.RUNNING, launch.STARTING}:
+        return "running"
+    if states == {launch.SUCCEEDED}:
+        return "succeeded"
+    return "failed"
+
+
+def status(settings: Settings) -> dict:
+    store = StateStore(settings)
+    cluster = _require_cluster(store)
+    table = ui.table(f"Cluster {cluster.name} ({cluster.backend}), up since {ui.when(cluster.created_at)}",
+                     ["worker", "task", "TF endpoint"])
+    from tfcluster import tfconfig
+
+    for index, host in enumerate(cluster.hosts):
+        task_type, task_index = tfconfig.task_of(index)
+        table.add_row(f"[{ui.worker_colour(index)}]{host.name}[/]", f"{task_type}:{task_index}", host.endpoint)
+    console.print(table)
+    run = store.latest_run()
+    if run is None:
+        console.print("No run yet. Start one with: invoke train")
+        return {"cluster": cluster.name, "run": None}
+    pairs = _run_statuses(store, cluster, run)
+    state = run_state(run, [s for _, s in pairs])
+    colour = {"running": "yellow", "succeeded": "green"}.get(state, "red")
+    table = ui.table(f"Run {run.run_id}: [{colour}]{state}[/], attempt {run.attempts} of "
+                     f"{run.retries + 1}, started {ui.when(run.started_at)}",
+                     ["worker", "state", "pid", "exit code"])
+    for plan, worker in pairs:
+        table.add_row(f"[{ui.worker_colour(plan.index)}]{plan.name}[/]", worker.state,
+                      str(worker.pid or "-"), "-" if worker.exit_code is None else str(worker.exit_code))
+    console.print(table)
+    if run.summary.get("metrics"):
+        console.print("final metrics: " + ui.format_metrics(run.summary["metrics"]))
+    if run.summary.get("keras_path"):
+        console.print(f"model: {run.summary['keras_path']}")
+    return {"cluster": cluster.name, "run": run.run_id, "state": state,
+            "workers": {plan.name: worker.state for plan, worker in pairs}}
+
+
+def logs(settings: Settings, worker: int | None, follow: bool, run_id: str | None = None) -> str:
+    store = StateStore(settings)
+    run = store.load_run(run_id) if run_id else store.latest_run()
+    if run is None:
+        raise ClusterError(f"no run {'named ' + run_id if run_id else 'yet'} for cluster "
+                           f"'{settings.cluster}'; start one with: invoke train")
+    cluster = store.load_cluster()
+    if cluster is None:
+        if follow:
+            raise ClusterError(f"cluster '{settings.cluster}' is down; run `invoke logs` without --follow")
+        cluster_hosts = None
+    else:
+        cluster_hosts = cluster
+    if worker is not None:
+        index = parse_int("worker", worker, 0)
+        if index >= run.workers:
+            raise ConfigError(f"worker must be between 0 and {run.workers - 1} for run {run.run_id} "
+                              f"(got {index})")
+    selected = None if worker is None else int(worker)
+
+    if cluster_hosts is None:
+        # The cluster is gone but the run folder stays: read the local copies.
+        for index in range(run.workers):
+            if selected is not None and index != selected:
+                continue
+            path = store.run_dir(run.run_id) / f"worker-{index}.log"
+            for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+                console.print(ui.prefixed(index, f"worker-{index}", line), soft_wrap=True)
+        return run.outcome or "unknown"
+
+    plans = _plans_for(store, cluster_hosts, run)
+    shown = [plan for plan in plans if selected is None or plan.index == selected]
+    follower = launch.LogFollower(shown)
+    attempt = max(run.attempts, 1)
+    while True:
+        for plan, line in follower.poll():
+            if "TFCLUSTER_EVENT" not in line:
+                console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
+        statuses = [launch.worker_status(plan, attempt) for plan in plans]
+        current = store.load_run(run.run_id) or run
+        state = run_state(current, statuses)
+        if not follow or (state != "running" and current.attempts == attempt):
+            for plan, line in follower.poll(flush=True):
+                if "TFCLUSTER_EVENT" not in line:
+                    console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
+            if follow:
+                console.print(f"Run {run.run_id} {state}.")
+            return state
+        if current.attempts != attempt:
+            attempt = current.attempts
+        time.sleep(launch.POLL_SECONDS)
+
+
+def stop(settings: Settings) -> str | None:
+    store = StateStore(settings)
+    cluster = _require_cluster(store)
+    active = _active_run(store, cluster)
+    if active is None:
+        console.print("No run is active.")
+        return None
+    run, plans = active
+    with console.status(f"Stopping run {run.run_id}..."):
+        launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
+    run.outcome, run.ended_at = "stopped", time.time()
+    store.save_run(run)
+    console.print(f"[green]✓[/] Run {run.run_id} stopped; no worker is left running.")
+    return run.run_id
+
+
+def down(settings: Settings) -> None:
+    store = StateStore(settings)
+    cluster = store.load_cluster()
+    if cluster is None:
+        console.print(f"Cluster '{settings.cluster}' is not up. Nothing to do.")
+        return
+    if _active_run(store, cluster):
+        stop(settings)
+    backend = _backend_for_cluster(store, cluster)
+    leftovers = backend.leftover_processes(cluster)
+    if leftovers:
+        backend.kill_leftovers(cluster)
+        deadline = time.monotonic() + 10
+        while leftovers and time.monotonic() < deadline:
+            time.sleep(0.1)
+            leftovers = backend.leftover_processes(cluster)
+    if leftovers:
+        raise ClusterError(f"could not end {len(leftovers)} process(es) of cluster '{cluster.name}': "
+                           f"{'; '.join(leftovers)}; kill them by hand, then run `invoke down` again")
+    store.remove_cluster()
+    console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is down: verified that no worker "
+                  f"process is left. Run results stay in {store.runs_dir}.")
+
+
+# ---------------------------------------------------------------- data
+
+
+def data(settings: Settings, src: str | None, out: str | None, synthetic: bool,
+         image_size: int | None = None) -> Path:
+    """Run trainer/create_tfrecords.py; the default output is where `train` looks."""
+    if bool(src) == bool(synthetic):
+        raise ConfigError("give exactly one of --src IMAGE_FOLDER or --synthetic")
+    if src and not Path(src).expanduser().is_dir():
+        raise ConfigError(f"--src {src} is not a folder; give a folder with one sub-folder per class")
+    store = StateStore(settings)
+    target = Path(out or settings.data_dir or store.synthetic_data_dir).expanduser()
+    argv = [settings.python or sys.executable, "-m", "trainer.create_tfrecords", "--out", str(target)]
+    argv += ["--synthetic"] if synthetic else ["--src", str(Path(src).expanduser())]
+    if image_size is not None:
+        argv += ["--image-size", str(parse_int("image_size", image_size, 1))]
+    result = subprocess.run(argv, cwd=str(Path(launch.__file__).resolve().parent.parent))
+    if result.returncode != 0:
+        raise TfClusterError(f"create_tfrecords failed (exit {result.returncode}); see the error above")
+    if not settings.data_dir and out and Path(out).resolve() != store.synthetic_data_dir:
+        console.print(f"Train on it with: INVOKE_TFCLUSTER_DATA_DIR={target} invoke train "
+                      "(or set tfcluster.data_dir in invoke.yaml)")
+    return target

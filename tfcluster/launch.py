@@ -1,0 +1,296 @@
+"""Launch, follow and stop a multi-worker run on any backend's WorkerHosts.
+
+Each worker runs a small shell wrapper written into the run folder on its host.
+The wrapper exports the worker's TF_CONFIG and environment (so nothing depends on
+sshd's AcceptEnv), starts the program with output appended to the worker's log,
+records its PID, waits, and writes the exit code. The wrapper is started in its own
+session, so the job outlives the launcher; the status files are the truth that
+`status`, `logs --follow` and `stop` read from a new shell.
+"""
+
+from __future__ import annotations
+
+import shlex
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterator
+
+from tfcluster import tfconfig
+from tfcluster.backends.base import WorkerHost
+from trainer import events
+
+POLL_SECONDS = 0.5
+
+# Worker states derived from the status files.
+STARTING, RUNNING, SUCCEEDED, FAILED, LOST = "starting", "running", "succeeded", "failed", "lost"
+FINISHED = (SUCCEEDED, FAILED, LOST)
+
+
+@dataclass
+class WorkerPlan:
+    # 0-based worker index; 0 is the chief.
+    index: int
+    # The host this worker runs on.
+    host: WorkerHost
+    # TF_CONFIG JSON for this worker.
+    tf_config: str
+    # argv of the program (interpreter first).
+    argv: list[str]
+    # Environment exported by the wrapper, TF_CONFIG included.
+    env: dict[str, str]
+    # Run folder on the host.
+    run_root: str
+
+    @property
+    def name(self) -> str:
+        return self.host.record.name
+
+    @property
+    def task(self) -> str:
+        task_type, task_index = tfconfig.task_of(self.index)
+        return f"{task_type}:{task_index}"
+
+    @property
+    def log_path(self) -> str:
+        return f"{self.run_root}/{self.name}.log"
+
+    def path(self, attempt: int, suffix: str) -> str:
+        """Per-attempt status file: .sh, .pid (program), .pgid (wrapper group), .exit."""
+        return f"{self.run_root}/{self.name}.attempt{attempt}.{suffix}"
+
+
+def build_plans(hosts: list[WorkerHost], run_id: str, argv: list[str],
+                env: dict[str, str]) -> list[WorkerPlan]:
+    """One plan per host; ``env`` is shared, TF_CONFIG and worker ids are added per worker."""
+    endpoints = [host.record.endpoint for host in hosts]
+    plans = []
+    for index, (host, tf_config) in enumerate(zip(hosts, tfconfig.render_all(endpoints))):
+        worker_env = {
+            **env,
+            "TF_CONFIG": tf_config,
+            "TFCLUSTER_RUN_ID": run_id,
+            "TFCLUSTER_WORKER_INDEX": str(index),
+            "PYTHONUNBUFFERED": "1",
+        }
+        plans.append(WorkerPlan(index=index, host=host, tf_config=tf_config, argv=list(argv),
+                                env=worker_env, run_root=host.run_root(run_id)))
+    return plans
+
+
+def render_wrapper(plan: WorkerPlan, attempt: int, workdir: str) -> str:
+    """The shell wrapper for one worker attempt. Every value is shell-quoted."""
+    q = shlex.quote
+    exports = "\n".join(f"export {key}={q(value)}" for key, value in sorted(plan.env.items()))
+    exit_file = plan.path(attempt, "exit")
+    return f"""#!/bin/sh
+# tfcluster: {plan.name} ({plan.task}), attempt {attempt}. Written by the launcher.
+cd {q(workdir)} || exit 97
+{exports}
+echo $$ > {q(plan.path(attempt, "pgid"))}
+echo "=== tfcluster: {plan.name} ({plan.task}) attempt {attempt} on $(hostname) ===" >> {q(plan.log_path)}
+{shlex.join(plan.argv)} >> {q(plan.log_path)} 2>&1 </dev/null &
+echo $! > {q(plan.path(attempt, "pid"))}
+wait $!
+echo $? > {q(exit_file + ".tmp")} && mv {q(exit_file + ".tmp")} {q(exit_file)}
+"""
+
+
+def _read_int(host: WorkerHost, path: str) -> int | None:
+    raw = host.read_file(path)
+    if raw is None:
+        return None
+    try:
+        return int(raw.decode().strip())
+    except ValueError:
+        return None
+
+
+@dataclass
+class WorkerStatus:
+    # One of STARTING, RUNNING, SUCCEEDED, FAILED, LOST.
+    state: str
+    # PID of the program on its host, once recorded.
+    pid: int | None = None
+    # Exit code from the wrapper; 128+N means killed by signal N.
+    exit_code: int | None = None
+
+    def describe(self) -> str:
+        if self.state == FAILED and self.exit_code is not None and self.exit_code > 128:
+            try:
+                name = signal.Signals(self.exit_code - 128).name
+            except ValueError:
+                name = f"signal {self.exit_code - 128}"
+            return f"was killed by {name} (exit {self.exit_code})"
+        if self.state == FAILED:
+            return f"exited with code {self.exit_code}"
+        if self.state == LOST:
+            return "disappeared without an exit code (killed with its wrapper, or its host rebooted)"
+        return self.state
+
+
+def worker_status(plan: WorkerPlan, attempt: int) -> WorkerStatus:
+    host = plan.host
+    exit_code = _read_int(host, plan.path(attempt, "exit"))
+    pid = _read_int(host, plan.path(attempt, "pid"))
+    if exit_code is not None:
+        return WorkerStatus(SUCCEEDED if exit_code == 0 else FAILED, pid, exit_code)
+    if pid is None:
+        pgid = _read_int(host, plan.path(attempt, "pgid"))
+        if pgid is not None and not host.alive(pgid, group=True):
+            return WorkerStatus(LOST)
+        return WorkerStatus(STARTING)
+    if host.alive(pid):
+        return WorkerStatus(RUNNING, pid)
+    # The program is gone: the wrapper writes the exit code a moment later, unless it died too.
+    exit_code = _read_int(host, plan.path(attempt, "exit"))
+    if exit_code is not None:
+        return WorkerStatus(SUCCEEDED if exit_code == 0 else FAILED, pid, exit_code)
+    pgid = _read_int(host, plan.path(attempt, "pgid"))
+    if pgid is not None and host.alive(pgid, group=True):
+        return WorkerStatus(RUNNING, pid)
+    return WorkerStatus(LOST, pid)
+
+
+def start_attempt(plans: list[WorkerPlan], attempt: int) -> None:
+    for plan in plans:
+        script = plan.path(attempt, "sh")
+        plan.host.write_file(script, render_wrapper(plan, attempt, plan.run_root).encode(), 0o700)
+    for plan in plans:
+        plan.host.start_detached(plan.path(attempt, "sh"))
+
+
+def stop_attempt(plans: list[WorkerPlan], attempt: int, grace_seconds: float) -> None:
+    """SIGTERM every program, wait up to the grace, then SIGKILL every wrapper group,
+    and return only when no process of the attempt is left."""
+    ids = []
+    for plan in plans:
+        pid = _read_int(plan.host, plan.path(attempt, "pid"))
+        pgid = _read_int(plan.host, plan.path(attempt, "pgid"))
+        ids.append((plan, pid, pgid))
+        if pid is not None:
+            plan.host.signal(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    while time.monotonic() < deadline and any(
+            pid is not None and plan.host.alive(pid) for plan, pid, _ in ids):
+        time.sleep(0.1)
+    for plan, pid, pgid in ids:
+        if pgid is not None:
+            plan.host.signal(pgid, signal.SIGKILL, group=True)
+        if pid is not None:
+            plan.host.signal(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(
+            (pgid is not None and plan.host.alive(pgid, group=True))
+            or (pid is not None and plan.host.alive(pid)) for plan, pid, pgid in ids):
+        time.sleep(0.1)
+
+
+class LogFollower:
+    """Reads each worker's log incrementally and yields complete lines."""
+
+    def __init__(self, plans: list[WorkerPlan]):
+        self._plans = plans
+        self._offsets = {plan.index: 0 for plan in plans}
+        self._partial = {plan.index: b"" for plan in plans}
+
+    def poll(self, flush: bool = False) -> Iterator[tuple[WorkerPlan, str]]:
+        for plan in self._plans:
+            chunk = plan.host.read_file(plan.log_path, self._offsets[plan.index])
+            if chunk:
+                self._offsets[plan.index] += len(chunk)
+                self._partial[plan.index] += chunk
+            *lines, rest = self._partial[plan.index].split(b"\n")
+            self._partial[plan.index] = rest
+            if flush and rest:
+                lines.append(rest)
+                self._partial[plan.index] = b""
+            for line in lines:
+                yield plan, line.decode(errors="replace").rstrip("\r")
+
+
+@dataclass
+class Progress:
+    """What the workers reported through events, for the live view and the summary."""
+
+    replicas_in_sync: int | None = None
+    epochs: int | None = None
+    last_epoch: int = 0
+    # First epoch each attempt started at (1 = from scratch).
+    resumed_at: dict[int, int] = field(default_factory=dict)
+    metrics: dict[str, float] = field(default_factory=dict)
+    model_dir: str | None = None
+    keras_path: str | None = None
+    saved_model_path: str | None = None
+    chance: float | None = None
+    first_step_at: float | None = None
+    scratch_dirs: dict[int, str] = field(default_factory=dict)
+    scratch_removed: list[str] = field(default_factory=list)
+
+    def update(self, plan: WorkerPlan, event: dict, attempt: int) -> None:
+        kind = event["event"]
+        if kind in ("scratch_dir", "scratch_removed"):
+            target = self.scratch_removed if kind == "scratch_removed" else None
+            if target is None:
+                self.scratch_dirs[plan.index] = event.get("path")
+            else:
+                target.append(event.get("path"))
+        if plan.index != 0:
+            return  # Everything else comes from the chief, which sees the global view.
+        if kind == "strategy":
+            self.replicas_in_sync = event.get("replicas_in_sync")
+        elif kind == "first_step" and self.first_step_at is None:
+            self.first_step_at = event.get("time")
+        elif kind == "epoch_begin":
+            self.epochs = event.get("epochs", self.epochs)
+            self.resumed_at.setdefault(attempt, event.get("epoch", 1))
+        elif kind == "epoch_end":
+            self.last_epoch = event.get("epoch", self.last_epoch)
+            self.metrics = event.get("metrics", self.metrics)
+        elif kind == "done":
+            self.metrics = event.get("metrics", self.metrics)
+            self.model_dir = event.get("model_dir")
+            self.keras_path = event.get("keras_path")
+            self.saved_model_path = event.get("saved_model_path")
+            self.chance = event.get("chance")
+
+
+@dataclass
+class AttemptResult:
+    # True when every worker exited 0.
+    ok: bool
+    # (plan, status) of the workers that failed, first failure first.
+    failures: list[tuple[WorkerPlan, WorkerStatus]]
+
+
+def follow_attempt(plans: list[WorkerPlan], attempt: int, on_line: Callable[[WorkerPlan, str], None],
+                   on_event: Callable[[WorkerPlan, dict], None],
+                   on_tick: Callable[[list[WorkerStatus]], None] | None = None) -> AttemptResult:
+    """Stream logs until every worker finished, or one failed (returns at once: fail fast)."""
+    follower = LogFollower(plans)
+
+    def drain(flush: bool = False) -> None:
+        for plan, line in follower.poll(flush):
+            event = events.parse(line)
+            if event is not None:
+                on_event(plan, event)
+            else:
+                on_line(plan, line)
+
+    while True:
+        drain()
+        statuses = [worker_status(plan, attempt) for plan in plans]
+        if on_tick:
+            on_tick(statuses)
+        failures = [(plan, status) for plan, status in zip(plans, statuses)
+                    if status.state in (FAILED, LOST)]
+        if failures or all(status.state == SUCCEEDED for status in statuses):
+            drain(flush=True)
+            return AttemptResult(ok=not failures, failures=failures)
+        time.sleep(POLL_SECONDS)
+
+
+def log_tail(plan: WorkerPlan, lines: int = 15) -> list[str]:
+    raw = plan.host.read_file(plan.log_path) or b""
+    text = [line for line in raw.decode(errors="replace").splitlines() if events.PREFIX not in line]
+    return text[-lines:]

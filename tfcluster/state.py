@@ -1,0 +1,143 @@
+"""On-disk records: the cluster (removed by `down`) and its runs (kept, with their results).
+
+    <state_dir>/clusters/<cluster>.json        ClusterState
+    <state_dir>/runs/<cluster>/<run_id>/       run.json, worker scripts, logs, pid/exit files
+    <state_dir>/runs/<cluster>/<run_id>/output model, checkpoints, tensorboard (chief's)
+    <state_dir>/data/synthetic/                the built-in demo TFRecords, made once
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tfcluster.config import Settings
+
+
+@dataclass
+class HostRecord:
+    # Display name used in logs and errors, e.g. "worker-0".
+    name: str
+    # Address the other workers use to reach this worker's TensorFlow server.
+    address: str
+    # TCP port of this worker's TensorFlow gRPC server.
+    tf_port: int
+
+    @property
+    def endpoint(self) -> str:
+        return f"{self.address}:{self.tf_port}"
+
+
+@dataclass
+class ClusterState:
+    # Cluster name (Settings.cluster).
+    name: str
+    # Backend that created it; later commands use the same one.
+    backend: str
+    # One record per worker slot, in TF_CONFIG order (index 0 is the chief).
+    hosts: list[HostRecord]
+    # Unix time `up` created it.
+    created_at: float = field(default_factory=time.time)
+    # Random id put into every worker's environment, to find stray processes.
+    cluster_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    @property
+    def workers(self) -> int:
+        return len(self.hosts)
+
+
+@dataclass
+class RunRecord:
+    # Unique run name: <cluster>-<UTC time>-<random>.
+    run_id: str
+    # Cluster the run belongs to.
+    cluster: str
+    # Workers in the run (<= the cluster's).
+    workers: int
+    # argv every worker runs, before per-worker environment (e.g. python -m trainer.task ...).
+    command: list[str]
+    # Restarts allowed after a failed attempt.
+    retries: int
+    # Unix time the launcher started the first attempt.
+    started_at: float = field(default_factory=time.time)
+    # Attempts started so far (1 = no retry yet).
+    attempts: int = 0
+    # Final state written by the launcher: "succeeded", "failed" or "stopped"; None while it runs
+    # (or if the launcher died, in which case the workers' exit files tell).
+    outcome: str | None = None
+    # Unix time the outcome was written.
+    ended_at: float | None = None
+    # Summary the launcher gathered from the workers' events.
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+def _write_json(path: Path, payload: Any) -> None:
+    """Atomic write: readers never see half a file, and a crash leaves the old one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
+        json.dump(payload, tmp, indent=2, sort_keys=True)
+    os.replace(tmp.name, path)
+
+
+class StateStore:
+    """Paths and records under the state directory for one cluster name."""
+
+    def __init__(self, settings: Settings):
+        self.root = settings.state_path
+        self.cluster_name = settings.cluster
+
+    @property
+    def cluster_file(self) -> Path:
+        return self.root / "clusters" / f"{self.cluster_name}.json"
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.root / "runs" / self.cluster_name
+
+    @property
+    def synthetic_data_dir(self) -> Path:
+        return self.root / "data" / "synthetic"
+
+    def load_cluster(self) -> ClusterState | None:
+        if not self.cluster_file.exists():
+            return None
+        raw = json.loads(self.cluster_file.read_text())
+        raw["hosts"] = [HostRecord(**host) for host in raw["hosts"]]
+        return ClusterState(**raw)
+
+    def save_cluster(self, cluster: ClusterState) -> None:
+        _write_json(self.cluster_file, dataclasses.asdict(cluster))
+
+    def remove_cluster(self) -> None:
+        self.cluster_file.unlink(missing_ok=True)
+
+    def new_run_id(self) -> str:
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
+        return f"{self.cluster_name}-{stamp}-{uuid.uuid4().hex[:4]}"
+
+    def run_dir(self, run_id: str) -> Path:
+        return self.runs_dir / run_id
+
+    def save_run(self, run: RunRecord) -> None:
+        _write_json(self.run_dir(run.run_id) / "run.json", dataclasses.asdict(run))
+
+    def load_run(self, run_id: str) -> RunRecord | None:
+        path = self.run_dir(run_id) / "run.json"
+        if not path.exists():
+            return None
+        return RunRecord(**json.loads(path.read_text()))
+
+    def latest_run(self) -> RunRecord | None:
+        """The most recently started run of this cluster, or None."""
+        if not self.runs_dir.is_dir():
+            return None
+        runs = [self.load_run(path.name) for path in self.runs_dir.iterdir() if path.is_dir()]
+        runs = [run for run in runs if run is not None]
+        return max(runs, key=lambda run: run.started_at, default=None)

@@ -1,0 +1,5 @@
+"""The default training package tfcluster ships to workers.
+
+`python -m trainer.task` trains an image classifier with MultiWorkerMirroredStrategy;
+`python -m trainer.create_tfrecords` turns an image folder into TFRecord shards.
+"""

@@ -1,0 +1,60 @@
+"""The tf.data input pipeline over the shards written by create_tfrecords."""
+
+import os
+
+import tensorflow as tf
+
+from trainer.create_tfrecords import read_manifest
+
+AUTOTUNE = tf.data.AUTOTUNE
+
+
+def shard_policy(num_files: int, num_workers: int) -> "tf.data.experimental.AutoShardPolicy":
+    """FILE sharding when every worker gets at least one file, DATA otherwise.
+
+    FILE lets each worker read only its own shards; with fewer files than workers
+    it would leave a worker empty, so DATA (read all, keep 1/N) is the safe choice.
+    """
+    policy = tf.data.experimental.AutoShardPolicy
+    return policy.FILE if num_files >= num_workers else policy.DATA
+
+
+def parse_fn(stored_size: int, image_size: int):
+    features = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+    }
+
+    def parse(serialized):
+        example = tf.io.parse_single_example(serialized, features)
+        image = tf.io.decode_raw(example["image"], tf.uint8)
+        image = tf.reshape(image, [stored_size, stored_size, 3])
+        image = tf.cast(image, tf.float32) / 255.0
+        if image_size != stored_size:
+            image = tf.image.resize(image, [image_size, image_size])
+        return image, example["label"]
+
+    return parse
+
+
+def make_dataset(data_dir: str, split: str, global_batch: int, image_size: int,
+                 num_workers: int = 1, shuffle: bool = True, seed: int = 0) -> tf.data.Dataset:
+    """Batched (global batch), repeated dataset for ``split`` with an explicit shard policy."""
+    manifest = read_manifest(data_dir)
+    files = [os.path.join(data_dir, name) for name in manifest["shards"][split]]
+    if not files:
+        raise ValueError(f"{data_dir} has no {split} shards; regenerate it with a larger set")
+    dataset = tf.data.TFRecordDataset(files, num_parallel_reads=AUTOTUNE)
+    dataset = dataset.map(parse_fn(manifest["image_size"], image_size), num_parallel_calls=AUTOTUNE)
+    if shuffle:
+        dataset = dataset.shuffle(2048, seed=seed, reshuffle_each_iteration=True)
+    # Repeat before batching: every worker then runs exactly steps_per_epoch steps,
+    # whatever its share of the files, so no worker waits on a collective that never comes.
+    dataset = dataset.repeat().batch(global_batch, drop_remainder=True).prefetch(AUTOTUNE)
+    options = tf.data.Options()
+    options.experimental_distribute.auto_shard_policy = shard_policy(len(files), num_workers)
+    return dataset.with_options(options)
+
+
+def split_size(data_dir: str, split: str) -> int:
+    return sum(read_manifest(data_dir)["counts"][split].values())

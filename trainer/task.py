@@ -1,0 +1,238 @@
+"""Multi-worker image-classification training with MultiWorkerMirroredStrategy.
+
+    TF_CONFIG=... python -m trainer.task --data-dir DATA [--model cnn|densenet121|resnet50]
+
+Why tf_keras and not Keras 3: on TF 2.21, Keras 3 ``model.fit`` fails under
+MultiWorkerMirroredStrategy with two or more workers (keras-team/keras#20585).
+tf_keras (``TF_USE_LEGACY_KERAS=1``) keeps the tutorial's ``model.fit`` path with
+``BackupAndRestore`` fault tolerance, which a hand-written loop would re-implement.
+
+Outputs follow Vertex AI's conventions, so the same trainer runs there unchanged:
+``AIP_MODEL_DIR`` (model), ``AIP_CHECKPOINT_DIR`` (backup for resume) and
+``AIP_TENSORBOARD_LOG_DIR`` (TensorBoard) are the defaults of the matching flags.
+Only the chief writes them; other workers write to temp dirs that are removed.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+# Must be set before TensorFlow is imported: it makes tf.keras resolve to tf_keras.
+os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+from trainer.events import emit  # noqa: E402
+
+MODELS = ("cnn", "densenet121", "resnet50")
+WEIGHTS = ("none", "imagenet")
+
+
+def _int_at_least(minimum: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum} (got {value})")
+        return value
+    return parse
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 (got {value})")
+    return value
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    env = os.environ
+    parser = argparse.ArgumentParser(prog="trainer.task", description=__doc__.split("\n")[0])
+    parser.add_argument("--data-dir", default=env.get("TFCLUSTER_DATA_DIR"),
+                        help="TFRecords from create_tfrecords (default: $TFCLUSTER_DATA_DIR)")
+    parser.add_argument("--model", choices=MODELS, default="cnn")
+    parser.add_argument("--weights", choices=WEIGHTS, default="none",
+                        help="imagenet needs a download; 'none' trains from scratch")
+    parser.add_argument("--epochs", type=_int_at_least(1), default=8)
+    parser.add_argument("--batch-size", type=_int_at_least(1), default=32,
+                        help="per replica; the global batch is this x replicas in sync")
+    parser.add_argument("--learning-rate", type=_positive_float, default=2e-3)
+    parser.add_argument("--image-size", type=_int_at_least(32), default=None,
+                        help="input side in pixels (default: the size stored in the shards)")
+    parser.add_argument("--steps-per-epoch", type=_int_at_least(1), default=None,
+                        help="default: train images // global batch")
+    parser.add_argument("--model-dir", default=env.get("AIP_MODEL_DIR", "output/model"))
+    parser.add_argument("--checkpoint-dir", default=env.get("AIP_CHECKPOINT_DIR", "output/checkpoints"))
+    parser.add_argument("--tensorboard-dir",
+                        default=env.get("AIP_TENSORBOARD_LOG_DIR", "output/tensorboard"))
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    if not args.data_dir:
+        parser.error("--data-dir is required (or set TFCLUSTER_DATA_DIR); "
+                     "make one with: invoke data --synthetic")
+    if not args.data_dir.startswith("gs://") and not os.path.isfile(
+            os.path.join(args.data_dir, "manifest.json")):
+        parser.error(f"--data-dir {args.data_dir} has no manifest.json; "
+                     "make it with: python -m trainer.create_tfrecords --synthetic --out DIR")
+    return args
+
+
+def is_chief(task_type, task_id, has_chief_task: bool) -> bool:
+    """The chief writes the real outputs (the TF multi-worker tutorial's rule).
+
+    Without a "chief" task in the cluster, worker 0 plays that role.
+    """
+    if task_type in (None, "chief"):
+        return True
+    return task_type == "worker" and task_id == 0 and not has_chief_task
+
+
+def use_mixed_precision(tf) -> bool:
+    """mixed_float16 only pays off on tensor cores (compute capability >= 7.0)."""
+    for gpu in tf.config.list_physical_devices("GPU"):
+        capability = tf.config.experimental.get_device_details(gpu).get("compute_capability")
+        if capability and tuple(capability) >= (7, 0):
+            return True
+    return False
+
+
+def build_model(keras, name: str, num_classes: int, image_size: int, weights: str):
+    inputs = keras.Input((image_size, image_size, 3), name="image")  # RGB in [0, 1]
+    if name == "cnn":
+        x = inputs
+        for filters in (32, 64, 96):
+            x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu")(x)
+            x = keras.layers.MaxPooling2D()(x)
+        # Flatten, not global pooling: where a corner or an arm sits is the signal
+        # (measured: pooling stayed at chance on the shapes set, Flatten reached 0.9).
+        x = keras.layers.Flatten()(x)
+        x = keras.layers.Dense(64, activation="relu")(x)
+    else:
+        application, preprocess = {
+            "densenet121": (keras.applications.DenseNet121, keras.applications.densenet.preprocess_input),
+            "resnet50": (keras.applications.ResNet50, keras.applications.resnet50.preprocess_input),
+        }[name]
+        base = application(include_top=False, input_shape=(image_size, image_size, 3),
+                           weights=None if weights == "none" else "imagenet")
+        # Transfer learning freezes pretrained features; from scratch, everything trains.
+        base.trainable = weights == "none"
+        x = preprocess(inputs * 255.0)
+        x = base(x, training=weights == "none")
+        x = keras.layers.GlobalAveragePooling2D()(x)
+        x = keras.layers.Dropout(0.2)(x)
+    # Softmax in float32: float16 logits lose precision under mixed precision.
+    outputs = keras.layers.Dense(num_classes, activation="softmax", dtype="float32")(x)
+    return keras.Model(inputs, outputs, name=f"tfcluster_{name}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import tensorflow as tf
+    import tf_keras as keras
+
+    from trainer import data
+
+    # Created first: MWMS must exist before any other TF op runs.
+    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    resolver = strategy.cluster_resolver
+    task_type, task_id = resolver.task_type, resolver.task_id
+    spec = resolver.cluster_spec().as_dict()
+    num_workers = max(1, sum(len(tasks) for tasks in spec.values()))
+    chief = is_chief(task_type, task_id, "chief" in spec)
+    mixed = use_mixed_precision(tf)
+    if mixed:
+        keras.mixed_precision.set_global_policy("mixed_float16")
+
+    manifest = json.loads(tf.io.gfile.GFile(os.path.join(args.data_dir, "manifest.json")).read())
+    num_classes = len(manifest["classes"])
+    image_size = args.image_size or manifest["image_size"]
+    if args.model != "cnn" and image_size < 32:
+        raise SystemExit(f"trainer.task: error: --model {args.model} needs --image-size >= 32")
+    global_batch = args.batch_size * strategy.num_replicas_in_sync
+    train_count = sum(manifest["counts"]["train"].values())
+    val_count = sum(manifest["counts"]["val"].values())
+    steps_per_epoch = args.steps_per_epoch or max(1, train_count // global_batch)
+    validation_steps = max(1, val_count // global_batch) if val_count else None
+    emit("strategy", task_type=task_type, task_id=task_id, chief=chief, num_workers=num_workers,
+         replicas_in_sync=strategy.num_replicas_in_sync, global_batch=global_batch,
+         mixed_precision=mixed, model=args.model, steps_per_epoch=steps_per_epoch,
+         shard_policy=data.shard_policy(len(manifest["shards"]["train"]), num_workers).name)
+
+    train_ds = data.make_dataset(args.data_dir, "train", global_batch, image_size, num_workers,
+                                 seed=args.seed)
+    val_ds = (data.make_dataset(args.data_dir, "val", global_batch, image_size, num_workers,
+                                shuffle=False) if val_count else None)
+
+    with strategy.scope():
+        model = build_model(keras, args.model, num_classes, image_size, args.weights)
+        model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
+                      loss=keras.losses.SparseCategoricalCrossentropy(),
+                      metrics=["accuracy"])
+
+    # Non-chief workers must still write (saving runs collectives) but to a throwaway place.
+    scratch = None if chief else tempfile.mkdtemp(prefix=f"tfcluster-{task_type}{task_id}-")
+    if scratch:
+        emit("scratch_dir", path=scratch)
+    tensorboard_dir = args.tensorboard_dir if chief else os.path.join(scratch, "tensorboard")
+    callbacks = [
+        # Every worker passes the same backup dir; tf_keras lets only the chief keep it.
+        keras.callbacks.BackupAndRestore(backup_dir=args.checkpoint_dir),
+        keras.callbacks.TensorBoard(log_dir=tensorboard_dir),
+        EventCallback(keras, args.epochs),
+    ]
+    started = time.time()
+    history = model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps_per_epoch,
+                        validation_data=val_ds, validation_steps=validation_steps,
+                        callbacks=callbacks, verbose=2 if chief else 0)
+
+    model_dir = args.model_dir if chief else os.path.join(scratch, "model")
+    tf.io.gfile.makedirs(model_dir)
+    keras_path = os.path.join(model_dir, "model.keras")
+    saved_model_path = os.path.join(model_dir, "saved_model")
+    model.save(keras_path)
+    model.save(saved_model_path, save_format="tf")
+    if scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
+        emit("scratch_removed", path=scratch)
+
+    final = {key: float(values[-1]) for key, values in history.history.items() if values}
+    emit("done", chief=chief, model_dir=model_dir if chief else None, keras_path=keras_path if chief else None,
+         saved_model_path=saved_model_path if chief else None, metrics=final,
+         chance=1.0 / num_classes, classes=manifest["classes"], train_seconds=round(time.time() - started, 2))
+    if chief and "val_accuracy" in final:
+        print(f"validation accuracy {final['val_accuracy']:.3f} (chance {1.0 / num_classes:.3f})", flush=True)
+    return 0
+
+
+def EventCallback(keras, epochs: int):
+    """A Keras callback that reports progress as TFCLUSTER_EVENT lines."""
+
+    class _Events(keras.callbacks.Callback):
+        def __init__(self):
+            super().__init__()
+            self._first_step_seen = False
+
+        def on_train_batch_end(self, batch, logs=None):
+            if not self._first_step_seen:
+                self._first_step_seen = True
+                emit("first_step")
+
+        def on_epoch_begin(self, epoch, logs=None):
+            emit("epoch_begin", epoch=epoch + 1, epochs=epochs)
+
+        def on_epoch_end(self, epoch, logs=None):
+            metrics = {key: float(value) for key, value in (logs or {}).items()}
+            emit("epoch_end", epoch=epoch + 1, epochs=epochs, metrics=metrics)
+
+    return _Events()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
