@@ -265,9 +265,10 @@ def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progr
             waiting.update(f"Attempt {attempt}: {running}/{len(plans)} workers running, "
                            "waiting for the first training step...")
 
+    follower = launch.LogFollower(plans, from_end=True)
     launch.start_attempt(plans, attempt)
     try:
-        result = launch.follow_attempt(plans, attempt, on_line, on_event, on_tick)
+        result = launch.follow_attempt(plans, attempt, follower, on_line, on_event, on_tick)
     finally:
         if spinning:
             waiting.stop()

@@ -189,9 +189,11 @@ def stop_attempt(plans: list[WorkerPlan], attempt: int, grace_seconds: float) ->
 class LogFollower:
     """Reads each worker's log incrementally and yields complete lines."""
 
-    def __init__(self, plans: list[WorkerPlan]):
+    def __init__(self, plans: list[WorkerPlan], from_end: bool = False):
+        """``from_end`` skips what the logs hold already (earlier attempts)."""
         self._plans = plans
-        self._offsets = {plan.index: 0 for plan in plans}
+        self._offsets = {plan.index: plan.host.file_size(plan.log_path) if from_end else 0
+                         for plan in plans}
         self._partial = {plan.index: b"" for plan in plans}
 
     def poll(self, flush: bool = False) -> Iterator[tuple[WorkerPlan, str]]:
@@ -263,11 +265,11 @@ class AttemptResult:
     failures: list[tuple[WorkerPlan, WorkerStatus]]
 
 
-def follow_attempt(plans: list[WorkerPlan], attempt: int, on_line: Callable[[WorkerPlan, str], None],
+def follow_attempt(plans: list[WorkerPlan], attempt: int, follower: LogFollower,
+                   on_line: Callable[[WorkerPlan, str], None],
                    on_event: Callable[[WorkerPlan, dict], None],
                    on_tick: Callable[[list[WorkerStatus]], None] | None = None) -> AttemptResult:
     """Stream logs until every worker finished, or one failed (returns at once: fail fast)."""
-    follower = LogFollower(plans)
 
     def drain(flush: bool = False) -> None:
         for plan, line in follower.poll(flush):

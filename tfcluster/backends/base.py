@@ -25,6 +25,9 @@ class WorkerHost(Protocol):
     def read_file(self, path: str, offset: int = 0) -> bytes | None:
         """Bytes of ``path`` from ``offset``, or None when it does not exist."""
 
+    def file_size(self, path: str) -> int:
+        """Size of ``path`` in bytes; 0 when it does not exist."""
+
     def start_detached(self, script: str) -> None:
         """Run ``sh script`` in its own session so it outlives the launcher."""
 

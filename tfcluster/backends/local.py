@@ -107,6 +107,12 @@ class LocalHost:
         except FileNotFoundError:
             return None
 
+    def file_size(self, path: str) -> int:
+        try:
+            return os.stat(path).st_size
+        except FileNotFoundError:
+            return 0
+
     def start_detached(self, script: str) -> None:
         # setsid makes the wrapper a session and group leader, so stop can signal the
         # whole group; the trailing & lets `sh -c` exit at once, so init reaps the job.

@@ -1,0 +1,92 @@
+"""Shared fixtures: an isolated state dir per test, the invoke CLI, and process hygiene."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tfcluster.backends.local import processes_with_env  # noqa: E402
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "condition"):
+    """Poll ``predicate`` until it returns something truthy; fail the test at the deadline."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture(scope="session")
+def synthetic_data(tmp_path_factory) -> Path:
+    """The built-in shapes set, generated once per session."""
+    out = tmp_path_factory.mktemp("data") / "shapes"
+    subprocess.run([sys.executable, "-m", "trainer.create_tfrecords", "--synthetic", "--out", str(out)],
+                   check=True, cwd=REPO, capture_output=True)
+    return out
+
+
+class Cli:
+    """Runs `invoke` like a user would, against one isolated state directory."""
+
+    def __init__(self, state_dir: Path, data_dir: Path | None):
+        self.state_dir = state_dir
+        self.env = {**os.environ, "INVOKE_TFCLUSTER_STATE_DIR": str(state_dir),
+                    "COLUMNS": "200", "TF_CPP_MIN_LOG_LEVEL": "2"}
+        if data_dir is not None:
+            self.env["INVOKE_TFCLUSTER_DATA_DIR"] = str(data_dir)
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "invoke", *args]
+
+    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+        return subprocess.run(self.argv(*args), cwd=REPO, env=self.env, capture_output=True,
+                              text=True, timeout=timeout)
+
+    def popen(self, *args: str) -> subprocess.Popen:
+        return subprocess.Popen(self.argv(*args), cwd=REPO, env=self.env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+
+    def cluster(self, name: str = "default") -> dict | None:
+        path = self.state_dir / "clusters" / f"{name}.json"
+        return json.loads(path.read_text()) if path.exists() else None
+
+    def runs(self, cluster: str = "default") -> list[Path]:
+        root = self.state_dir / "runs" / cluster
+        return sorted(root.iterdir(), key=lambda p: p.stat().st_mtime) if root.exists() else []
+
+    def latest_run(self) -> tuple[Path, dict]:
+        run_dir = self.runs()[-1]
+        return run_dir, json.loads((run_dir / "run.json").read_text())
+
+
+@pytest.fixture
+def cli(tmp_path, synthetic_data):
+    cli = Cli(tmp_path / "state", synthetic_data)
+    cluster_ids = []
+    yield cli
+    # Teardown: `down`, then kill anything still carrying a cluster id this test created.
+    for path in (cli.state_dir / "clusters").glob("*.json") if (cli.state_dir / "clusters").exists() else []:
+        cluster_ids.append(json.loads(path.read_text())["cluster_id"])
+        cli.run("down", "--cluster", path.stem, timeout=60)
+    for cluster_id in cluster_ids:
+        for pid, _ in processes_with_env(f"TFCLUSTER_CLUSTER_ID={cluster_id}"):
+            os.kill(pid, signal.SIGKILL)
+
+
+def events_of(log_text: str) -> list[dict]:
+    from trainer import events
+
+    return [e for e in (events.parse(line) for line in log_text.splitlines()) if e]

@@ -1,0 +1,119 @@
+"""Config and argument errors: one line naming the key and valid values, non-zero exit."""
+
+import pytest
+from invoke import Config, Exit, MockContext
+
+import tasks
+from tfcluster import config
+from tfcluster.errors import ConfigError
+
+
+def test_defaults_and_precedence():
+    settings = config.load({"workers": 2, "cluster": "exp"}, workers=4)
+    assert (settings.workers, settings.cluster, settings.backend) == (4, "exp", "local")
+    assert config.load({"workers": "5"}).workers == 5  # env vars arrive as strings
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"workers": 0}, "workers must be >= 1 (got 0)"),
+    ({"workers": -2}, "workers must be >= 1 (got -2)"),
+    ({"workers": "three"}, "workers must be a whole number >= 1 (got 'three')"),
+    ({"backend": "kubernetes"}, "backend must be one of local (got 'kubernetes')"),
+    ({"cluster": "Bad Name"}, "cluster must be lowercase letters"),
+    ({"retries": -1}, "retries must be >= 0 (got -1)"),
+    ({"stop_grace_seconds": 0}, "stop_grace_seconds must be a number in (0, 300]"),
+])
+def test_bad_values_name_the_key(overrides, message):
+    with pytest.raises(ConfigError) as error:
+        config.load({}, **overrides)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_unknown_yaml_key_lists_valid_keys():
+    with pytest.raises(ConfigError, match="unknown setting tfcluster.wokers; valid keys: .*workers"):
+        config.load({"wokers": 3})
+
+
+def _context(tmp_path, **values) -> MockContext:
+    overrides = {"tfcluster": {**config.DEFAULTS, "state_dir": str(tmp_path), **values}}
+    return MockContext(config=Config(overrides=overrides))
+
+
+def test_task_turns_config_error_into_exit(tmp_path):
+    with pytest.raises(Exit) as exit_info:
+        tasks.up(_context(tmp_path), workers="0")
+    assert exit_info.value.code == 2
+    assert str(exit_info.value.message).startswith("error: workers must be >= 1")
+
+
+def test_train_needs_a_cluster_first(tmp_path):
+    with pytest.raises(Exit, match="no cluster 'default' is up; run: invoke up"):
+        tasks.train(_context(tmp_path))
+
+
+def test_more_workers_than_the_cluster_has(tmp_path):
+    context = _context(tmp_path, workers=3)
+    tasks.up(context)
+    with pytest.raises(Exit, match=r"workers must be between 1 and 3.*got 4"):
+        tasks.train(context, workers="4")
+
+
+def test_missing_script(tmp_path):
+    context = _context(tmp_path, workers=1)
+    tasks.up(context)
+    with pytest.raises(Exit, match="--script .*nope.py does not exist"):
+        tasks.train(context, script=str(tmp_path / "nope.py"))
+
+
+def test_up_is_idempotent_and_refuses_a_silent_resize(tmp_path):
+    context = _context(tmp_path, workers=2)
+    tasks.up(context)
+    state_file = tmp_path / "clusters" / "default.json"
+    before = state_file.read_text()
+    tasks.up(context)
+    assert state_file.read_text() == before
+    with pytest.raises(Exit, match="already up with 2 local workers; run `invoke down` first"):
+        tasks.up(context, workers="3")
+
+
+def test_dry_run_prints_every_tf_config_and_starts_nothing(tmp_path, capsys):
+    context = _context(tmp_path, workers=3)
+    tasks.up(context)
+    context.remainder = "--epochs 2"
+    tasks.train(context, dry_run=True)
+    out = capsys.readouterr().out
+    assert out.count("TF_CONFIG:") == 3
+    assert '"type": "worker", "index": 1' in out
+    assert "trainer.task --epochs 2" in out
+    assert not (tmp_path / "runs").exists()
+
+
+def test_cli_error_is_one_line_without_traceback(cli):
+    result = cli.run("up", "--workers", "0")
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("error: workers must be >= 1 (got 0); set it in invoke.yaml "
+                                     "(tfcluster.workers), INVOKE_TFCLUSTER_WORKERS or --workers")
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_env_var_reaches_the_typed_config(cli):
+    cli.env["INVOKE_TFCLUSTER_BACKEND"] = "nosuch"
+    result = cli.run("up")
+    assert result.returncode == 2
+    assert "backend must be one of local (got 'nosuch')" in result.stderr
+
+
+def test_trainer_rejects_bad_arguments(synthetic_data, capsys):
+    from trainer import task
+
+    with pytest.raises(SystemExit) as exit_info:
+        task.parse_args(["--data-dir", str(synthetic_data), "--epochs", "0"])
+    assert exit_info.value.code == 2
+    assert "--epochs: must be >= 1 (got 0)" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        task.parse_args(["--data-dir", str(synthetic_data), "--model", "vgg"])
+    assert "invalid choice: 'vgg' (choose from 'cnn', 'densenet121', 'resnet50')" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        task.parse_args(["--data-dir", "/nonexistent"])
+    assert "has no manifest.json" in capsys.readouterr().err
