@@ -46,13 +46,14 @@ def render(shape: str, size: int, rng: np.random.Generator) -> np.ndarray:
     return np.clip(image, 0, 255).astype(np.uint8)
 
 
-def write_image_folder(root: Path, per_class: int, size: int = 32, seed: int = 0) -> Path:
-    """Write ``per_class`` PNGs per class under ``root/<class>/``; returns ``root``."""
+def write_image_folder(root: Path, per_class: int, size: int = 32, seed: int = 0,
+                       suffix: str = "png") -> Path:
+    """Write ``per_class`` images (png or jpg) per class under ``root/<class>/``; returns ``root``."""
     rng = np.random.default_rng(seed)
     root = Path(root)
     for shape in CLASSES:
         folder = root / shape
         folder.mkdir(parents=True, exist_ok=True)
         for i in range(per_class):
-            Image.fromarray(render(shape, size, rng)).save(folder / f"{shape}_{i:05d}.png")
+            Image.fromarray(render(shape, size, rng)).save(folder / f"{shape}_{i:05d}.{suffix}")
     return root
