@@ -32,29 +32,45 @@ def _user_errors(body):
     return wrapper
 
 
-@task(help={"workers": "number of workers (default: tfcluster.workers, 3)",
-            "backend": "local (default)", "cluster": "cluster name (default: default)"})
+@task(auto_shortflags=False,
+      help={"workers": "number of workers (default: tfcluster.workers, 3)",
+            "backend": "local (default) or ssh", "cluster": "cluster name (default: default)",
+            "hosts": "ssh: HOST[:SSHPORT],... one worker each",
+            "ssh_user": "ssh: login user (default root)",
+            "ssh_key": "ssh: private key file (default ~/.ssh/id_ed25519)",
+            "known_hosts": "ssh: known_hosts file that vouches for the hosts (default ~/.ssh/known_hosts)",
+            "trust_new_hosts": "ssh: pin keys of hosts missing from known_hosts (prints fingerprints)",
+            "tf_port": "ssh: TensorFlow port on every host (default 23456)",
+            "python": "interpreter that runs the workers (ssh default: python3)"})
 @_user_errors
 def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
-       cluster: Optional[str] = None):
+       cluster: Optional[str] = None, hosts: Optional[str] = None, ssh_user: Optional[str] = None,
+       ssh_key: Optional[str] = None, known_hosts: Optional[str] = None,
+       trust_new_hosts: bool = False, tf_port: Optional[int] = None, python: Optional[str] = None):
     """Create the cluster. Idempotent: running it twice changes nothing."""
-    commands.up(_settings(c, workers=workers, backend=backend, cluster=cluster))
+    if hosts and workers is None and backend in (None, "ssh"):
+        workers = len([h for h in hosts.split(",") if h.strip()])  # One worker per host given.
+    commands.up(_settings(c, workers=workers, backend=backend, cluster=cluster, hosts=hosts,
+                          ssh_user=ssh_user, ssh_key=ssh_key, known_hosts=known_hosts,
+                          trust_new_hosts=trust_new_hosts or None, tf_port=tf_port, python=python))
 
 
 @task(help={
     "workers": "workers to use, 1..cluster size (default: all)",
     "script": "your own TensorFlow script instead of the bundled trainer",
+    "project": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
     "retries": "restart everything up to K times after a failure, resuming from the checkpoint",
     "dry_run": "print each worker's command and TF_CONFIG, start nothing",
     "cluster": "cluster name (default: default)",
 })
 @_user_errors
 def train(c, workers: Optional[int] = None, script: Optional[str] = None,
-          retries: Optional[int] = None, dry_run: bool = False, cluster: Optional[str] = None):
+          project: Optional[str] = None, retries: Optional[int] = None, dry_run: bool = False,
+          cluster: Optional[str] = None):
     """Train on the cluster; arguments after `--` go to the trainer (e.g. -- --epochs 5)."""
     settings = _settings(c, cluster=cluster)
     commands.train(settings, commands.TrainRequest(
-        workers=workers, script=script, trainer_args=shlex.split(c.remainder or ""),
+        workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
         retries=retries, dry_run=dry_run))
 
 
@@ -84,11 +100,12 @@ def stop(c, cluster: Optional[str] = None):
     commands.stop(_settings(c, cluster=cluster))
 
 
-@task(help={"cluster": "cluster name (default: default)"})
+@task(help={"cluster": "cluster name (default: default)",
+            "keep": "ssh: keep the run folders on the hosts"})
 @_user_errors
-def down(c, cluster: Optional[str] = None):
+def down(c, cluster: Optional[str] = None, keep: bool = False):
     """Stop anything running, remove the cluster, and verify no worker process is left."""
-    commands.down(_settings(c, cluster=cluster))
+    commands.down(_settings(c, cluster=cluster), keep=keep)
 
 
 @task(help={"src": "image folder with one sub-folder per class",

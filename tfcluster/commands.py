@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.status import Status
 
 from tfcluster import launch, ui
-from tfcluster.backends.local import LocalBackend
+from tfcluster.backends import Payload, get_backend
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError, TrainingFailed
 from tfcluster.state import ClusterState, RunRecord, StateStore
@@ -26,10 +26,8 @@ from tfcluster.state import ClusterState, RunRecord, StateStore
 console = ui.console
 
 
-def _backend(settings: Settings, store: StateStore):
-    if settings.backend == "local":
-        return LocalBackend(store)
-    raise ConfigError(f"backend must be one of local (got {settings.backend!r})")
+def _backend(name: str, store: StateStore):
+    return get_backend(name, store, announce=lambda text: console.print(f"[yellow]![/] {text}"))
 
 
 def _require_cluster(store: StateStore) -> ClusterState:
@@ -56,7 +54,7 @@ def up(settings: Settings) -> ClusterState:
         return existing
     with console.status(f"Creating {settings.backend} cluster '{settings.cluster}' "
                         f"with {settings.workers} workers..."):
-        cluster = _backend(settings, store).up(settings, None)
+        cluster = _backend(settings.backend, store).up(settings, None)
         store.save_cluster(cluster)
     console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is up: {cluster.workers} "
                   f"{cluster.backend} workers ({', '.join(h.endpoint for h in cluster.hosts)}).")
@@ -74,6 +72,8 @@ class TrainRequest:
     workers: int | None
     # A user's script to run instead of the bundled trainer.
     script: str | None
+    # Folder shipped with --script to remote hosts (it must contain the script).
+    project: str | None
     # Arguments after `--`, passed to the trainer or script.
     trainer_args: list[str]
     # Restarts after a failure (None: the configured default).
@@ -109,15 +109,24 @@ def _worker_count(requested: int | None, cluster: ClusterState) -> int:
     return count
 
 
-def _command(settings: Settings, request: TrainRequest) -> list[str]:
-    python = settings.python or sys.executable
-    if request.script:
-        script = Path(request.script).expanduser()
-        if not script.is_file():
-            raise ConfigError(f"--script {request.script} does not exist or is not a file; "
-                              "give the path of a Python training script")
-        return [python, "-u", str(script.resolve()), *request.trainer_args]
-    return [python, "-u", "-m", "trainer.task", *request.trainer_args]
+def _script_and_project(request: TrainRequest) -> tuple[Path | None, Path | None]:
+    if not request.script:
+        if request.project:
+            raise ConfigError("--project goes with --script (the script to run inside it)")
+        return None, None
+    script = Path(request.script).expanduser()
+    if not script.is_file():
+        raise ConfigError(f"--script {request.script} does not exist or is not a file; "
+                          "give the path of a Python training script")
+    script = script.resolve()
+    if not request.project:
+        return script, None
+    project = Path(request.project).expanduser().resolve()
+    if not project.is_dir():
+        raise ConfigError(f"--project {request.project} is not a folder")
+    if project not in script.parents:
+        raise ConfigError(f"--script {request.script} must be inside --project {request.project}")
+    return script, project
 
 
 def _active_run(store: StateStore, cluster: ClusterState) -> tuple[RunRecord, list] | None:
@@ -138,9 +147,7 @@ def _plans_for(store: StateStore, cluster: ClusterState, run: RunRecord,
 
 
 def _backend_for_cluster(store: StateStore, cluster: ClusterState):
-    if cluster.backend == "local":
-        return LocalBackend(store)
-    raise ClusterError(f"cluster '{cluster.name}' uses unknown backend {cluster.backend!r}")
+    return _backend(cluster.backend, store)
 
 
 def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
@@ -148,47 +155,54 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     cluster = _require_cluster(store)
     workers = _worker_count(request.workers, cluster)
     retries = settings.retries if request.retries is None else parse_int("retries", request.retries, 0)
-    command = _command(settings, request)
+    script, project = _script_and_project(request)
     backend = _backend_for_cluster(store, cluster)
     hosts = backend.hosts(cluster)[:workers]
+    python = settings.python or (sys.executable if cluster.backend == "local" else cluster.python)
 
+    data_dir: Path | None = None
+    if settings.data_dir:
+        data_dir = Path(settings.data_dir).expanduser()
+        if not (data_dir / "manifest.json").exists():
+            raise ConfigError(f"data_dir {settings.data_dir} has no manifest.json; create it with "
+                              "`invoke data --src IMAGES --out DIR`")
+    elif script is None:
+        data_dir = store.synthetic_data_dir  # Generated below, unless this is a dry run.
+    payload = Payload(python=python, script=script, project=project, data_dir=data_dir,
+                      args=list(request.trainer_args))
     run_id = store.new_run_id()
-    run_dir = store.run_dir(run_id)
-    output = run_dir / "output"
-    env = {
+    common_env = {
         "TFCLUSTER_CLUSTER_ID": cluster.cluster_id,
-        "AIP_MODEL_DIR": str(output / "model"),
-        "AIP_CHECKPOINT_DIR": str(output / "checkpoints"),
-        "AIP_TENSORBOARD_LOG_DIR": str(output / "tensorboard"),
-        "PYTHONPATH": os.pathsep.join(filter(None, [hosts[0].code_dir(), os.environ.get("PYTHONPATH")])),
-        "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "1"),
+        "AIP_MODEL_DIR": "{run_root}/output/model",
+        "AIP_CHECKPOINT_DIR": "{run_root}/output/checkpoints",
+        "AIP_TENSORBOARD_LOG_DIR": "{run_root}/output/tensorboard",
+        "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
     }
-    data_dir = settings.data_dir or str(store.synthetic_data_dir)
-    env["TFCLUSTER_DATA_DIR"] = data_dir
-    plans = launch.build_plans(hosts, run_id, command, env)
 
     if request.dry_run:
+        argv = [python, "-u", "-m", "trainer.task"] if script is None else [python, "-u", str(script)]
+        plans = launch.build_plans(hosts, run_id, argv + payload.args, common_env)
         _print_plan(plans, attempt=1)
         return None
 
     if _active_run(store, cluster):
         raise ClusterError(f"a run is still active on cluster '{cluster.name}'; "
                            "watch it with `invoke logs --follow` or end it with `invoke stop`")
-    busy = [f"{plan.name} ({plan.host.record.endpoint})" for plan in plans
-            if plan.host.port_in_use(plan.host.record.tf_port)]
-    if busy:
-        raise ClusterError(f"TensorFlow port already in use on {', '.join(busy)}; "
-                           "free it, or pick new ports with `invoke down && invoke up`")
-    if not settings.data_dir:
-        ensure_synthetic_data(store, command[0])
-    elif not request.script and not Path(data_dir, "manifest.json").exists():
-        raise ConfigError(f"data_dir {data_dir} has no manifest.json; create it with "
-                          "`invoke data --src IMAGES --out DIR`")
-
-    run = RunRecord(run_id=run_id, cluster=cluster.name, workers=workers, command=command,
+    with console.status(f"Preflight on {len(hosts)} {cluster.backend} host(s)..."):
+        backend.preflight(cluster, hosts, need_tensorflow=script is None)
+    if data_dir == store.synthetic_data_dir:
+        ensure_synthetic_data(store, sys.executable)
+    with console.status("Staging code and data..."):
+        staged = backend.stage(cluster, hosts, run_id, payload)
+    skipped = [name for name, uploaded in staged.uploaded.items() if not uploaded]
+    if cluster.backend != "local":
+        console.print(f"Code and data: uploaded to {len(hosts) - len(skipped)} host(s), "
+                      f"unchanged (same content hash) on {len(skipped)}.")
+    plans = launch.build_plans(hosts, run_id, staged.argv, {**common_env, **staged.env})
+    run = RunRecord(run_id=run_id, cluster=cluster.name, workers=workers, command=staged.argv,
                     retries=retries)
     store.save_run(run)
-    return _run_attempts(settings, store, run, plans)
+    return _run_attempts(settings, store, backend, run, plans)
 
 
 def _print_plan(plans: list[launch.WorkerPlan], attempt: int) -> None:
@@ -200,7 +214,7 @@ def _print_plan(plans: list[launch.WorkerPlan], attempt: int) -> None:
     console.print("[dim]Dry run: nothing was started.[/]")
 
 
-def _run_attempts(settings: Settings, store: StateStore, run: RunRecord,
+def _run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
                   plans: list[launch.WorkerPlan]) -> RunRecord:
     progress = launch.Progress()
     started = time.time()
@@ -212,6 +226,7 @@ def _run_attempts(settings: Settings, store: StateStore, run: RunRecord,
             if attempt > 1:
                 console.print(f"[yellow]↻ Retrying: attempt {attempt} of {run.retries + 1}, "
                               "resuming from the last checkpoint[/]")
+                backend.before_retry([plan.host for plan in plans], run.run_id)
             failure = _one_attempt(settings, plans, attempt, progress)
             if failure is None:
                 break
@@ -224,6 +239,16 @@ def _run_attempts(settings: Settings, store: StateStore, run: RunRecord,
         raise TrainingFailed(f"run {run.run_id} stopped by Ctrl-C; no worker is left running") from None
 
     outcome = "succeeded" if failure is None else "failed"
+    with console.status("Collecting logs and results..."):
+        local_model = backend.collect([plan.host for plan in plans], run.run_id,
+                                      store.run_dir(run.run_id), failure is None)
+    if local_model and progress.model_dir and progress.model_dir != local_model:
+        # Fetched from the chief's host: point the summary at the local copy.
+        for name in ("keras_path", "saved_model_path"):
+            remote = getattr(progress, name)
+            if remote:
+                setattr(progress, name, remote.replace(progress.model_dir, local_model, 1))
+        progress.model_dir = local_model
     _finish(store, run, outcome, progress, started)
     _print_summary(run, progress, time.time() - started)
     if failure is not None:
@@ -451,7 +476,7 @@ def stop(settings: Settings) -> str | None:
     return run.run_id
 
 
-def down(settings: Settings) -> None:
+def down(settings: Settings, keep: bool = False) -> None:
     store = StateStore(settings)
     cluster = store.load_cluster()
     if cluster is None:
@@ -470,6 +495,7 @@ def down(settings: Settings) -> None:
     if leftovers:
         raise ClusterError(f"could not end {len(leftovers)} process(es) of cluster '{cluster.name}': "
                            f"{'; '.join(leftovers)}; kill them by hand, then run `invoke down` again")
+    backend.teardown(cluster, keep)
     store.remove_cluster()
     console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is down: verified that no worker "
                   f"process is left. Run results stay in {store.runs_dir}.")

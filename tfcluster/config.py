@@ -14,7 +14,7 @@ from typing import Any, Mapping
 
 from tfcluster.errors import ConfigError
 
-BACKENDS = ("local",)
+BACKENDS = ("local", "ssh")
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
 
@@ -36,6 +36,19 @@ class Settings:
     retries: int = 0
     # Seconds a stopping worker gets between SIGTERM and SIGKILL.
     stop_grace_seconds: float = 5.0
+    # ssh backend: comma-separated host or host:sshport, one worker per entry.
+    hosts: str = ""
+    # ssh backend: login user and private key file.
+    ssh_user: str = "root"
+    ssh_key: str = "~/.ssh/id_ed25519"
+    # ssh backend: known_hosts file that vouches for the hosts' keys at `up`.
+    known_hosts: str = "~/.ssh/known_hosts"
+    # ssh backend: pin keys of hosts missing from known_hosts (fingerprints are printed).
+    trust_new_hosts: bool = False
+    # ssh backend: TensorFlow gRPC port on every host.
+    tf_port: int = 23456
+    # ssh backend: folder (relative to the login's home, or absolute) for runs, code and data.
+    remote_dir: str = ".tfcluster-remote"
 
     @property
     def state_path(self) -> Path:
@@ -90,7 +103,22 @@ def validate(values: Mapping[str, Any]) -> Settings:
         grace = -1.0
     if not 0 < grace <= 300:
         raise ConfigError(f"stop_grace_seconds must be a number in (0, 300] (got {values['stop_grace_seconds']!r})")
+    tf_port = parse_int("tf_port", values["tf_port"], 1)
+    if tf_port > 65535:
+        raise ConfigError(f"tf_port must be between 1 and 65535 (got {tf_port})")
+    trust = values["trust_new_hosts"]
+    if isinstance(trust, str):
+        if trust.strip().lower() not in ("true", "false", "1", "0", "yes", "no", ""):
+            raise ConfigError(f"trust_new_hosts must be true or false (got {trust!r})")
+        trust = trust.strip().lower() in ("true", "1", "yes")
     return Settings(
+        hosts=str(values["hosts"] or ""),
+        ssh_user=str(values["ssh_user"] or ""),
+        ssh_key=str(values["ssh_key"] or ""),
+        known_hosts=str(values["known_hosts"] or ""),
+        trust_new_hosts=bool(trust),
+        tf_port=tf_port,
+        remote_dir=str(values["remote_dir"] or ".tfcluster-remote"),
         cluster=cluster,
         backend=backend,
         workers=parse_int("workers", values["workers"], 1),

@@ -19,3 +19,21 @@ class TrainingFailed(TfClusterError):
     """A worker failed; the message names it. The log tail is printed before this."""
 
     exit_code = 1
+
+
+class HostUnreachable(TfClusterError):
+    """A host stopped answering (connect, auth or I/O timed out)."""
+
+    def __init__(self, host: str, detail: str):
+        super().__init__(f"{host} is unreachable: {detail}")
+        self.host = host
+        self.detail = detail
+
+
+class HostErrors(TfClusterError):
+    """Failures on several hosts at once, each named (fabric's GroupException pattern)."""
+
+    def __init__(self, action: str, failures: dict[str, str]):
+        self.failures = dict(failures)
+        listed = "; ".join(f"{host}: {reason}" for host, reason in self.failures.items())
+        super().__init__(f"{action} failed on {len(self.failures)} host(s): {listed}")

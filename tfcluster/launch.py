@@ -18,6 +18,7 @@ from typing import Callable, Iterator
 
 from tfcluster import tfconfig
 from tfcluster.backends.base import WorkerHost
+from tfcluster.errors import HostUnreachable
 from trainer import events
 
 POLL_SECONDS = 0.5
@@ -66,15 +67,17 @@ def build_plans(hosts: list[WorkerHost], run_id: str, argv: list[str],
     endpoints = [host.record.endpoint for host in hosts]
     plans = []
     for index, (host, tf_config) in enumerate(zip(hosts, tfconfig.render_all(endpoints))):
+        run_root = host.run_root(run_id)
         worker_env = {
-            **env,
+            **{key: value.replace("{run_root}", run_root) for key, value in env.items()},
             "TF_CONFIG": tf_config,
             "TFCLUSTER_RUN_ID": run_id,
             "TFCLUSTER_WORKER_INDEX": str(index),
             "PYTHONUNBUFFERED": "1",
         }
-        plans.append(WorkerPlan(index=index, host=host, tf_config=tf_config, argv=list(argv),
-                                env=worker_env, run_root=host.run_root(run_id)))
+        plans.append(WorkerPlan(index=index, host=host, tf_config=tf_config,
+                                argv=[arg.replace("{run_root}", run_root) for arg in argv],
+                                env=worker_env, run_root=run_root))
     return plans
 
 
@@ -114,8 +117,12 @@ class WorkerStatus:
     pid: int | None = None
     # Exit code from the wrapper; 128+N means killed by signal N.
     exit_code: int | None = None
+    # Why the state is LOST, when known (e.g. the host stopped answering).
+    detail: str | None = None
 
     def describe(self) -> str:
+        if self.detail:
+            return self.detail
         if self.state == FAILED and self.exit_code is not None and self.exit_code > 128:
             try:
                 name = signal.Signals(self.exit_code - 128).name
@@ -130,6 +137,14 @@ class WorkerStatus:
 
 
 def worker_status(plan: WorkerPlan, attempt: int) -> WorkerStatus:
+    """The worker's state from its status files; LOST (with the reason) if its host is unreachable."""
+    try:
+        return _worker_status(plan, attempt)
+    except HostUnreachable as error:
+        return WorkerStatus(LOST, detail=f"is unreachable: {error.detail}")
+
+
+def _worker_status(plan: WorkerPlan, attempt: int) -> WorkerStatus:
     host = plan.host
     exit_code = _read_int(host, plan.path(attempt, "exit"))
     pid = _read_int(host, plan.path(attempt, "pid"))
@@ -163,26 +178,37 @@ def start_attempt(plans: list[WorkerPlan], attempt: int) -> None:
 def stop_attempt(plans: list[WorkerPlan], attempt: int, grace_seconds: float) -> None:
     """SIGTERM every program, wait up to the grace, then SIGKILL every wrapper group,
     and return only when no process of the attempt is left."""
-    ids = []
+    ids, unreachable = [], []
     for plan in plans:
-        pid = _read_int(plan.host, plan.path(attempt, "pid"))
-        pgid = _read_int(plan.host, plan.path(attempt, "pgid"))
-        ids.append((plan, pid, pgid))
-        if pid is not None:
-            plan.host.signal(pid, signal.SIGTERM)
+        try:
+            pid = _read_int(plan.host, plan.path(attempt, "pid"))
+            pgid = _read_int(plan.host, plan.path(attempt, "pgid"))
+            if pid is not None:
+                plan.host.signal(pid, signal.SIGTERM)
+            ids.append((plan, pid, pgid))
+        except HostUnreachable:
+            unreachable.append(plan)  # Nothing to do from here; its own job dies with its peers.
+
+    def running(plan, pid, pgid, group: bool) -> bool:
+        try:
+            return (group and pgid is not None and plan.host.alive(pgid, group=True)) or (
+                pid is not None and plan.host.alive(pid))
+        except HostUnreachable:
+            return False
+
     deadline = time.monotonic() + grace_seconds
-    while time.monotonic() < deadline and any(
-            pid is not None and plan.host.alive(pid) for plan, pid, _ in ids):
+    while time.monotonic() < deadline and any(running(p, pid, g, False) for p, pid, g in ids):
         time.sleep(0.1)
     for plan, pid, pgid in ids:
-        if pgid is not None:
-            plan.host.signal(pgid, signal.SIGKILL, group=True)
-        if pid is not None:
-            plan.host.signal(pid, signal.SIGKILL)
+        try:
+            if pgid is not None:
+                plan.host.signal(pgid, signal.SIGKILL, group=True)
+            if pid is not None:
+                plan.host.signal(pid, signal.SIGKILL)
+        except HostUnreachable:
+            pass
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(
-            (pgid is not None and plan.host.alive(pgid, group=True))
-            or (pid is not None and plan.host.alive(pid)) for plan, pid, pgid in ids):
+    while time.monotonic() < deadline and any(running(p, pid, g, True) for p, pid, g in ids):
         time.sleep(0.1)
 
 
@@ -198,7 +224,10 @@ class LogFollower:
 
     def poll(self, flush: bool = False) -> Iterator[tuple[WorkerPlan, str]]:
         for plan in self._plans:
-            chunk = plan.host.read_file(plan.log_path, self._offsets[plan.index])
+            try:
+                chunk = plan.host.read_file(plan.log_path, self._offsets[plan.index])
+            except HostUnreachable:
+                continue  # worker_status reports the host; the log resumes if it comes back.
             if chunk:
                 self._offsets[plan.index] += len(chunk)
                 self._partial[plan.index] += chunk
@@ -293,6 +322,9 @@ def follow_attempt(plans: list[WorkerPlan], attempt: int, follower: LogFollower,
 
 
 def log_tail(plan: WorkerPlan, lines: int = 15) -> list[str]:
-    raw = plan.host.read_file(plan.log_path) or b""
+    try:
+        raw = plan.host.read_file(plan.log_path) or b""
+    except HostUnreachable as error:
+        return [f"(log unavailable: {error})"]
     text = [line for line in raw.decode(errors="replace").splitlines() if events.PREFIX not in line]
     return text[-lines:]

@@ -29,6 +29,12 @@ class HostRecord:
     address: str
     # TCP port of this worker's TensorFlow gRPC server.
     tf_port: int
+    # sshd port (ssh/gcp backends).
+    ssh_port: int = 22
+    # Pinned host key, "type base64" (ssh/gcp backends); the only key accepted later.
+    host_key: str = ""
+    # Absolute folder on the host under which tfcluster writes everything it creates.
+    remote_root: str = ""
 
     @property
     def endpoint(self) -> str:
@@ -47,6 +53,11 @@ class ClusterState:
     created_at: float = field(default_factory=time.time)
     # Random id put into every worker's environment, to find stray processes.
     cluster_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    # SSH login and private key (ssh/gcp backends).
+    ssh_user: str = ""
+    ssh_key: str = ""
+    # Interpreter that runs the workers on the hosts.
+    python: str = ""
 
     @property
     def workers(self) -> int:

@@ -1,22 +1,28 @@
 """Backends: where worker machines come from and how the launcher reaches them.
 
-A backend provisions (``up``/``down``) and hands out one ``WorkerHost`` per worker
-slot. Everything else (TF_CONFIG, launch scripts, log following, fail-fast, retries)
-is shared code in tfcluster.launch that only talks to ``WorkerHost``.
+A backend provisions (``up``/``down``), checks hosts (``preflight``), ships code and data
+(``stage``) and hands out one ``WorkerHost`` per worker slot. Everything else (TF_CONFIG,
+launch scripts, log following, fail-fast, retries) is shared code in tfcluster.launch
+that only talks to ``WorkerHost``.
 """
 
 from __future__ import annotations
 
-from tfcluster.backends.base import Backend, WorkerHost
+from tfcluster.backends.base import Backend, Payload, Staged, WorkerHost
+from tfcluster.config import BACKENDS
 from tfcluster.errors import ConfigError
 
 
-def get_backend(name: str) -> Backend:
+def get_backend(name: str, store, announce=print) -> Backend:
     if name == "local":
         from tfcluster.backends.local import LocalBackend
 
-        return LocalBackend()
-    raise ConfigError(f"backend must be one of local (got {name!r})")
+        return LocalBackend(store)
+    if name == "ssh":
+        from tfcluster.backends.ssh import SshBackend
+
+        return SshBackend(store, announce)
+    raise ConfigError(f"backend must be one of {', '.join(BACKENDS)} (got {name!r})")
 
 
-__all__ = ["Backend", "WorkerHost", "get_backend"]
+__all__ = ["Backend", "Payload", "Staged", "WorkerHost", "get_backend"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 
 from tfcluster.config import Settings
@@ -50,5 +52,48 @@ class Backend(Protocol):
     def hosts(self, cluster: ClusterState) -> list[WorkerHost]:
         """One WorkerHost per worker slot, in TF_CONFIG order."""
 
+    def preflight(self, cluster: ClusterState, hosts: list[WorkerHost], need_tensorflow: bool) -> None:
+        """Check every host before anything starts; raise one error naming every failure."""
+
+    def stage(self, cluster: ClusterState, hosts: list[WorkerHost], run_id: str, payload: "Payload") -> "Staged":
+        """Make code and data available on the hosts; return the argv and environment."""
+
+    def before_retry(self, hosts: list[WorkerHost], run_id: str) -> None:
+        """Make the chief's checkpoint readable by every worker before a restart."""
+
+    def collect(self, hosts: list[WorkerHost], run_id: str, local_run_dir: Path, succeeded: bool) -> str | None:
+        """Bring logs (and, on success, the chief's outputs) to the local run folder.
+        Returns the local model folder when one was fetched."""
+
     def leftover_processes(self, cluster: ClusterState) -> list[str]:
         """Descriptions of any process still carrying this cluster's id (should be none)."""
+
+    def kill_leftovers(self, cluster: ClusterState) -> None:
+        """SIGKILL every process still carrying this cluster's id."""
+
+    def teardown(self, cluster: ClusterState, keep: bool) -> None:
+        """Remove what the cluster created (remote folders, machines) unless ``keep``."""
+
+
+@dataclass
+class Payload:
+    # Interpreter on the workers.
+    python: str
+    # A user's script; None runs the bundled trainer (python -m trainer.task).
+    script: Path | None
+    # Folder shipped with the script (it must contain the script); None ships the script alone.
+    project: Path | None
+    # Local TFRecord folder to make available to the workers; None when the data is remote.
+    data_dir: Path | None
+    # Arguments for the trainer or script.
+    args: list[str]
+
+
+@dataclass
+class Staged:
+    # argv every worker runs; "{run_root}" is replaced by the worker's run folder.
+    argv: list[str]
+    # Backend-specific environment; values may contain "{run_root}".
+    env: dict[str, str]
+    # Per worker name: whether code or data had to be uploaded (False: content hash matched).
+    uploaded: dict[str, bool]

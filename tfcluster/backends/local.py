@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import trainer
+from tfcluster.backends.base import Payload, Staged
 from tfcluster.config import Settings
 from tfcluster.errors import ClusterError
 from tfcluster.state import ClusterState, HostRecord, StateStore
@@ -174,3 +175,31 @@ class LocalBackend:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+    def preflight(self, cluster: ClusterState, hosts: list[LocalHost], need_tensorflow: bool) -> None:
+        busy = [f"{host.record.name} ({host.record.endpoint})" for host in hosts
+                if host.port_in_use(host.record.tf_port)]
+        if busy:
+            raise ClusterError(f"TensorFlow port already in use on {', '.join(busy)}; "
+                               "free it, or pick new ports with `invoke down && invoke up`")
+
+    def stage(self, cluster: ClusterState, hosts: list[LocalHost], run_id: str, payload: Payload) -> Staged:
+        # Same machine: run the code in place, nothing to copy.
+        if payload.script is None:
+            argv = [payload.python, "-u", "-m", "trainer.task"]
+        else:
+            argv = [payload.python, "-u", str(payload.script.resolve())]
+        env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+        if payload.data_dir is not None:
+            env["TFCLUSTER_DATA_DIR"] = str(payload.data_dir.resolve())
+        return Staged(argv=argv + list(payload.args), env=env, uploaded={h.record.name: False for h in hosts})
+
+    def before_retry(self, hosts: list[LocalHost], run_id: str) -> None:
+        """All local workers share one run folder, so the chief's backup is already visible."""
+
+    def collect(self, hosts: list[LocalHost], run_id: str, local_run_dir: Path, succeeded: bool) -> str | None:
+        model = local_run_dir / "output" / "model"
+        return str(model) if succeeded and model.exists() else None
+
+    def teardown(self, cluster: ClusterState, keep: bool) -> None:
+        """Nothing outside the state folder was created."""

@@ -1,0 +1,157 @@
+"""Real OpenSSH test hosts on one machine: one network namespace, IP, hostname and sshd each.
+
+Follows shared/notes/test-hosts.md: a bridge in the root namespace, a veth pair per host,
+`sshd -D` started with `unshare --uts` so each host has its own hostname. Traffic only
+goes to addresses inside these namespaces. Teardown kills every process inside each
+namespace (`ip netns del` does not) before deleting it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SUBNET = "10.250.7"
+BRIDGE = "tfcbr7"
+
+
+def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
+    return subprocess.run(list(argv), check=check, capture_output=True, text=True)
+
+
+def available() -> str | None:
+    """None when namespaces and sshd can be used here, else the reason."""
+    if os.geteuid() != 0:
+        return "needs root for ip netns"
+    if not Path("/usr/sbin/sshd").exists():
+        return "openssh-server is not installed (.ci/run installs it)"
+    if shutil.which("ip") is None or shutil.which("unshare") is None:
+        return "needs iproute2 and util-linux"
+    return None
+
+
+@dataclass
+class TestHost:
+    # Index, namespace name, address and hostname.
+    index: int
+    netns: str
+    address: str
+    hostname: str
+    # The sshd process (ip netns exec ... unshare ... sshd -D).
+    sshd: subprocess.Popen
+    # Public host key line ("ssh-ed25519 AAAA...").
+    host_key_public: str
+    # Host-side veth name, for cutting the link.
+    veth: str
+
+    def exec(self, *argv: str, check: bool = False) -> subprocess.CompletedProcess:
+        return sh("ip", "netns", "exec", self.netns, *argv, check=check)
+
+    def pids(self) -> list[int]:
+        out = sh("ip", "netns", "pids", self.netns, check=False).stdout.split()
+        return [int(pid) for pid in out]
+
+    def cut_link(self) -> None:
+        sh("ip", "link", "set", self.veth, "down")
+
+    def restore_link(self) -> None:
+        sh("ip", "link", "set", self.veth, "up")
+
+
+class HostLab:
+    """N hosts with a shared client key and a known_hosts file that lists them all."""
+
+    def __init__(self, root: Path, count: int, tag: str = "tc"):
+        self.root = root
+        self.tag = tag
+        self.hosts: list[TestHost] = []
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.client_key = root / "id_ed25519"
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key))
+        self.authorized_keys = root / "authorized_keys"
+        shutil.copy(f"{self.client_key}.pub", self.authorized_keys)
+        self.known_hosts = root / "known_hosts"
+        Path("/run/sshd").mkdir(exist_ok=True)
+        self._teardown_network(count + 8)  # Leftovers of an earlier, killed session.
+        sh("ip", "link", "add", BRIDGE, "type", "bridge")
+        sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
+        sh("ip", "link", "set", BRIDGE, "up")
+        for index in range(count):
+            self.hosts.append(self._add_host(index))
+        self.known_hosts.write_text("".join(f"{h.address} {h.host_key_public}\n" for h in self.hosts))
+        for host in self.hosts:
+            self._wait_for_port(host)
+
+    def _add_host(self, index: int) -> TestHost:
+        netns, veth, address = f"{self.tag}_h{index}", f"{self.tag}_v{index}", f"{SUBNET}.{10 + index}"
+        sh("ip", "netns", "add", netns)
+        sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
+        sh("ip", "link", "set", veth, "master", BRIDGE, "up")
+        sh("ip", "-n", netns, "addr", "add", f"{address}/24", "dev", "eth0")
+        sh("ip", "-n", netns, "link", "set", "eth0", "up")
+        sh("ip", "-n", netns, "link", "set", "lo", "up")
+        host_dir = self.root / f"h{index}"
+        host_dir.mkdir()
+        host_key = host_dir / "ssh_host_ed25519_key"
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key))
+        config = host_dir / "sshd_config"
+        config.write_text("\n".join([
+            f"HostKey {host_key}", f"PidFile {host_dir / 'sshd.pid'}", f"ListenAddress {address}",
+            f"AuthorizedKeysFile {self.authorized_keys}", "PasswordAuthentication no",
+            "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "PermitRootLogin yes",
+            "Subsystem sftp internal-sftp", "ClientAliveInterval 5", "MaxStartups 100:30:200",
+            "MaxSessions 100", ""]))
+        hostname = f"{self.tag}-h{index}"
+        sshd = subprocess.Popen(
+            ["ip", "netns", "exec", netns, "unshare", "--uts", "sh", "-c",
+             f"hostname {hostname}; exec /usr/sbin/sshd -D -f {config} -E {host_dir / 'sshd.log'}"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        public = Path(f"{host_key}.pub").read_text().split()
+        return TestHost(index, netns, address, hostname, sshd, f"{public[0]} {public[1]}", veth)
+
+    def _wait_for_port(self, host: TestHost, timeout: float = 10) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection((host.address, 22), timeout=0.5) as sock:
+                    if sock.recv(4).startswith(b"SSH"):
+                        return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError(f"sshd on {host.address} did not answer within {timeout}s")
+
+    def kill_processes(self, host: TestHost, keep_sshd: bool = True) -> None:
+        for pid in host.pids():
+            if keep_sshd and pid == host.sshd.pid:
+                continue
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def teardown(self) -> None:
+        for host in self.hosts:
+            self.kill_processes(host, keep_sshd=False)
+            host.sshd.kill()
+            host.sshd.wait(timeout=10)
+        self._teardown_network(len(self.hosts))
+        self.hosts = []
+
+    def _teardown_network(self, count: int) -> None:
+        for index in range(count):
+            netns = f"{self.tag}_h{index}"
+            pids = sh("ip", "netns", "pids", netns, check=False).stdout.split()
+            for pid in pids:
+                try:
+                    os.kill(int(pid), signal.SIGKILL)
+                except (ProcessLookupError, ValueError):
+                    pass
+            sh("ip", "netns", "del", netns, check=False)
+            sh("ip", "link", "del", f"{self.tag}_v{index}", check=False)
+        sh("ip", "link", "del", BRIDGE, check=False)
