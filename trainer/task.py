@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import time
@@ -161,6 +162,7 @@ def main(argv=None) -> int:
     steps_per_epoch = args.steps_per_epoch or max(1, train_count // global_batch)
     validation_steps = max(1, val_count // global_batch) if val_count else None
     emit("strategy", task_type=task_type, task_id=task_id, chief=chief, num_workers=num_workers,
+         cluster_spec=spec, hostname=socket.gethostname(),
          replicas_in_sync=strategy.num_replicas_in_sync, global_batch=global_batch,
          mixed_precision=mixed, model=args.model, steps_per_epoch=steps_per_epoch,
          shard_policy=data.shard_policy(len(manifest["shards"]["train"]), num_workers).name)

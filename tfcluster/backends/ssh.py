@@ -104,7 +104,9 @@ def in_parallel(items: list[T], action: Callable[[T], object], label: Callable[[
             failures[label(item)] = f"unreachable ({error.detail})"
             results.append(None)
         except Exception as error:  # noqa: BLE001 - reported per host, never swallowed
-            failures[label(item)] = str(error) or type(error).__name__
+            reason = str(error) or type(error).__name__
+            prefix = f"{label(item)}: "
+            failures[label(item)] = reason[len(prefix):] if reason.startswith(prefix) else reason
             results.append(None)
     if failures:
         raise HostErrors(what, failures)
@@ -193,13 +195,13 @@ class SshConnection:
             except paramiko.BadHostKeyException as error:
                 client.close()
                 raise ClusterError(
-                    f"{self.name} ({self.host}): host key CHANGED since `invoke up` pinned it "
+                    f"{self.name}: host key CHANGED since `invoke up` pinned it "
                     f"(now {fingerprint(error.key)}); refusing to connect. If the host was rebuilt, "
                     "run `invoke down` and `invoke up` again") from None
             except paramiko.AuthenticationException as error:
                 client.close()
                 raise ClusterError(
-                    f"{self.name} ({self.host}): authentication as {self.user!r} with {self.key_file} "
+                    f"{self.name}: authentication as {self.user!r} with {self.key_file} "
                     f"failed ({error}); check --ssh-user and --ssh-key") from None
             except TRANSIENT as error:
                 client.close()
@@ -231,7 +233,10 @@ class SshConnection:
 
     def _fail(self, error: BaseException):
         self.close()
-        self.broken = str(error) or type(error).__name__
+        if isinstance(error, (socket.timeout, TimeoutError)) and not str(error):
+            self.broken = f"no answer within {self.io_timeout:.0f}s"
+        else:
+            self.broken = str(error) or type(error).__name__
         raise HostUnreachable(self.name, self.broken) from None
 
     def run(self, command: str, timeout: float | None = None,
@@ -685,7 +690,11 @@ class SshBackend:
             if data is not None:
                 (local_run_dir / f"{host.record.name}.log").write_bytes(data)
 
-        in_parallel(hosts, fetch_log, lambda h: h.record.name, "fetching logs")
+        try:
+            in_parallel(hosts, fetch_log, lambda h: h.record.name, "fetching logs")
+        except HostErrors as error:
+            # Best effort: a lost host must not hide the run's own outcome.
+            self._announce(f"some logs stay on their hosts: {error}")
         if not succeeded:
             return None
         chief = hosts[0]

@@ -1,0 +1,289 @@
+"""The ssh backend on real OpenSSH hosts, each in its own network namespace (tests/hostlab.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Cli, events_of, wait_for
+from tests.hostlab import HostLab, available
+
+pytestmark = pytest.mark.skipif(available() is not None, reason=f"test hosts: {available()}")
+
+TF_PORT = 23456
+
+
+@pytest.fixture
+def lab(tmp_path):
+    lab = HostLab(tmp_path / "lab", 3)
+    yield lab
+    for host in lab.hosts:
+        host.restore_link()
+    lab.teardown()
+
+
+@pytest.fixture
+def ssh_cli(lab, tmp_path, synthetic_data):
+    cli = Cli(tmp_path / "state", synthetic_data)
+    remote = tmp_path / "remote"
+    cli.env.update({
+        "INVOKE_TFCLUSTER_BACKEND": "ssh",
+        "INVOKE_TFCLUSTER_HOSTS": ",".join(h.address for h in lab.hosts),
+        "INVOKE_TFCLUSTER_SSH_KEY": str(lab.client_key),
+        "INVOKE_TFCLUSTER_KNOWN_HOSTS": str(lab.known_hosts),
+        "INVOKE_TFCLUSTER_PYTHON": sys.executable,  # The hosts share this machine's filesystem.
+        "INVOKE_TFCLUSTER_REMOTE_DIR": str(remote),
+        "INVOKE_TFCLUSTER_TF_PORT": str(TF_PORT),
+    })
+    cli.remote = remote
+    yield cli
+    if cli.cluster() is not None:
+        cli.run("down", timeout=120)
+
+
+def worker_processes(lab: HostLab) -> dict[str, list[int]]:
+    """Processes inside each namespace other than its sshd and that sshd's sessions' shells."""
+    found = {}
+    for host in lab.hosts:
+        pids = []
+        for pid in host.pids():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except FileNotFoundError:
+                continue
+            if "sshd" not in cmdline and "unshare" not in cmdline:
+                pids.append(pid)
+        found[host.address] = pids
+    return found
+
+
+def remote_run_root(cli, run_id: str, worker: int) -> Path:
+    return cli.remote / "default" / "runs" / run_id / f"worker-{worker}"
+
+
+def wait_for_workers(cli, lab, count: int = 3) -> str:
+    """Poll until every worker of the latest run has recorded its PID and runs; returns the run id."""
+    def started():
+        runs = cli.runs()
+        if not runs:
+            return None
+        run_id = runs[-1].name
+        pid_files = [remote_run_root(cli, run_id, i) / f"worker-{i}.attempt1.pid" for i in range(count)]
+        return run_id if all(p.exists() and p.read_text().strip() for p in pid_files) else None
+
+    return wait_for(started, 90, what=f"{count} workers to start")
+
+
+def test_three_hosts_train_and_the_model_comes_back(ssh_cli, lab):
+    up = ssh_cli.run("up")
+    assert up.returncode == 0, up.stdout + up.stderr
+    state = ssh_cli.cluster()
+    assert [h["address"] for h in state["hosts"]] == [h.address for h in lab.hosts]
+    assert all(h["host_key"] == lab.hosts[i].host_key_public for i, h in enumerate(state["hosts"]))
+
+    result = ssh_cli.run("train", "--", "--epochs", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    run_dir, run = ssh_cli.latest_run()
+    assert run["summary"]["replicas_in_sync"] == 3
+
+    # Each worker ran on its own host and joined the cluster at the namespace addresses.
+    endpoints = [f"{h.address}:{TF_PORT}" for h in lab.hosts]
+    hostnames = set()
+    for index in range(3):
+        strategy = [e for e in events_of((run_dir / f"worker-{index}.log").read_text())
+                    if e["event"] == "strategy"][0]
+        assert strategy["replicas_in_sync"] == 3
+        assert strategy["cluster_spec"] == {"chief": endpoints[:1], "worker": endpoints[1:]}
+        hostnames.add(strategy["hostname"])
+    assert hostnames == {h.hostname for h in lab.hosts}
+
+    # The chief's model came back; the other hosts hold no model.
+    model = run_dir / "output" / "model"
+    assert (model / "model.keras").is_file() and (model / "saved_model" / "saved_model.pb").is_file()
+    assert run["summary"]["keras_path"] == str(model / "model.keras")
+    for index in (1, 2):
+        assert not (remote_run_root(ssh_cli, run["run_id"], index) / "output" / "model").exists()
+
+    # Unchanged code and data: the second dispatch uploads nothing.
+    again = ssh_cli.run("train", "--dry-run")
+    assert again.returncode == 0 and "10.250.7.12:23456" in again.stdout
+    assert worker_processes(lab) == {h.address: [] for h in lab.hosts}
+
+    down = ssh_cli.run("down", timeout=120)
+    assert down.returncode == 0, down.stderr
+    assert not (ssh_cli.remote / "default").exists()
+    assert worker_processes(lab) == {h.address: [] for h in lab.hosts}
+
+
+SLEEPER = """
+import os, sys, time
+print("worker", os.environ["TFCLUSTER_WORKER_INDEX"], "on", os.uname().nodename, flush=True)
+time.sleep(float(sys.argv[1]))
+print("finished", flush=True)
+"""
+
+
+def test_job_survives_the_launcher_and_reattaches(ssh_cli, lab, tmp_path):
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    assert ssh_cli.run("up").returncode == 0
+    launcher = ssh_cli.popen("train", "--script", str(script), "--", "6")
+    wait_for_workers(ssh_cli, lab)
+    launcher.send_signal(signal.SIGKILL)  # The laptop is gone.
+    launcher.wait(timeout=10)
+    status = ssh_cli.run("status")
+    assert "running" in status.stdout
+    follow = ssh_cli.run("logs", "--follow", timeout=120)
+    assert follow.returncode == 0, follow.stdout + follow.stderr
+    assert follow.stdout.count("finished") == 3 and "succeeded" in follow.stdout
+    for index, host in enumerate(lab.hosts):
+        assert f"worker {index} on {host.hostname}" in follow.stdout
+
+
+def test_cut_link_fails_fast_and_names_the_host(ssh_cli, lab, tmp_path):
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    assert ssh_cli.run("up").returncode == 0
+    launcher = ssh_cli.popen("train", "--script", str(script), "--", "600")
+    try:
+        wait_for_workers(ssh_cli, lab)
+        lab.hosts[2].cut_link()
+        cut_at = time.monotonic()
+        output, _ = launcher.communicate(timeout=90)
+        elapsed = time.monotonic() - cut_at
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        lab.hosts[2].restore_link()
+    assert launcher.returncode == 1, output
+    assert elapsed < 60
+    assert "worker-2 (worker:1 on 10.250.7.12:23456) is unreachable: no answer within" in output
+    # The reachable hosts were stopped.
+    remaining = worker_processes(lab)
+    assert remaining[lab.hosts[0].address] == [] and remaining[lab.hosts[1].address] == []
+
+
+def test_killed_remote_worker_then_retry_resumes_from_checkpoint(ssh_cli, lab):
+    assert ssh_cli.run("up").returncode == 0
+    launcher = ssh_cli.popen("train", "--retries", "1", "--", "--epochs", "4")
+    try:
+        run_dir = wait_for(lambda: ssh_cli.runs() and ssh_cli.runs()[-1], 60, what="run folder")
+        run_id = run_dir.name
+        chief_log = remote_run_root(ssh_cli, run_id, 0) / "worker-0.log"
+
+        def epoch_done():
+            text = chief_log.read_text() if chief_log.exists() else ""
+            return any(e["event"] == "epoch_end" for e in events_of(text))
+
+        wait_for(epoch_done, 180, what="the chief's first epoch")
+        pid = int((remote_run_root(ssh_cli, run_id, 2) / "worker-2.attempt1.pid").read_text())
+        assert pid in worker_processes(lab)[lab.hosts[2].address]
+        os.kill(pid, signal.SIGKILL)
+        output, _ = launcher.communicate(timeout=300)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, output
+    assert "worker-2 (worker:1 on 10.250.7.12:23456) was killed by SIGKILL" in output
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["attempts"] == 2 and run["summary"]["last_epoch"] == 4
+    text = (run_dir / "worker-2.log").read_text()  # Fetched back from host 2.
+    first, second = text.split("attempt 2 on")
+    finished = max(e["epoch"] for e in events_of((run_dir / "worker-0.log").read_text().split("attempt 2 on")[0])
+                   if e["event"] == "epoch_end")
+    resumed = [e["epoch"] for e in events_of(second) if e["event"] == "epoch_begin"][0]
+    assert resumed == finished + 1 > 1  # Worker 2 resumed with the chief: nothing redone.
+    assert run["summary"]["resumed_at"]["2"] == resumed
+
+
+def _nothing_started(cli, lab):
+    assert cli.cluster() is None
+    assert worker_processes(lab) == {h.address: [] for h in lab.hosts}
+    assert not cli.remote.exists() or not any((cli.remote).rglob("*.sh"))
+
+
+def test_unreachable_host_at_up(ssh_cli, lab):
+    lab.hosts[1].cut_link()
+    result = ssh_cli.run("up", timeout=120)
+    assert result.returncode == 2
+    assert "10.250.7.11: unreachable" in result.stderr and "Traceback" not in result.stderr
+    _nothing_started(ssh_cli, lab)
+
+
+def test_wrong_client_key(ssh_cli, lab, tmp_path):
+    other = tmp_path / "other_key"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other)], check=True)
+    ssh_cli.env["INVOKE_TFCLUSTER_SSH_KEY"] = str(other)
+    result = ssh_cli.run("up")
+    assert result.returncode == 2
+    assert "authentication as 'root'" in result.stderr and "check --ssh-user and --ssh-key" in result.stderr
+    for host in lab.hosts:
+        assert host.address in result.stderr
+    _nothing_started(ssh_cli, lab)
+
+
+def test_host_keys_are_verified_never_trusted_silently(ssh_cli, lab, tmp_path):
+    # Not in known_hosts: refused with the fingerprint, unless --trust-new-hosts.
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    ssh_cli.env["INVOKE_TFCLUSTER_KNOWN_HOSTS"] = str(empty)
+    refused = ssh_cli.run("up")
+    assert refused.returncode == 2 and "is not in" in refused.stderr and "SHA256:" in refused.stderr
+    _nothing_started(ssh_cli, lab)
+
+    # A known_hosts entry that does not match: refused as a changed key.
+    wrong = tmp_path / "wrong_known_hosts"
+    lines = lab.known_hosts.read_text().splitlines()
+    lines[0] = f"{lab.hosts[0].address} {lab.hosts[1].host_key_public}"
+    wrong.write_text("\n".join(lines) + "\n")
+    ssh_cli.env["INVOKE_TFCLUSTER_KNOWN_HOSTS"] = str(wrong)
+    changed = ssh_cli.run("up")
+    assert changed.returncode == 2 and "10.250.7.10: host key CHANGED" in changed.stderr
+    _nothing_started(ssh_cli, lab)
+
+    # Explicit trust on first contact prints the fingerprints and pins them.
+    ssh_cli.env["INVOKE_TFCLUSTER_KNOWN_HOSTS"] = str(empty)
+    trusted = ssh_cli.run("up", "--trust-new-hosts")
+    assert trusted.returncode == 0, trusted.stderr
+    assert trusted.stdout.count("trusting new host key ssh-ed25519 SHA256:") == 3
+
+    # The host is rebuilt with a new key: every later command refuses to talk to it.
+    host = lab.hosts[2]
+    key = lab.root / "h2" / "ssh_host_ed25519_key"
+    for path in (key, Path(f"{key}.pub")):
+        path.unlink()
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    host.sshd.kill()
+    host.sshd.wait()
+    host.sshd = subprocess.Popen(
+        ["ip", "netns", "exec", host.netns, "/usr/sbin/sshd", "-D", "-f", str(lab.root / "h2" / "sshd_config")])
+    lab._wait_for_port(host)
+    refused = ssh_cli.run("train", "--", "--epochs", "1")
+    assert refused.returncode == 2
+    assert "preflight failed on 1 host(s): worker-2 (10.250.7.12): host key CHANGED since `invoke up` " \
+        "pinned it" in refused.stderr
+    assert worker_processes(lab) == {h.address: [] for h in lab.hosts}
+
+
+def test_tf_port_taken_fails_preflight(ssh_cli, lab):
+    host = lab.hosts[1]
+    squatter = subprocess.Popen(["ip", "netns", "exec", host.netns, sys.executable, "-m", "http.server",
+                                 str(TF_PORT), "--bind", host.address],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        probe = f"import socket; socket.create_connection(('{host.address}', {TF_PORT}), 1)"
+        wait_for(lambda: host.exec(sys.executable, "-c", probe).returncode == 0, 20, what="the squatter")
+        result = ssh_cli.run("up")
+    finally:
+        squatter.kill()
+        squatter.wait()
+    assert result.returncode == 2
+    assert "worker-1 (10.250.7.11): TensorFlow port 23456 is already in use" in result.stderr
+    _nothing_started(ssh_cli, lab)
