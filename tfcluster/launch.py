@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import shlex
 import signal
+from concurrent.futures import ThreadPoolExecutor
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
@@ -145,34 +146,36 @@ def worker_status(plan: WorkerPlan, attempt: int) -> WorkerStatus:
 
 
 def _worker_status(plan: WorkerPlan, attempt: int) -> WorkerStatus:
-    host = plan.host
-    exit_code = _read_int(host, plan.path(attempt, "exit"))
-    pid = _read_int(host, plan.path(attempt, "pid"))
-    if exit_code is not None:
-        return WorkerStatus(SUCCEEDED if exit_code == 0 else FAILED, pid, exit_code)
-    if pid is None:
-        pgid = _read_int(host, plan.path(attempt, "pgid"))
-        if pgid is not None and not host.alive(pgid, group=True):
+    files = plan.host.job_status(plan.path(attempt, "pid"), plan.path(attempt, "pgid"),
+                                 plan.path(attempt, "exit"))
+    if files.exit_code is not None:
+        return WorkerStatus(SUCCEEDED if files.exit_code == 0 else FAILED, files.pid, files.exit_code)
+    if files.pid is None:
+        if files.pgid is not None and not files.group_alive:
             return WorkerStatus(LOST)
         return WorkerStatus(STARTING)
-    if host.alive(pid):
-        return WorkerStatus(RUNNING, pid)
-    # The program is gone: the wrapper writes the exit code a moment later, unless it died too.
-    exit_code = _read_int(host, plan.path(attempt, "exit"))
+    if files.pid_alive or files.group_alive:
+        # A live group without the program: the wrapper is writing the exit code right now.
+        return WorkerStatus(RUNNING, files.pid)
+    # Both gone: the wrapper may have written the exit code since we looked.
+    exit_code = _read_int(plan.host, plan.path(attempt, "exit"))
     if exit_code is not None:
-        return WorkerStatus(SUCCEEDED if exit_code == 0 else FAILED, pid, exit_code)
-    pgid = _read_int(host, plan.path(attempt, "pgid"))
-    if pgid is not None and host.alive(pgid, group=True):
-        return WorkerStatus(RUNNING, pid)
-    return WorkerStatus(LOST, pid)
+        return WorkerStatus(SUCCEEDED if exit_code == 0 else FAILED, files.pid, exit_code)
+    return WorkerStatus(LOST, files.pid)
 
 
 def start_attempt(plans: list[WorkerPlan], attempt: int) -> None:
-    for plan in plans:
-        script = plan.path(attempt, "sh")
-        plan.host.write_file(script, render_wrapper(plan, attempt, plan.run_root).encode(), 0o700)
-    for plan in plans:
+    """Write every wrapper first, then start them all, each step on all hosts at once."""
+    def write(plan: WorkerPlan) -> None:
+        script = render_wrapper(plan, attempt, plan.run_root).encode()
+        plan.host.write_file(plan.path(attempt, "sh"), script, 0o700)
+
+    def start(plan: WorkerPlan) -> None:
         plan.host.start_detached(plan.path(attempt, "sh"))
+
+    for step in (write, start):
+        with ThreadPoolExecutor(max_workers=min(32, len(plans))) as pool:
+            list(pool.map(step, plans))  # list() re-raises the first error.
 
 
 def stop_attempt(plans: list[WorkerPlan], attempt: int, grace_seconds: float) -> None:

@@ -10,6 +10,19 @@ from tfcluster.config import Settings
 from tfcluster.state import ClusterState, HostRecord
 
 
+@dataclass
+class JobFiles:
+    """A worker wrapper's status files and liveness, as read from its host."""
+
+    # Contents of the .exit, .pid and .pgid files (None: not written yet).
+    exit_code: int | None
+    pid: int | None
+    pgid: int | None
+    # Whether the program, and any member of the wrapper's process group, still run.
+    pid_alive: bool
+    group_alive: bool
+
+
 class WorkerHost(Protocol):
     """One worker slot's machine, as the launcher needs it. Paths are on that machine."""
 
@@ -41,6 +54,9 @@ class WorkerHost(Protocol):
 
     def port_in_use(self, port: int) -> bool:
         """Whether something already listens on ``port`` at this worker's address."""
+
+    def job_status(self, pid_path: str, pgid_path: str, exit_path: str) -> JobFiles:
+        """The status files of one worker attempt and whether its processes live."""
 
 
 class Backend(Protocol):

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import trainer
-from tfcluster.backends.base import Payload, Staged
+from tfcluster.backends.base import JobFiles, Payload, Staged
 from tfcluster.config import Settings
 from tfcluster.errors import ClusterError
 from tfcluster.state import ClusterState, HostRecord, StateStore
@@ -131,6 +131,18 @@ class LocalHost:
 
     def alive(self, pid: int, group: bool = False) -> bool:
         return bool(_live_group_members(pid)) if group else _live(pid)
+
+    def job_status(self, pid_path: str, pgid_path: str, exit_path: str) -> JobFiles:
+        def read_int(path: str) -> int | None:
+            try:
+                return int(Path(path).read_text().strip())
+            except (FileNotFoundError, ValueError):
+                return None
+
+        exit_code, pid, pgid = read_int(exit_path), read_int(pid_path), read_int(pgid_path)
+        return JobFiles(exit_code=exit_code, pid=pid, pgid=pgid,
+                        pid_alive=pid is not None and _live(pid),
+                        group_alive=pgid is not None and bool(_live_group_members(pgid)))
 
     def port_in_use(self, port: int) -> bool:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
