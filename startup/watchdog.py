@@ -1,0 +1,373 @@
+#!/usr/bin/env python3
+"""tfcluster idle watchdog: stops (or deletes) a machine that nobody uses, so it stops billing.
+
+Runs on the VM (systemd service from startup.sh) or on a bring-your-own host (started by
+`invoke up --idle-minutes N`). Standard library only.
+
+Every poll (at most 60 s apart) it reads its settings afresh, so a change from the laptop
+(`invoke idle`) applies without recreating anything, runs each probe, and decides:
+
+- busy while any enabled probe sees activity: a tfcluster training process, an interactive
+  SSH session (a pts whose parent is sshd), or GPU utilisation above a threshold;
+- idle time starts when the machine stops being busy and resets on any activity and after a
+  reboot (the kernel's boot id changes);
+- after ``idle_minutes`` idle it logs the decision with the probe readings, then acts:
+  ``stop`` halts the guest (the instance goes to TERMINATED; disks keep billing), ``delete``
+  deletes the VM through the Compute API with the metadata server's token;
+- ``idle_minutes = 0`` disables it (the hypervisor deadline, max_run_duration, still applies).
+
+A failing probe is logged and read as "no activity seen": a broken probe must not keep a
+forgotten VM billing forever. Nothing a probe or a settings source does can kill the loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import traceback
+import urllib.request
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable
+
+MAX_POLL_SECONDS = 60
+PROBE_SETS = {
+    "jobs_and_ssh": ("jobs", "ssh"),  # The default, as SkyPilot's autostop does it.
+    "jobs": ("jobs",),
+    "all": ("jobs", "ssh", "gpu"),
+}
+ALL_PROBES = ("jobs", "ssh", "gpu")
+ACTIONS = ("stop", "delete")
+
+
+@dataclass
+class Settings:
+    # Minutes of idleness before acting; 0 disables the watchdog.
+    idle_minutes: float = 30.0
+    # "stop" or "delete".
+    action: str = "stop"
+    # Probes that count as activity.
+    probes: tuple[str, ...] = PROBE_SETS["jobs_and_ssh"]
+    # GPU utilisation (percent) above which the gpu probe reports busy.
+    gpu_threshold: float = 10.0
+
+
+def parse_settings(raw: dict) -> Settings:
+    """Settings from a flat dict of strings (metadata attributes or a JSON file); bad values raise."""
+    settings = Settings()
+    if raw.get("idle_minutes") not in (None, ""):
+        settings.idle_minutes = float(raw["idle_minutes"])
+        if not 0 <= settings.idle_minutes <= 10080:
+            raise ValueError(f"idle_minutes must be between 0 and 10080 (got {raw['idle_minutes']})")
+    if raw.get("action") not in (None, ""):
+        if raw["action"] not in ACTIONS:
+            raise ValueError(f"action must be one of {', '.join(ACTIONS)} (got {raw['action']!r})")
+        settings.action = raw["action"]
+    if raw.get("probes") not in (None, ""):
+        text = str(raw["probes"])
+        names = PROBE_SETS.get(text) or tuple(p.strip() for p in text.split(",") if p.strip())
+        unknown = [name for name in names if name not in ALL_PROBES]
+        if unknown or not names:
+            raise ValueError(f"probes must be {', '.join(PROBE_SETS)} or a list of {', '.join(ALL_PROBES)} "
+                             f"(got {text!r})")
+        settings.probes = tuple(names)
+    if raw.get("gpu_threshold") not in (None, ""):
+        settings.gpu_threshold = float(raw["gpu_threshold"])
+    return settings
+
+
+# ---------------------------------------------------------------- probes
+# Each returns True (busy), False (idle) or None (not applicable here, e.g. no GPU).
+
+
+def _proc_entries():
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            yield entry
+
+
+def probe_jobs(proc: Path = Path("/proc")) -> bool:
+    """A tfcluster worker runs: some process carries TFCLUSTER_RUN_ID in its environment."""
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if any(item.startswith(b"TFCLUSTER_RUN_ID=") for item in (entry / "environ").read_bytes().split(b"\0")):
+                return True
+        except OSError:
+            continue  # Gone, or not ours to read.
+    return False
+
+
+def _stat(entry: Path) -> list[str] | None:
+    try:
+        raw = (entry / "stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rfind(")") + 2:].split()
+
+
+def probe_ssh(proc: Path = Path("/proc")) -> bool:
+    """An interactive SSH session is open: a process on a pts whose parent is sshd."""
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        fields = _stat(entry)
+        if not fields:
+            continue
+        ppid, tty_nr = fields[1], int(fields[4])
+        major = (tty_nr >> 8) & 0xFFF
+        if not 136 <= major <= 143:  # Unix98 pseudo-terminals (pts).
+            continue
+        try:
+            parent = (proc / ppid / "comm").read_text().strip()
+        except OSError:
+            continue
+        if parent.startswith("sshd"):  # sshd, or sshd-session on OpenSSH >= 9.8.
+            return True
+    return False
+
+
+def probe_gpu(threshold: float, nvidia_smi: str | None = None) -> bool | None:
+    """GPU utilisation above ``threshold`` percent on any GPU; None where there is no GPU."""
+    binary = nvidia_smi or shutil.which("nvidia-smi")
+    if not binary:
+        return None
+    out = subprocess.run([binary, "--query-gpu=utilization.gpu", "--format=csv,noheader,nounits"],
+                         capture_output=True, text=True, timeout=20, check=True).stdout
+    values = [float(line) for line in out.split() if line.strip()]
+    return any(value > threshold for value in values)
+
+
+# ---------------------------------------------------------------- decision
+
+
+@dataclass
+class Decision:
+    # Whether any probe saw activity.
+    busy: bool
+    # Seconds idle so far (0 while busy).
+    idle_seconds: float
+    # Whether the action is due now.
+    act: bool
+    # Unix time the action will fire if nothing changes (None: busy or disabled).
+    acts_at: float | None
+    # The readings: probe name -> True / False / None (skipped) / "error: ...".
+    readings: dict = field(default_factory=dict)
+
+
+class IdleTracker:
+    """Idle-time bookkeeping with an injected clock, so the rules are testable."""
+
+    def __init__(self, clock: Callable[[], float] = time.time, boot_id: str = "",
+                 idle_since: float | None = None):
+        self.clock = clock
+        self.boot_id = boot_id
+        self.idle_since = idle_since
+
+    def observe(self, readings: dict, settings: Settings, boot_id: str = "") -> Decision:
+        now = self.clock()
+        if boot_id and boot_id != self.boot_id:
+            # A reboot: idleness counts from now, whatever the state file said.
+            self.boot_id, self.idle_since = boot_id, None
+        busy = any(readings.get(name) is True for name in settings.probes)
+        if busy:
+            self.idle_since = None
+            return Decision(True, 0.0, False, None, readings)
+        if self.idle_since is None:
+            self.idle_since = now
+        idle = now - self.idle_since
+        if settings.idle_minutes <= 0:
+            return Decision(False, idle, False, None, readings)
+        acts_at = self.idle_since + settings.idle_minutes * 60
+        return Decision(False, idle, now >= acts_at, acts_at, readings)
+
+    def acted(self) -> None:
+        """After acting, idleness counts afresh (no second action on the very next poll)."""
+        self.idle_since = self.clock()
+
+
+def read_probes(settings: Settings, probes: dict[str, Callable[[], bool | None]],
+                log: Callable[[str], None]) -> dict:
+    readings = {}
+    for name in settings.probes:
+        try:
+            readings[name] = probes[name]()
+        except Exception as error:  # noqa: BLE001 - one failing probe never kills the watchdog
+            readings[name] = f"error: {type(error).__name__}: {error}"
+            log(f"probe {name} failed: {readings[name]} (read as no activity)")
+    return readings
+
+
+# ---------------------------------------------------------------- GCE metadata and Compute API
+
+
+class Gce:
+    """The metadata server and the Compute API, with endpoints overridable for tests."""
+
+    def __init__(self, metadata_host: str | None = None, compute_api: str | None = None):
+        self.metadata = f"http://{metadata_host or os.environ.get('GCE_METADATA_HOST', 'metadata.google.internal')}"
+        self.compute_api = (compute_api or os.environ.get("TFCLUSTER_COMPUTE_API",
+                                                          "https://compute.googleapis.com")).rstrip("/")
+
+    def get(self, path: str, timeout: float = 5) -> str:
+        request = urllib.request.Request(f"{self.metadata}/computeMetadata/v1/{path}",
+                                         headers={"Metadata-Flavor": "Google"})
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.read().decode()
+
+    def attribute(self, name: str) -> str | None:
+        try:
+            return self.get(f"instance/attributes/{name}")
+        except urllib.error.HTTPError as error:
+            if error.code == 404:
+                return None
+            raise
+
+    def put_guest_attribute(self, key: str, value: str) -> None:
+        request = urllib.request.Request(f"{self.metadata}/computeMetadata/v1/instance/guest-attributes/{key}",
+                                         data=value.encode(), method="PUT", headers={"Metadata-Flavor": "Google"})
+        urllib.request.urlopen(request, timeout=5).close()
+
+    def settings(self) -> Settings:
+        return parse_settings({
+            "idle_minutes": self.attribute("tfcluster-idle-minutes"),
+            "action": self.attribute("tfcluster-idle-action"),
+            "probes": self.attribute("tfcluster-idle-probes"),
+            "gpu_threshold": self.attribute("tfcluster-gpu-threshold"),
+        })
+
+    def delete_self(self) -> str:
+        """DELETE this instance via the Compute API with the VM's own service account."""
+        token = json.loads(self.get("instance/service-accounts/default/token"))["access_token"]
+        project = self.get("project/project-id")
+        zone = self.get("instance/zone").rsplit("/", 1)[-1]
+        name = self.get("instance/name")
+        url = f"{self.compute_api}/compute/v1/projects/{project}/zones/{zone}/instances/{name}"
+        request = urllib.request.Request(url, method="DELETE", headers={"Authorization": f"Bearer {token}"})
+        with urllib.request.urlopen(request, timeout=30) as response:
+            operation = json.loads(response.read().decode() or "{}")
+        return f"DELETE {project}/{zone}/{name}: operation {operation.get('name', '?')}"
+
+
+# ---------------------------------------------------------------- the loop
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+class Watchdog:
+    def __init__(self, args: argparse.Namespace, clock: Callable[[], float] = time.time):
+        self.args = args
+        self.state_dir = Path(args.state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.gce = Gce() if args.gce else None
+        saved = self._load_state()
+        self.tracker = IdleTracker(clock, saved.get("boot_id", ""), saved.get("idle_since"))
+        self.settings = Settings()
+
+    def log(self, message: str) -> None:
+        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} tfcluster-watchdog: {message}", flush=True)
+
+    def _load_state(self) -> dict:
+        try:
+            return json.loads((self.state_dir / "state.json").read_text())
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self, name: str, payload: dict) -> None:
+        tmp = self.state_dir / f".{name}.tmp"
+        tmp.write_text(json.dumps(payload, sort_keys=True))
+        tmp.replace(self.state_dir / name)
+
+    def read_settings(self) -> Settings:
+        try:
+            if self.gce is not None:
+                return self.gce.settings()
+            raw = json.loads(Path(self.args.config).read_text())
+            return parse_settings({key: raw.get(key) for key in ("idle_minutes", "action", "probes", "gpu_threshold")})
+        except Exception as error:  # noqa: BLE001 - keep the last good settings
+            self.log(f"cannot read settings ({type(error).__name__}: {error}); keeping the last good ones")
+            return self.settings
+
+    def act(self, decision: Decision) -> None:
+        action = self.settings.action
+        self.log(f"idle for {decision.idle_seconds / 60:.1f} min (limit {self.settings.idle_minutes:g}); "
+                 f"action {action}; probes {json.dumps(decision.readings, sort_keys=True)}")
+        if self.args.action_command:
+            # Tests and custom setups: run a command instead of touching the machine.
+            subprocess.run(self.args.action_command, shell=True, check=True, timeout=120,
+                           env={**os.environ, "TFCLUSTER_IDLE_ACTION": action})
+        elif action == "delete":
+            if self.gce is None:
+                raise RuntimeError("action delete needs --gce (the Compute API)")
+            self.log(self.gce.delete_self())
+        else:
+            subprocess.run(["shutdown", "-h", "now"], check=True, timeout=60)
+        self.tracker.acted()
+
+    def poll_once(self) -> Decision:
+        self.settings = self.read_settings()
+        settings = self.settings
+        probes = {
+            "jobs": probe_jobs,
+            "ssh": probe_ssh,
+            "gpu": lambda: probe_gpu(settings.gpu_threshold, self.args.nvidia_smi),
+        }
+        readings = read_probes(settings, probes, self.log)
+        decision = self.tracker.observe(readings, settings, boot_id())
+        self._save("state.json", {"boot_id": self.tracker.boot_id, "idle_since": self.tracker.idle_since})
+        status = {**asdict(decision), "idle_minutes": settings.idle_minutes, "action": settings.action,
+                  "probes": list(settings.probes), "updated_at": time.time()}
+        self._save("status.json", status)
+        if self.gce is not None:
+            try:
+                self.gce.put_guest_attribute("tfcluster/watchdog", json.dumps(status, sort_keys=True))
+            except Exception as error:  # noqa: BLE001 - status is a courtesy, never fatal
+                self.log(f"cannot publish status: {error}")
+        if decision.act:
+            self.act(decision)
+        return decision
+
+    def run(self) -> None:
+        poll = min(self.args.poll_seconds, MAX_POLL_SECONDS)
+        self.log(f"started: poll every {poll:g}s, state in {self.state_dir}")
+        while True:
+            try:
+                self.poll_once()
+            except Exception:  # noqa: BLE001 - log and keep watching
+                self.log("poll failed:\n" + traceback.format_exc())
+            time.sleep(poll)
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--gce", action="store_true", help="read settings from instance metadata")
+    source.add_argument("--config", help="read settings from this JSON file on every poll")
+    parser.add_argument("--state-dir", default="/var/lib/tfcluster", help="idle clock and status.json")
+    parser.add_argument("--poll-seconds", type=float, default=30.0, help=f"at most {MAX_POLL_SECONDS}")
+    parser.add_argument("--action-command", help="shell command to run instead of stop/delete")
+    parser.add_argument("--nvidia-smi", help="path of nvidia-smi (default: from PATH)")
+    args = parser.parse_args(argv)
+    if not 0 < args.poll_seconds <= MAX_POLL_SECONDS:
+        parser.error(f"--poll-seconds must be in (0, {MAX_POLL_SECONDS}]")
+    return args
+
+
+def main(argv=None) -> int:
+    Watchdog(parse_args(argv)).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

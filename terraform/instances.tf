@@ -1,0 +1,74 @@
+resource "google_compute_instance" "worker" {
+  # checkov:skip=CKV_GCP_40: An external IP is how the operator's SSH arrives; the firewall admits only operator_cidr.
+  # checkov:skip=CKV_GCP_38: Google-managed encryption; customer-supplied keys would have to be handled by every user.
+  count        = var.workers
+  name         = "${var.cluster_name}-${count.index}"
+  machine_type = var.machine_type
+  zone         = var.zone
+  tags         = [local.tag]
+  labels       = merge(local.labels, { "tfcluster-role" = count.index == 0 ? "chief" : "worker" })
+
+  boot_disk {
+    initialize_params {
+      image = var.image
+      size  = var.boot_disk_gb
+      type  = "pd-balanced"
+    }
+  }
+
+  dynamic "guest_accelerator" {
+    for_each = local.has_gpu ? [1] : []
+    content {
+      type  = var.gpu_type
+      count = var.gpu_count
+    }
+  }
+
+  scheduling {
+    on_host_maintenance         = local.on_host_maintenance
+    automatic_restart           = local.automatic_restart
+    provisioning_model          = var.spot ? "SPOT" : "STANDARD"
+    preemptible                 = var.spot
+    instance_termination_action = var.termination_action
+    # The hypervisor's hard deadline: stops (or deletes) the VM even if nobody is watching.
+    max_run_duration {
+      seconds = var.max_run_hours * 3600
+    }
+  }
+
+  shielded_instance_config {
+    # The image's NVIDIA kernel modules are not signed for Secure Boot.
+    enable_secure_boot          = false
+    enable_vtpm                 = true
+    enable_integrity_monitoring = true
+  }
+
+  network_interface {
+    subnetwork = google_compute_subnetwork.cluster.id
+    access_config {}
+  }
+
+  service_account {
+    email = google_service_account.vm.email
+    # Access is governed by the service account's IAM grants above, not by scopes.
+    scopes = ["cloud-platform"]
+  }
+
+  metadata = {
+    "block-project-ssh-keys"  = "true"
+    "enable-oslogin"          = "false"
+    "enable-guest-attributes" = "TRUE"
+    "serial-port-enable"      = "false"
+    "install-nvidia-driver"   = local.has_gpu ? "True" : "False"
+    "ssh-keys"                = "${var.ssh_user}:${var.ssh_public_key}"
+    "tfcluster-cluster"       = var.cluster_name
+    "tfcluster-tf-port"       = tostring(var.tf_port)
+    "tfcluster-idle-minutes"  = tostring(var.idle_minutes)
+    "tfcluster-idle-action"   = var.idle_action
+    "tfcluster-idle-probes"   = "jobs_and_ssh"
+    "tfcluster-watchdog"      = local.watchdog_script
+    "startup-script"          = local.startup_script
+  }
+
+  depends_on = [google_storage_bucket_iam_member.vm_objects]
+}
