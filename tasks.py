@@ -41,18 +41,34 @@ def _user_errors(body):
             "known_hosts": "ssh: known_hosts file that vouches for the hosts (default ~/.ssh/known_hosts)",
             "trust_new_hosts": "ssh: pin keys of hosts missing from known_hosts (prints fingerprints)",
             "tf_port": "ssh: TensorFlow port on every host (default 23456)",
-            "python": "interpreter that runs the workers (ssh default: python3)"})
+            "python": "interpreter that runs the workers (ssh default: python3)",
+            "project": "gcp: project ID", "zone": "gcp: zone, e.g. us-west1-b",
+            "gpu": "gcp: t4 or v100", "gpu_count": "gcp: GPUs per VM (default 1)",
+            "machine_type": "gcp: N1 machine type (default n1-standard-8)",
+            "spot": "gcp: SPOT VMs (cheaper; may be stopped by Google)",
+            "operator_cidr": "gcp: only source allowed to SSH in (default: your public IP/32)",
+            "idle_minutes": "idle watchdog: minutes before acting, 0 = off (default 30)",
+            "idle_action": "idle watchdog: stop or delete (default stop)",
+            "max_run_hours": "gcp: hypervisor deadline in hours (default 12)"})
 @_user_errors
 def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        cluster: Optional[str] = None, hosts: Optional[str] = None, ssh_user: Optional[str] = None,
        ssh_key: Optional[str] = None, known_hosts: Optional[str] = None,
-       trust_new_hosts: bool = False, tf_port: Optional[int] = None, python: Optional[str] = None):
+       trust_new_hosts: bool = False, tf_port: Optional[int] = None, python: Optional[str] = None,
+       project: Optional[str] = None, zone: Optional[str] = None, gpu: Optional[str] = None,
+       gpu_count: Optional[int] = None, machine_type: Optional[str] = None, spot: bool = False,
+       operator_cidr: Optional[str] = None, idle_minutes: Optional[int] = None,
+       idle_action: Optional[str] = None, max_run_hours: Optional[int] = None):
     """Create the cluster. Idempotent: running it twice changes nothing."""
     if hosts and workers is None and backend in (None, "ssh"):
         workers = len([h for h in hosts.split(",") if h.strip()])  # One worker per host given.
     commands.up(_settings(c, workers=workers, backend=backend, cluster=cluster, hosts=hosts,
                           ssh_user=ssh_user, ssh_key=ssh_key, known_hosts=known_hosts,
-                          trust_new_hosts=trust_new_hosts or None, tf_port=tf_port, python=python))
+                          trust_new_hosts=trust_new_hosts or None, tf_port=tf_port, python=python,
+                          project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
+                          machine_type=machine_type, spot=spot or None, operator_cidr=operator_cidr,
+                          idle_minutes=idle_minutes, idle_action=idle_action,
+                          max_run_hours=max_run_hours))
 
 
 @task(help={

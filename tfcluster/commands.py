@@ -43,6 +43,9 @@ def _require_cluster(store: StateStore) -> ClusterState:
 def up(settings: Settings) -> ClusterState:
     store = StateStore(settings)
     existing = store.load_cluster()
+    if existing is not None and existing.status != "up":
+        console.print(f"Resuming the unfinished `up` of cluster '{existing.name}'...")
+        existing = None
     if existing is not None:
         if existing.backend != settings.backend or existing.workers != settings.workers:
             raise ClusterError(
@@ -385,6 +388,13 @@ def status(settings: Settings) -> dict:
         task_type, task_index = tfconfig.task_of(index)
         table.add_row(f"[{ui.worker_colour(index)}]{host.name}[/]", f"{task_type}:{task_index}", host.endpoint)
     console.print(table)
+    backend = _backend_for_cluster(store, cluster)
+    if hasattr(backend, "vm_rows"):
+        vms = ui.table("VMs", ["VM", "state", "uptime", "cost so far"])
+        for row in backend.vm_rows(cluster, settings):
+            vms.add_row(row["name"], row["status"], ui.duration(row["uptime_seconds"]),
+                        f"${row['cost_so_far']:.2f}")
+        console.print(vms)
     run = store.latest_run()
     if run is None:
         console.print("No run yet. Start one with: invoke train")

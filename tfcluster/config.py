@@ -14,7 +14,9 @@ from typing import Any, Mapping
 
 from tfcluster.errors import ConfigError
 
-BACKENDS = ("local", "ssh")
+BACKENDS = ("local", "ssh", "gcp")
+IDLE_ACTIONS = ("stop", "delete")
+TERMINATION_ACTIONS = ("STOP", "DELETE")
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 
 
@@ -49,6 +51,30 @@ class Settings:
     tf_port: int = 23456
     # ssh backend: folder (relative to the login's home, or absolute) for runs, code and data.
     remote_dir: str = ".tfcluster-remote"
+    # gcp: project ID and zone (the zone must offer the GPU).
+    project: str = ""
+    zone: str = ""
+    # gcp: GPU type (t4 or v100) and count per VM; N1 machine type; boot disk size.
+    gpu: str = "t4"
+    gpu_count: int = 1
+    machine_type: str = "n1-standard-8"
+    boot_disk_gb: int = 100
+    # gcp: SPOT VMs (cheaper, may be stopped by Google; training resumes from the checkpoint).
+    spot: bool = False
+    # gcp: the only source allowed to SSH in; empty means this machine's public IP /32.
+    operator_cidr: str = ""
+    # gcp: login created on the VMs for the cluster's own key.
+    gcp_ssh_user: str = "tfcluster"
+    # Idle watchdog: minutes idle before acting (0 = off) and the action (stop or delete).
+    idle_minutes: int = 30
+    idle_action: str = "stop"
+    # gcp: hypervisor deadline (hours after each start) and what it does (STOP or DELETE).
+    max_run_hours: int = 12
+    termination_action: str = "STOP"
+    # gcp: let `down` delete a bucket that still holds objects.
+    bucket_force_destroy: bool = False
+    # gcp: how long `up` waits for every VM's readiness attribute.
+    ready_timeout_seconds: float = 1200.0
 
     @property
     def state_path(self) -> Path:
@@ -75,6 +101,18 @@ def parse_int(key: str, value: Any, minimum: int) -> int:
     if number < minimum:
         raise ConfigError(f"{key} must be >= {minimum} (got {number}); set it in {_flag_hint(key)}")
     return number
+
+
+def parse_bool(key: str, value: Any) -> bool:
+    """A bool from a flag, YAML or an env var string."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "1", "yes", "on"):
+        return True
+    if text in ("false", "0", "no", "off", ""):
+        return False
+    raise ConfigError(f"{key} must be true or false (got {value!r})")
 
 
 def load(config: Mapping[str, Any] | None = None, **overrides: Any) -> Settings:
@@ -106,17 +144,59 @@ def validate(values: Mapping[str, Any]) -> Settings:
     tf_port = parse_int("tf_port", values["tf_port"], 1)
     if tf_port > 65535:
         raise ConfigError(f"tf_port must be between 1 and 65535 (got {tf_port})")
-    trust = values["trust_new_hosts"]
-    if isinstance(trust, str):
-        if trust.strip().lower() not in ("true", "false", "1", "0", "yes", "no", ""):
-            raise ConfigError(f"trust_new_hosts must be true or false (got {trust!r})")
-        trust = trust.strip().lower() in ("true", "1", "yes")
+    idle_action = str(values["idle_action"]).lower()
+    if idle_action not in IDLE_ACTIONS:
+        raise ConfigError(f"idle_action must be one of {', '.join(IDLE_ACTIONS)} (got {values['idle_action']!r})")
+    termination = str(values["termination_action"]).upper()
+    if termination not in TERMINATION_ACTIONS:
+        raise ConfigError(f"termination_action must be one of {', '.join(TERMINATION_ACTIONS)} "
+                          f"(got {values['termination_action']!r})")
+    idle_minutes = parse_int("idle_minutes", values["idle_minutes"], 0)
+    if idle_minutes > 1440:
+        raise ConfigError(f"idle_minutes must be between 0 (off) and 1440 (got {idle_minutes})")
+    max_run_hours = parse_int("max_run_hours", values["max_run_hours"], 1)
+    if max_run_hours > 168:
+        raise ConfigError(f"max_run_hours must be between 1 and 168 (got {max_run_hours})")
+    machine_type = str(values["machine_type"])
+    if not re.match(r"^n1-(standard|highmem|highcpu)-\d+$", machine_type):
+        raise ConfigError(f"machine_type must be an N1 type such as n1-standard-8 (got {machine_type!r}): "
+                          "T4 and V100 GPUs attach only to N1")
+    gpu = str(values["gpu"]).lower()
+    if gpu not in ("t4", "v100", "nvidia-tesla-t4", "nvidia-tesla-v100"):
+        raise ConfigError(f"gpu must be one of t4, v100 (got {values['gpu']!r})")
+    gpu_count = parse_int("gpu_count", values["gpu_count"], 0)
+    if gpu_count not in (0, 1, 2, 4, 8):
+        raise ConfigError(f"gpu_count must be one of 0, 1, 2, 4, 8 (got {gpu_count})")
+    operator_cidr = str(values["operator_cidr"] or "")
+    if operator_cidr.endswith("/0"):
+        raise ConfigError("operator_cidr must not open SSH to the world (got a /0); use your IP as A.B.C.D/32")
+    try:
+        ready_timeout = float(values["ready_timeout_seconds"])
+    except (TypeError, ValueError):
+        ready_timeout = 0.0
+    if ready_timeout <= 0:
+        raise ConfigError(f"ready_timeout_seconds must be a positive number (got {values['ready_timeout_seconds']!r})")
     return Settings(
+        project=str(values["project"] or ""),
+        zone=str(values["zone"] or ""),
+        gpu=gpu,
+        gpu_count=gpu_count,
+        machine_type=machine_type,
+        boot_disk_gb=parse_int("boot_disk_gb", values["boot_disk_gb"], 50),
+        spot=parse_bool("spot", values["spot"]),
+        operator_cidr=operator_cidr,
+        gcp_ssh_user=str(values["gcp_ssh_user"] or "tfcluster"),
+        idle_minutes=idle_minutes,
+        idle_action=idle_action,
+        max_run_hours=max_run_hours,
+        termination_action=termination,
+        bucket_force_destroy=parse_bool("bucket_force_destroy", values["bucket_force_destroy"]),
+        ready_timeout_seconds=ready_timeout,
         hosts=str(values["hosts"] or ""),
         ssh_user=str(values["ssh_user"] or ""),
         ssh_key=str(values["ssh_key"] or ""),
         known_hosts=str(values["known_hosts"] or ""),
-        trust_new_hosts=bool(trust),
+        trust_new_hosts=parse_bool("trust_new_hosts", values["trust_new_hosts"]),
         tf_port=tf_port,
         remote_dir=str(values["remote_dir"] or ".tfcluster-remote"),
         cluster=cluster,

@@ -35,6 +35,10 @@ class HostRecord:
     host_key: str = ""
     # Absolute folder on the host under which tfcluster writes everything it creates.
     remote_root: str = ""
+    # Address the laptop uses for SSH when it differs from ``address`` (gcp: the external IP).
+    ssh_address: str = ""
+    # Compute Engine instance name (gcp).
+    instance: str = ""
 
     @property
     def endpoint(self) -> str:
@@ -58,6 +62,13 @@ class ClusterState:
     ssh_key: str = ""
     # Interpreter that runs the workers on the hosts.
     python: str = ""
+    # "up", or "provisioning" while (or after a failed) `up` creates cloud resources:
+    # then `up` resumes and `down` destroys what exists.
+    status: str = "up"
+    # gcp: project, zone and the cluster bucket.
+    project: str = ""
+    zone: str = ""
+    bucket: str = ""
 
     @property
     def workers(self) -> int:

@@ -22,6 +22,10 @@ def get_backend(name: str, store, announce=print) -> Backend:
         from tfcluster.backends.ssh import SshBackend
 
         return SshBackend(store, announce)
+    if name == "gcp":
+        from tfcluster.backends.gcp import GcpBackend
+
+        return GcpBackend(store, announce)
     raise ConfigError(f"backend must be one of {', '.join(BACKENDS)} (got {name!r})")
 
 

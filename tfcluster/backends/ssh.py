@@ -650,6 +650,12 @@ class SshBackend:
                                       tf_port=settings.tf_port + offset, ssh_port=address.port, host_key=key))
         cluster = ClusterState(name=settings.cluster, backend=self.name, hosts=records,
                                ssh_user=settings.ssh_user, ssh_key=str(key_file), python=python)
+        self._resolve_roots(cluster, settings.remote_dir)
+        self.preflight(cluster, self.hosts(cluster), need_tensorflow=True)
+        return cluster
+
+    def _resolve_roots(self, cluster, remote_dir: str) -> None:
+        """Log in to every host and fix the absolute folder tfcluster owns there."""
 
         def resolve_root(record: HostRecord) -> str:
             connection = self._connection(cluster, record)
@@ -657,22 +663,21 @@ class SshBackend:
             home = out.strip()
             if code != 0 or not home.startswith("/"):
                 raise ClusterError(f"cannot find the login's home folder: {err.strip()}")
-            base = settings.remote_dir if settings.remote_dir.startswith("/") else f"{home}/{settings.remote_dir}"
+            base = remote_dir if remote_dir.startswith("/") else f"{home}/{remote_dir}"
             return f"{base.rstrip('/')}/{cluster.name}"
 
-        roots = in_parallel(records, resolve_root, lambda r: f"{r.name} ({r.address})", "logging in")
-        for record, root in zip(records, roots):
+        roots = in_parallel(cluster.hosts, resolve_root, lambda r: f"{r.name} ({r.address})", "logging in")
+        for record, root in zip(cluster.hosts, roots):
             record.remote_root = root
-        self.preflight(cluster, self.hosts(cluster), need_tensorflow=True)
-        return cluster
 
     # ------------------------------------------------------------ hosts
 
     def _connection(self, cluster, record: HostRecord) -> SshConnection:
         key = f"{record.name}@{record.address}:{record.ssh_port}"
         if key not in self._connections:
+            ssh_address = record.ssh_address or record.address
             self._connections[key] = SshConnection(
-                f"{record.name} ({record.address})", HostAddress(record.address, record.ssh_port),
+                f"{record.name} ({ssh_address})", HostAddress(ssh_address, record.ssh_port),
                 cluster.ssh_user, cluster.ssh_key, record.host_key)
         return self._connections[key]
 

@@ -1,0 +1,260 @@
+"""The gcp backend against a fake `terraform` and a fake Compute API (REST shapes), with the
+VMs played by real sshd hosts in network namespaces (the SSH half is the real ssh backend)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, Cli
+from tests.fake_compute import FakeComputeServer
+from tests.hostlab import HostLab, available
+from tfcluster.backends import gcp
+from tfcluster.errors import ConfigError, HostErrors
+
+
+@pytest.fixture
+def fake_compute():
+    server = FakeComputeServer()
+    yield server
+    server.close()
+
+
+def api_for(server) -> gcp.ComputeApi:
+    return gcp.ComputeApi(server.state.project, endpoint=server.endpoint)
+
+
+# ---------------------------------------------------------------- units against the fake API
+
+
+def test_preflight_names_the_zone_and_the_quota_fix(fake_compute):
+    api = api_for(fake_compute)
+    gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False)  # Fits.
+    fake_compute.state.accelerators["us-west1-b"] = ["nvidia-tesla-v100"]
+    with pytest.raises(ConfigError, match=r"zone us-west1-b does not offer nvidia-tesla-t4 \(it has: "
+                                          r"nvidia-tesla-v100\); pick a zone from `gcloud compute"):
+        gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False)
+    fake_compute.state.accelerators["us-west1-b"] = ["nvidia-tesla-t4"]
+    fake_compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (4.0, 2.0)
+    with pytest.raises(ConfigError, match=r"quota NVIDIA_T4_GPUS in us-west1 has 2 GPUs free \(limit 4, used 2\); "
+                                          r"the cluster needs 3\. Request more"):
+        gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False)
+    fake_compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (8.0, 0.0)
+    fake_compute.state.project_quotas["GPUS_ALL_REGIONS"] = (2.0, 0.0)
+    with pytest.raises(ConfigError, match="quota GPUS_ALL_REGIONS has 2 GPUs free"):
+        gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False)
+    with pytest.raises(ConfigError, match="PREEMPTIBLE_NVIDIA_T4_GPUS"):
+        gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=True)
+
+
+def _boot(server, name: str, **guest) -> None:
+    server.state.instances[name] = {"zone": "us-west1-b", "labels": {}, "status": "RUNNING",
+                                    "guest": {f"tfcluster/{k}" if "/" not in k else k: v for k, v in guest.items()}}
+
+
+def test_readiness_ready_error_and_timeout(fake_compute):
+    api = api_for(fake_compute)
+    _boot(fake_compute, "c-0", ready="ok")
+    _boot(fake_compute, "c-1", ready="ok")
+    seen = []
+    gcp.wait_ready(api, "us-west1-b", ["c-0", "c-1"], timeout=5, on_progress=seen.append, poll_seconds=0.05)
+    assert seen[-1] == {"c-0": "ok", "c-1": "ok"}
+
+    _boot(fake_compute, "c-1", ready="error: pip install tensorflow[and-cuda]==2.21.0 failed")
+    with pytest.raises(HostErrors) as error:
+        gcp.wait_ready(api, "us-west1-b", ["c-0", "c-1"], timeout=5, poll_seconds=0.05)
+    assert error.value.failures == {"c-1": "error: pip install tensorflow[and-cuda]==2.21.0 failed"}
+
+    _boot(fake_compute, "c-1")  # Never reports.
+    with pytest.raises(HostErrors) as error:
+        gcp.wait_ready(api, "us-west1-b", ["c-0", "c-1"], timeout=0.3, poll_seconds=0.05)
+    assert list(error.value.failures) == ["c-1"]
+    assert "not ready after 0s (last: booting)" in error.value.failures["c-1"]
+    assert "get-serial-port-output c-1 --zone us-west1-b" in error.value.failures["c-1"]
+
+
+def test_host_key_comes_from_guest_attributes(fake_compute):
+    api = api_for(fake_compute)
+    _boot(fake_compute, "c-0", **{"hostkeys/ssh-rsa": "AAAArsa", "hostkeys/ssh-ed25519": "AAAAed"})
+    assert gcp.pinned_host_key(api, "us-west1-b", "c-0") == "ssh-ed25519 AAAAed"
+    _boot(fake_compute, "c-1", ready="ok")
+    with pytest.raises(Exception, match="c-1 published no SSH host key"):
+        gcp.pinned_host_key(api, "us-west1-b", "c-1")
+
+
+def test_outputs_parse_and_cost_estimate():
+    raw = {"instances": {"sensitive": False, "type": "tuple", "value": [
+        {"name": "d-0", "zone": "projects/p/zones/us-west1-b", "internal_ip": "10.128.0.2", "external_ip": "34.1.2.3"}]},
+        "bucket": {"value": "p-d-a1b2c3"}, "service_account": {"value": "d-vm@p.iam.gserviceaccount.com"},
+        "labels": {"value": {"tfcluster-cluster": "d"}}}
+    outputs = gcp.TerraformOutputs.parse(raw)
+    assert outputs.instances == [gcp.GcpInstance("d-0", "us-west1-b", "10.128.0.2", "34.1.2.3")]
+    assert outputs.bucket == "p-d-a1b2c3"
+    cost = gcp.hourly_cost("n1-standard-8", "nvidia-tesla-t4", 1, 100, 3, spot=False)
+    prices = json.loads(gcp.PRICES.read_text())
+    vm = 8 * prices["n1_vcpu_hour"] + 30 * prices["n1_memory_gib_hour"]
+    assert cost["per_vm"] == pytest.approx(vm + 0.35 + 100 * 0.10 / 730)
+    assert cost["total"] == pytest.approx(3 * cost["per_vm"])
+    assert prices["date"] and "cloud.google.com" in prices["source"]
+    assert gcp.hourly_cost("n1-standard-8", "nvidia-tesla-t4", 1, 100, 1, spot=True)["gpu"] < 0.35
+
+
+# ---------------------------------------------------------------- the CLI end to end
+
+needs_hosts = pytest.mark.skipif(available() is not None, reason=f"test hosts: {available()}")
+
+
+@pytest.fixture
+def gcp_cli(tmp_path, fake_compute, synthetic_data):
+    lab = HostLab(tmp_path / "lab", 2, tag="tg")
+    wrapper = tmp_path / "terraform"
+    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {REPO / 'tests' / 'fake_terraform.py'} \"$@\"\n")
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    cli = Cli(tmp_path / "state", synthetic_data)
+    cli.log = tmp_path / "terraform-calls.log"
+    cli.log.write_text("")
+    cli.lab = lab
+    cli.compute = fake_compute
+    cli.env.update({
+        "TFCLUSTER_TERRAFORM": str(wrapper),
+        "TFCLUSTER_COMPUTE_ENDPOINT": fake_compute.endpoint,
+        "FAKE_COMPUTE": fake_compute.endpoint,
+        "FAKE_TF_HOSTS": ",".join(h.address for h in lab.hosts),
+        "FAKE_TF_HOSTKEYS": ",".join(h.host_key_public for h in lab.hosts),
+        "FAKE_TF_AUTHORIZED": str(lab.authorized_keys),
+        "FAKE_TF_LOG": str(cli.log),
+        "INVOKE_TFCLUSTER_BACKEND": "gcp",
+        "INVOKE_TFCLUSTER_PROJECT": fake_compute.state.project,
+        "INVOKE_TFCLUSTER_ZONE": "us-west1-b",
+        "INVOKE_TFCLUSTER_WORKERS": "2",
+        "INVOKE_TFCLUSTER_OPERATOR_CIDR": "10.250.7.1/32",
+        "INVOKE_TFCLUSTER_GCP_SSH_USER": "root",
+        "INVOKE_TFCLUSTER_PYTHON": sys.executable,
+        "INVOKE_TFCLUSTER_REMOTE_DIR": str(tmp_path / "remote"),
+        "INVOKE_TFCLUSTER_READY_TIMEOUT_SECONDS": "20",
+    })
+    yield cli
+    if cli.cluster() is not None:
+        cli.run("down", timeout=120)
+    lab.teardown()
+
+
+def terraform_calls(cli) -> list[str]:
+    return [json.loads(line)[0] for line in cli.log.read_text().splitlines()]
+
+
+@needs_hosts
+def test_up_status_down(gcp_cli):
+    up = gcp_cli.run("up", timeout=180)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "plan: 2 x n1-standard-8 + 1 x nvidia-tesla-t4 in us-west1-b" in up.stdout
+    assert "/hour" in up.stdout and "prices of 2026-10-15" in up.stdout
+    assert "safety: idle watchdog stops a VM after 30 idle minutes" in up.stdout
+    assert "hypervisor deadline STOP after 12 h" in up.stdout
+    assert terraform_calls(gcp_cli) == ["init", "apply", "output"]
+    variables = json.loads((gcp_cli.state_dir / "gcp" / "default" / "terraform.tfvars.json").read_text())
+    assert variables["operator_cidr"] == "10.250.7.1/32" and variables["workers"] == 2
+    assert variables["ssh_public_key"].startswith("ssh-ed25519 ")
+
+    state = gcp_cli.cluster()
+    assert state["status"] == "up" and state["bucket"] == "demo-project-default-a1b2c3"
+    assert [h["host_key"] for h in state["hosts"]] == [h.host_key_public for h in gcp_cli.lab.hosts]
+    assert [h["instance"] for h in state["hosts"]] == ["default-0", "default-1"]
+    key = Path(state["ssh_key"])
+    assert stat.S_IMODE(key.stat().st_mode) == 0o600 and key.read_text().startswith("-----BEGIN OPENSSH")
+
+    status = gcp_cli.run("status")
+    assert status.returncode == 0, status.stderr
+    assert "default-0" in status.stdout and "RUNNING" in status.stdout and "$" in status.stdout
+
+    down = gcp_cli.run("down", timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "verified with instances.list (label tfcluster-cluster=default): no instance is left" in down.stdout
+    assert terraform_calls(gcp_cli)[-1] == "destroy"
+    assert gcp_cli.compute.state.instances == {}
+    assert gcp_cli.cluster() is None
+
+
+@needs_hosts
+def test_down_reports_an_instance_that_survived_destroy(gcp_cli):
+    assert gcp_cli.run("up", timeout=180).returncode == 0
+    gcp_cli.env["FAKE_TF_LEAVE"] = "default-1"
+    down = gcp_cli.run("down", timeout=120)
+    assert down.returncode == 2
+    assert "instances still exist after destroy: default-1" in down.stderr
+    assert "gcloud compute instances delete default-1 --zone us-west1-b" in down.stderr
+    assert gcp_cli.cluster() is not None  # Kept, so `down` can be retried.
+    gcp_cli.env.pop("FAKE_TF_LEAVE")
+    gcp_cli.compute.state.instances.pop("default-1")
+
+
+@needs_hosts
+def test_preflight_failure_creates_nothing(gcp_cli):
+    gcp_cli.compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (1.0, 0.0)
+    up = gcp_cli.run("up", timeout=60)
+    assert up.returncode == 2
+    assert up.stderr.strip().splitlines()[-1].startswith("error: quota NVIDIA_T4_GPUS in us-west1 has 1 GPUs free")
+    assert "apply" not in terraform_calls(gcp_cli)
+    assert gcp_cli.cluster() is None and gcp_cli.compute.state.instances == {}
+
+
+@needs_hosts
+def test_failed_apply_is_resumed_or_torn_down(gcp_cli):
+    gcp_cli.env["FAKE_TF_FAIL_APPLY"] = "1"
+    first = gcp_cli.run("up", timeout=60)
+    assert first.returncode == 2
+    assert "terraform apply failed: Error: Error creating instance: googleapi: Error 403: Quota" in first.stderr
+    assert "Traceback" not in first.stderr
+    assert gcp_cli.cluster()["status"] == "provisioning"  # Remembered, not forgotten while billing.
+    second = gcp_cli.run("up", timeout=180)
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "Resuming the unfinished `up`" in second.stdout
+    assert gcp_cli.cluster()["status"] == "up"
+
+
+@needs_hosts
+def test_vm_error_and_wrong_host_key_name_the_vm(gcp_cli):
+    gcp_cli.env["FAKE_TF_READY"] = "ok,error: nvidia-smi finds no GPU after 15 minutes"
+    up = gcp_cli.run("up", timeout=60)
+    assert up.returncode == 2
+    assert "VM start-up failed on 1 host(s): default-1: error: nvidia-smi finds no GPU" in up.stderr
+    down = gcp_cli.run("down", timeout=60)  # The half-made cluster is torn down.
+    assert down.returncode == 0, down.stderr
+    assert gcp_cli.compute.state.instances == {}
+
+    # The guest agent publishes a key the VM's sshd does not have: refused, never trusted.
+    gcp_cli.env.pop("FAKE_TF_READY")
+    hosts = gcp_cli.lab.hosts
+    gcp_cli.env["FAKE_TF_HOSTKEYS"] = ",".join([hosts[0].host_key_public, hosts[0].host_key_public])
+    up = gcp_cli.run("up", timeout=120)
+    assert up.returncode == 2
+    assert "worker-1 (10.250.7.11): host key CHANGED" in up.stderr
+
+
+def test_missing_terraform_and_credentials(tmp_path, synthetic_data, fake_compute):
+    cli = Cli(tmp_path / "state", synthetic_data)
+    cli.env.update({"INVOKE_TFCLUSTER_BACKEND": "gcp", "INVOKE_TFCLUSTER_PROJECT": "demo-project",
+                    "INVOKE_TFCLUSTER_ZONE": "us-west1-b", "TFCLUSTER_TERRAFORM": str(tmp_path / "none")})
+    missing = cli.run("up")
+    assert missing.returncode == 2
+    assert "error: terraform is not installed; install Terraform >= 1.5" in missing.stderr
+
+    wrapper = tmp_path / "terraform"
+    wrapper.write_text("#!/bin/sh\nexit 0\n")
+    wrapper.chmod(0o755)
+    cli.env.update({"TFCLUSTER_TERRAFORM": str(wrapper), "HOME": str(tmp_path), "CLOUDSDK_CONFIG": str(tmp_path),
+                    "NO_GCE_CHECK": "True"})
+    cli.env.pop("GOOGLE_APPLICATION_CREDENTIALS", None)
+    cli.env.pop("TFCLUSTER_COMPUTE_ENDPOINT", None)
+    no_credentials = cli.run("up", timeout=60)
+    assert no_credentials.returncode == 2
+    assert "error: no Google Cloud credentials; run `gcloud auth application-default login`" in no_credentials.stderr
+
+    cli.env["INVOKE_TFCLUSTER_GPU"] = "a100"
+    bad_gpu = cli.run("up")
+    assert "gpu must be one of t4, v100 (got 'a100')" in bad_gpu.stderr
