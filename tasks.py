@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import shlex
+import sys
 from typing import Optional
 
 from invoke import Collection, Context, Exit, task
@@ -135,5 +136,23 @@ def data(c, src: Optional[str] = None, out: Optional[str] = None, synthetic: boo
     commands.data(_settings(c), src, out, synthetic, image_size)
 
 
-ns = Collection(up, train, status, logs, stop, down, data)
+@task(help={"run": "a run id (default: the latest)", "cluster": "cluster name (default: default)"})
+@_user_errors
+def pull(c, run: Optional[str] = None, cluster: Optional[str] = None):
+    """Download a run's model and TensorBoard logs from the cluster bucket (gcp)."""
+    commands.pull(_settings(c, cluster=cluster), run)
+
+
+@task(help={"run": "a run id (default: the latest)", "port": "port to serve on (default 6006)",
+            "cluster": "cluster name (default: default)"})
+@_user_errors
+def tensorboard(c, run: Optional[str] = None, port: int = 6006, cluster: Optional[str] = None):
+    """Start TensorBoard on a run's logs (local folder or gs://); Ctrl-C stops it."""
+    logdir = commands.tensorboard_logdir(_settings(c, cluster=cluster), run)
+    print(f"TensorBoard on {logdir} at http://localhost:{port}")
+    c.run(shlex.join([sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port)]),
+          pty=True)
+
+
+ns = Collection(up, train, status, logs, stop, down, data, pull, tensorboard)
 ns.configure({"tfcluster": config.DEFAULTS})

@@ -164,7 +164,10 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     python = settings.python or (sys.executable if cluster.backend == "local" else cluster.python)
 
     data_dir: Path | None = None
-    if settings.data_dir:
+    remote_data = settings.data_dir if settings.data_dir.startswith("gs://") else cluster.data_url
+    if remote_data and (settings.data_dir.startswith("gs://") or not settings.data_dir) and script is None:
+        pass  # On the bucket: the workers read it directly (TFCLUSTER_DATA_DIR below).
+    elif settings.data_dir:
         data_dir = Path(settings.data_dir).expanduser()
         if not (data_dir / "manifest.json").exists():
             raise ConfigError(f"data_dir {settings.data_dir} has no manifest.json; create it with "
@@ -181,6 +184,9 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
         "AIP_TENSORBOARD_LOG_DIR": "{run_root}/output/tensorboard",
         "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
     }
+
+    if remote_data and data_dir is None and script is None:
+        common_env["TFCLUSTER_DATA_DIR"] = remote_data
 
     if request.dry_run:
         argv = [python, "-u", "-m", "trainer.task"] if script is None else [python, "-u", str(script)]
@@ -202,6 +208,8 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
         console.print(f"Code and data: uploaded to {len(hosts) - len(skipped)} host(s), "
                       f"unchanged (same content hash) on {len(skipped)}.")
     plans = launch.build_plans(hosts, run_id, staged.argv, {**common_env, **staged.env})
+    if cluster.bucket:
+        console.print(f"Outputs go to gs://{cluster.bucket}/runs/{run_id}/ (model, checkpoints, TensorBoard).")
     run = RunRecord(run_id=run_id, cluster=cluster.name, workers=workers, command=staged.argv,
                     retries=retries)
     store.save_run(run)
@@ -530,7 +538,61 @@ def data(settings: Settings, src: str | None, out: str | None, synthetic: bool,
     result = subprocess.run(argv, cwd=str(Path(launch.__file__).resolve().parent.parent))
     if result.returncode != 0:
         raise TfClusterError(f"create_tfrecords failed (exit {result.returncode}); see the error above")
+    cluster = store.load_cluster()
+    if cluster is not None and cluster.bucket:
+        from tfcluster import gcs
+
+        url = f"gs://{cluster.bucket}/data/{target.name}"
+        with console.status(f"Uploading the shards to {url} ..."):
+            names = gcs.upload_dir(gcs.client(cluster.project), target, url)
+        cluster.data_url = url
+        store.save_cluster(cluster)
+        console.print(f"[green]✓[/] Uploaded {len(names)} files to {url}; `invoke train` reads them from there.")
+        return target
     if not settings.data_dir and out and Path(out).resolve() != store.synthetic_data_dir:
         console.print(f"Train on it with: INVOKE_TFCLUSTER_DATA_DIR={target} invoke train "
                       "(or set tfcluster.data_dir in invoke.yaml)")
     return target
+
+
+def _run_or_latest(store: StateStore, run_id: str | None) -> RunRecord:
+    run = store.load_run(run_id) if run_id else store.latest_run()
+    if run is None:
+        raise ClusterError(f"no run {'named ' + run_id if run_id else 'yet'} for cluster "
+                           f"'{store.cluster_name}'; start one with: invoke train")
+    return run
+
+
+def pull(settings: Settings, run_id: str | None = None) -> Path:
+    """Download a run's model and TensorBoard logs from the cluster bucket into its run folder."""
+    from tfcluster import gcs
+
+    store = StateStore(settings)
+    cluster = _require_cluster(store)
+    if not cluster.bucket:
+        raise ClusterError(f"cluster '{cluster.name}' has no bucket: `train` already fetched the results "
+                           f"into {store.runs_dir}")
+    run = _run_or_latest(store, run_id)
+    storage = gcs.client(cluster.project)
+    destination = store.run_dir(run.run_id) / "output"
+    count = 0
+    for part in ("model", "tensorboard"):
+        url = f"gs://{cluster.bucket}/runs/{run.run_id}/{part}"
+        count += len(gcs.download_prefix(storage, url, destination / part))
+    if count == 0:
+        raise ClusterError(f"nothing under gs://{cluster.bucket}/runs/{run.run_id}/ yet (did the run finish?)")
+    console.print(f"[green]✓[/] Downloaded {count} files of run {run.run_id} into {destination}")
+    return destination
+
+
+def tensorboard_logdir(settings: Settings, run_id: str | None = None) -> str:
+    """A run's TensorBoard folder: on the bucket for gcp clusters, else the local run folder."""
+    store = StateStore(settings)
+    run = _run_or_latest(store, run_id)
+    cluster = store.load_cluster()
+    if cluster is not None and cluster.bucket:
+        return f"gs://{cluster.bucket}/runs/{run.run_id}/tensorboard"
+    logdir = store.run_dir(run.run_id) / "output" / "tensorboard"
+    if not logdir.exists():
+        raise ClusterError(f"run {run.run_id} has no TensorBoard logs at {logdir}")
+    return str(logdir)

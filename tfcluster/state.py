@@ -69,6 +69,8 @@ class ClusterState:
     project: str = ""
     zone: str = ""
     bucket: str = ""
+    # gcp: TFRecords uploaded by `invoke data` (gs://...), the default data of `train`.
+    data_url: str = ""
 
     @property
     def workers(self) -> int:

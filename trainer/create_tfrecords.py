@@ -101,7 +101,13 @@ def convert(src: Path, out: Path, image_size: int = 32, shards: int = 4,
 
 
 def read_manifest(data_dir) -> dict:
-    with open(os.path.join(data_dir, MANIFEST)) as handle:
+    path = os.path.join(str(data_dir), MANIFEST)
+    if path.startswith("gs://"):
+        import tensorflow as tf  # tf.io.gfile reads gs:// on the VMs.
+
+        with tf.io.gfile.GFile(path) as handle:
+            return json.load(handle)
+    with open(path) as handle:
         return json.load(handle)
 
 

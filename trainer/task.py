@@ -139,6 +139,7 @@ def main(argv=None) -> int:
     import tf_keras as keras
 
     from trainer import data
+    from trainer.create_tfrecords import read_manifest
 
     # Created first: MWMS must exist before any other TF op runs.
     strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -151,7 +152,7 @@ def main(argv=None) -> int:
     if mixed:
         keras.mixed_precision.set_global_policy("mixed_float16")
 
-    manifest = json.loads(tf.io.gfile.GFile(os.path.join(args.data_dir, "manifest.json")).read())
+    manifest = read_manifest(args.data_dir)
     num_classes = len(manifest["classes"])
     image_size = args.image_size or manifest["image_size"]
     if args.model != "cnn" and image_size < 32:

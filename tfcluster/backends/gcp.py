@@ -371,6 +371,23 @@ class GcpBackend(SshBackend):
         self.preflight(cluster, self.hosts(cluster), need_tensorflow=True)
         return cluster
 
+    def stage(self, cluster, hosts, run_id: str, payload):
+        """As ssh, but model, checkpoints and TensorBoard go to the bucket, so `--retries`
+        resumes from it whichever VM restarts, and results survive the VMs."""
+        staged = super().stage(cluster, hosts, run_id, payload)
+        base = f"gs://{cluster.bucket}/runs/{run_id}"
+        staged.env.update({"AIP_MODEL_DIR": f"{base}/model", "AIP_CHECKPOINT_DIR": f"{base}/checkpoints",
+                           "AIP_TENSORBOARD_LOG_DIR": f"{base}/tensorboard"})
+        return staged
+
+    def before_retry(self, hosts, run_id: str) -> None:
+        """The backup is on the bucket, which every worker reads: nothing to copy."""
+
+    def collect(self, hosts, run_id: str, local_run_dir: Path, succeeded: bool) -> str | None:
+        """Logs come back over SSH; the model stays on the bucket (`invoke pull` fetches it)."""
+        super().collect(hosts, run_id, local_run_dir, succeeded=False)
+        return None
+
     def leftover_processes(self, cluster) -> list[str]:
         """Nothing to check over SSH: destroy removes the VMs, and teardown proves it."""
         return []
