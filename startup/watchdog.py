@@ -301,7 +301,7 @@ class Watchdog:
 
     def act(self, decision: Decision) -> None:
         action = self.settings.action
-        self.log(f"idle for {decision.idle_seconds / 60:.1f} min (limit {self.settings.idle_minutes:g}); "
+        self.log(f"idle for {decision.idle_seconds:.1f}s (limit {self.settings.idle_minutes:g} min); "
                  f"action {action}; probes {json.dumps(decision.readings, sort_keys=True)}")
         if self.args.action_command:
             # Tests and custom setups: run a command instead of touching the machine.

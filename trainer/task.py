@@ -14,7 +14,6 @@ Only the chief writes them; other workers write to temp dirs that are removed.
 """
 
 import argparse
-import json
 import os
 import shutil
 import socket

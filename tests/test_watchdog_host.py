@@ -1,0 +1,177 @@
+"""The real watchdog process on a network-namespace host with real sshd, and its delete
+action against a fake metadata server and the fake Compute API."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from tests.conftest import REPO, wait_for
+from tests.fake_compute import FakeComputeServer
+from tests.fake_metadata import FakeMetadataServer
+from tests.hostlab import HostLab, available
+
+WATCHDOG = REPO / "startup" / "watchdog.py"
+IDLE_SECONDS = 3.0
+POLL = 1.0
+
+
+class RunningWatchdog:
+    def __init__(self, argv: list[str], state_dir: Path, env: dict | None = None):
+        self.state_dir = state_dir
+        self.log = state_dir / "watchdog.log"
+        state_dir.mkdir(parents=True, exist_ok=True)
+        self.started = time.time()
+        self.process = subprocess.Popen(argv, stdout=open(self.log, "w"), stderr=subprocess.STDOUT,
+                                        env={**os.environ, **(env or {})}, start_new_session=True)
+
+    def status(self) -> dict | None:
+        try:
+            return json.loads((self.state_dir / "status.json").read_text())
+        except (OSError, ValueError):
+            return None
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def lab(tmp_path):
+    reason = available()
+    if reason:
+        pytest.skip(f"test hosts: {reason}")
+    lab = HostLab(tmp_path / "lab", 1, tag="tw")
+    yield lab
+    lab.teardown()
+
+
+@pytest.fixture
+def start_watchdog(lab, tmp_path):
+    started = []
+
+    def start(idle_minutes: float = IDLE_SECONDS / 60, probes: str = "jobs_and_ssh") -> RunningWatchdog:
+        config = tmp_path / "watchdog.json"
+        config.write_text(json.dumps({"idle_minutes": idle_minutes, "action": "stop", "probes": probes}))
+        acted = tmp_path / "acted.log"
+        dog = RunningWatchdog(
+            ["ip", "netns", "exec", lab.hosts[0].netns, sys.executable, str(WATCHDOG), "--config", str(config),
+             "--state-dir", str(tmp_path / "state"), "--poll-seconds", str(POLL),
+             "--action-command", f"echo \"$TFCLUSTER_IDLE_ACTION $(date +%s.%N)\" >> {acted}"],
+            tmp_path / "state")
+        dog.acted = acted
+        dog.config = config
+        started.append(dog)
+        return dog
+
+    yield start
+    for dog in started:
+        dog.stop()
+
+
+def acted_times(dog) -> list[float]:
+    return [float(line.split()[1]) for line in dog.acted.read_text().splitlines()] if dog.acted.exists() else []
+
+
+def logged_idle_seconds(dog) -> list[float]:
+    return [float(m) for m in re.findall(r"idle for ([0-9.]+)s", dog.log.read_text())]
+
+
+def test_acts_within_idle_plus_one_poll(start_watchdog):
+    dog = start_watchdog()
+    wait_for(lambda: acted_times(dog), 30, what="the idle action")
+    first_idle = logged_idle_seconds(dog)[0]
+    assert IDLE_SECONDS <= first_idle <= IDLE_SECONDS + POLL + 0.1
+    assert dog.acted.read_text().startswith("stop ")
+    assert "action stop; probes" in dog.log.read_text()
+
+
+def test_open_ssh_session_holds_it_off(start_watchdog, lab):
+    host = lab.hosts[0]
+    client = paramiko.SSHClient()
+    key = paramiko.PKey.from_type_string(*[host.host_key_public.split()[0],
+                                           __import__("base64").b64decode(host.host_key_public.split()[1])])
+    client.get_host_keys().add(host.address, key.get_name(), key)
+    client.connect(host.address, username="root", key_filename=str(lab.client_key), look_for_keys=False,
+                   allow_agent=False, timeout=10)
+    shell = client.invoke_shell()  # A pty: an interactive session.
+    try:
+        dog = start_watchdog()
+        wait_for(lambda: (dog.status() or {}).get("readings", {}).get("ssh") is True, 30, what="ssh seen busy")
+        opened_at = time.time()
+        # Held off across more than idle + two polls: every status since says busy, no action.
+        wait_for(lambda: (dog.status() or {}).get("updated_at", 0) > opened_at + IDLE_SECONDS + 2 * POLL,
+                 30, what="polls past the idle time")
+        assert acted_times(dog) == [] and dog.status()["busy"] is True
+    finally:
+        shell.close()
+        client.close()
+    closed_at = time.time()
+    wait_for(lambda: acted_times(dog), 30, what="the action after the session closed")
+    assert acted_times(dog)[0] >= closed_at + IDLE_SECONDS - POLL
+
+
+def test_training_process_holds_it_off_until_it_ends(start_watchdog, tmp_path):
+    dog = start_watchdog(probes="jobs")
+    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(6)"],
+                           env={**os.environ, "TFCLUSTER_RUN_ID": "test-run"})
+    try:
+        wait_for(lambda: (dog.status() or {}).get("readings", {}).get("jobs") is True, 30, what="job seen busy")
+        assert acted_times(dog) == []
+        job.wait(timeout=30)
+        ended_at = time.time()
+    finally:
+        job.kill()
+    wait_for(lambda: acted_times(dog), 30, what="the action after the job ended")
+    assert acted_times(dog)[0] >= ended_at + IDLE_SECONDS - POLL
+    assert logged_idle_seconds(dog)[0] >= IDLE_SECONDS
+
+
+def test_settings_change_applies_without_restart(start_watchdog):
+    dog = start_watchdog(idle_minutes=0)  # Disabled.
+    wait_for(lambda: (dog.status() or {}).get("idle_seconds", 0) > IDLE_SECONDS + POLL, 30, what="idle past limit")
+    assert acted_times(dog) == []
+    dog.config.write_text(json.dumps({"idle_minutes": IDLE_SECONDS / 60, "action": "stop"}))
+    wait_for(lambda: acted_times(dog), 30, what="the action once enabled")
+
+
+def test_delete_action_calls_the_compute_api_with_the_metadata_token(tmp_path):
+    compute = FakeComputeServer()
+    compute.state.instances["demo-0"] = {"zone": "us-west1-b", "labels": {}, "status": "RUNNING", "guest": {}}
+    metadata = FakeMetadataServer({
+        "instance/service-accounts/default/token": json.dumps(
+            {"access_token": "ya29.fake-token-123", "expires_in": 3599, "token_type": "Bearer"}),
+        "project/project-id": "demo-project",
+        "instance/zone": "projects/123456789/zones/us-west1-b",
+        "instance/name": "demo-0",
+        "instance/attributes/tfcluster-idle-minutes": str(IDLE_SECONDS / 60),
+        "instance/attributes/tfcluster-idle-action": "delete",
+        "instance/attributes/tfcluster-idle-probes": "jobs",
+    })
+    dog = RunningWatchdog([sys.executable, str(WATCHDOG), "--gce", "--state-dir", str(tmp_path / "state"),
+                           "--poll-seconds", str(POLL)], tmp_path / "state",
+                          env={"GCE_METADATA_HOST": metadata.host, "TFCLUSTER_COMPUTE_API": compute.endpoint})
+    try:
+        deletes = lambda: [r for r in compute.state.requests if r["method"] == "DELETE"]  # noqa: E731
+        wait_for(deletes, 30, what="the DELETE call")
+        request = deletes()[0]
+        assert request["path"] == "/compute/v1/projects/demo-project/zones/us-west1-b/instances/demo-0"
+        assert request["authorization"] == "Bearer ya29.fake-token-123"
+        assert compute.state.instances["demo-0"]["status"] == "STOPPING"
+        status = metadata.status()  # Published for `invoke status` as a guest attribute.
+        assert status["action"] == "delete" and status["probes"] == ["jobs"]
+        assert "DELETE demo-project/us-west1-b/demo-0: operation operation-" in dog.log.read_text()
+    finally:
+        dog.stop()
+        metadata.close()
+        compute.close()

@@ -1,0 +1,122 @@
+"""The idle watchdog's decision rules, with an injected clock and probes."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+spec = importlib.util.spec_from_file_location("watchdog", REPO / "startup" / "watchdog.py")
+watchdog = importlib.util.module_from_spec(spec)
+sys.modules["watchdog"] = watchdog
+spec.loader.exec_module(watchdog)
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0):
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+SETTINGS = watchdog.Settings(idle_minutes=10, action="stop")
+IDLE = {"jobs": False, "ssh": False}
+
+
+def test_idle_then_acts_on_time():
+    clock = Clock()
+    tracker = watchdog.IdleTracker(clock, boot_id="boot-1")
+    first = tracker.observe(IDLE, SETTINGS, "boot-1")
+    assert (first.busy, first.idle_seconds, first.act, first.acts_at) == (False, 0.0, False, 1000.0 + 600)
+    clock.now += 599
+    assert tracker.observe(IDLE, SETTINGS, "boot-1").act is False
+    clock.now += 1
+    decision = tracker.observe(IDLE, SETTINGS, "boot-1")
+    assert decision.act is True and decision.idle_seconds == 600
+    tracker.acted()
+    assert tracker.observe(IDLE, SETTINGS, "boot-1").act is False  # No second action right away.
+
+
+def test_activity_resets_the_clock():
+    clock = Clock()
+    tracker = watchdog.IdleTracker(clock, boot_id="b")
+    tracker.observe(IDLE, SETTINGS, "b")
+    clock.now += 500
+    busy = tracker.observe({"jobs": True, "ssh": False}, SETTINGS, "b")
+    assert busy.busy and busy.acts_at is None and not busy.act
+    clock.now += 1
+    again = tracker.observe(IDLE, SETTINGS, "b")
+    assert again.idle_seconds == 0 and again.acts_at == clock.now + 600
+    clock.now += 599
+    assert not tracker.observe(IDLE, SETTINGS, "b").act
+
+
+def test_reboot_resets_the_clock_even_from_saved_state():
+    clock = Clock(5000)
+    # The state file says idle since long ago, but the boot id changed: a reboot.
+    tracker = watchdog.IdleTracker(clock, boot_id="old-boot", idle_since=0.0)
+    decision = tracker.observe(IDLE, SETTINGS, "new-boot")
+    assert decision.idle_seconds == 0 and not decision.act
+    # Same boot: the saved idle time counts (a watchdog restart does not reset it).
+    same = watchdog.IdleTracker(clock, boot_id="b", idle_since=0.0)
+    assert same.observe(IDLE, SETTINGS, "b").act is True
+
+
+def test_failing_probe_neither_crashes_nor_counts_as_activity():
+    clock = Clock()
+    logged = []
+
+    def broken():
+        raise OSError("nvidia-smi: driver not loaded")
+
+    settings = watchdog.Settings(idle_minutes=1, probes=("jobs", "gpu"))
+    readings = watchdog.read_probes(settings, {"jobs": lambda: False, "gpu": broken}, logged.append)
+    assert readings["gpu"].startswith("error: OSError: nvidia-smi: driver not loaded")
+    assert logged and "probe gpu failed" in logged[0]
+    tracker = watchdog.IdleTracker(clock, boot_id="b")
+    tracker.observe(readings, settings, "b")
+    clock.now += 60
+    assert tracker.observe(readings, settings, "b").act is True
+
+
+def test_only_configured_probes_count():
+    tracker = watchdog.IdleTracker(Clock(), boot_id="b")
+    jobs_only = watchdog.Settings(idle_minutes=1, probes=("jobs",))
+    assert not tracker.observe({"jobs": False, "ssh": True}, jobs_only, "b").busy
+    assert tracker.observe({"jobs": False, "ssh": True}, SETTINGS, "b").busy
+
+
+def test_disabled_means_no_action():
+    clock = Clock()
+    tracker = watchdog.IdleTracker(clock, boot_id="b")
+    off = watchdog.Settings(idle_minutes=0)
+    tracker.observe(IDLE, off, "b")
+    clock.now += 10 ** 6
+    decision = tracker.observe(IDLE, off, "b")
+    assert decision.act is False and decision.acts_at is None and decision.idle_seconds == 10 ** 6
+
+
+def test_settings_parsing_names_bad_values():
+    parsed = watchdog.parse_settings({"idle_minutes": "15", "action": "delete", "probes": "all"})
+    assert (parsed.idle_minutes, parsed.action, parsed.probes) == (15.0, "delete", ("jobs", "ssh", "gpu"))
+    assert watchdog.parse_settings({"probes": "jobs,gpu"}).probes == ("jobs", "gpu")
+    with pytest.raises(ValueError, match="action must be one of stop, delete"):
+        watchdog.parse_settings({"action": "hibernate"})
+    with pytest.raises(ValueError, match="probes must be jobs_and_ssh, jobs, all or a list"):
+        watchdog.parse_settings({"probes": "cpu"})
+    with pytest.raises(SystemExit):
+        watchdog.parse_args(["--config", "x", "--poll-seconds", "120"])  # Poll interval <= 60 s.
+
+
+def test_gpu_probe_skips_without_nvidia_smi_and_reads_utilisation(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert watchdog.probe_gpu(10) is None  # No GPU tooling: the probe is skipped.
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\nprintf '3\\n47\\n'\n")
+    fake.chmod(0o755)
+    assert watchdog.probe_gpu(10, str(fake)) is True
+    assert watchdog.probe_gpu(50, str(fake)) is False
