@@ -61,6 +61,7 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        operator_cidr: Optional[str] = None, idle_minutes: Optional[int] = None,
        idle_action: Optional[str] = None, max_run_hours: Optional[int] = None):
     """Create the cluster. Idempotent: running it twice changes nothing."""
+    install_watchdog = True if idle_minutes is not None and (backend or c.config.tfcluster.backend) == "ssh" else None
     if hosts and workers is None and backend in (None, "ssh"):
         workers = len([h for h in hosts.split(",") if h.strip()])  # One worker per host given.
     commands.up(_settings(c, workers=workers, backend=backend, cluster=cluster, hosts=hosts,
@@ -69,7 +70,7 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
                           project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
                           machine_type=machine_type, spot=spot or None, operator_cidr=operator_cidr,
                           idle_minutes=idle_minutes, idle_action=idle_action,
-                          max_run_hours=max_run_hours))
+                          max_run_hours=max_run_hours, install_watchdog=install_watchdog))
 
 
 @task(help={
@@ -136,6 +137,15 @@ def data(c, src: Optional[str] = None, out: Optional[str] = None, synthetic: boo
     commands.data(_settings(c), src, out, synthetic, image_size)
 
 
+@task(help={"minutes": "act after this many idle minutes (1-1440)",
+            "off": "disable the watchdog until the next `invoke up` (the hypervisor deadline stays)",
+            "cluster": "cluster name (default: default)"})
+@_user_errors
+def idle(c, minutes: Optional[int] = None, off: bool = False, cluster: Optional[str] = None):
+    """Change the idle watchdog on a live cluster (takes effect at its next poll)."""
+    commands.idle(_settings(c, cluster=cluster), minutes, off)
+
+
 @task(help={"run": "a run id (default: the latest)", "cluster": "cluster name (default: default)"})
 @_user_errors
 def pull(c, run: Optional[str] = None, cluster: Optional[str] = None):
@@ -154,5 +164,5 @@ def tensorboard(c, run: Optional[str] = None, port: int = 6006, cluster: Optiona
           pty=True)
 
 
-ns = Collection(up, train, status, logs, stop, down, data, pull, tensorboard)
+ns = Collection(up, train, status, logs, stop, down, data, idle, pull, tensorboard)
 ns.configure({"tfcluster": config.DEFAULTS})

@@ -95,6 +95,40 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
                           "creationTimestamp": instance.get("created", "2026-11-22T05:00:00.000-08:00"),
                           "lastStartTimestamp": instance.get("started", "2026-11-22T05:00:00.000-08:00")})
         return 200, {"kind": "compute#instanceList", "items": items}
+    match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)(?P<verb>/setMetadata|/start)?",
+                         path)
+    if match and match["name"] not in state.instances and method in ("GET", "POST"):
+        return _error(404, f"instance {match['name']} not found")
+    if match and method == "GET" and not match["verb"]:
+        instance = state.instances[match["name"]]
+        metadata = instance.setdefault("metadata", {})
+        return 200, {"kind": "compute#instance", "name": match["name"], "status": instance["status"],
+                     "labels": instance.get("labels", {}),
+                     "creationTimestamp": instance.get("created", "2026-11-22T05:00:00.000-08:00"),
+                     "lastStartTimestamp": instance.get("started", "2026-11-22T05:00:00.000-08:00"),
+                     "scheduling": {"maxRunDuration": {"seconds": str(instance.get("max_run_seconds", 43200))},
+                                    "instanceTerminationAction": "STOP"},
+                     "metadata": {"kind": "compute#metadata", "fingerprint": instance.get("fingerprint", "ZmluZ2VyMQ=="),
+                                  "items": [{"key": k, "value": v} for k, v in sorted(metadata.items())]}}
+    if match and method == "POST" and match["verb"] in ("/setMetadata", "/start"):
+        instance = state.instances[match["name"]]
+        with state.lock:
+            if match["verb"] == "/setMetadata":
+                if body.get("fingerprint") != instance.get("fingerprint", "ZmluZ2VyMQ=="):
+                    return 412, {"error": {"code": 412, "message": "Supplied fingerprint does not match current "
+                                                                   "metadata fingerprint.", "errors": []}}
+                instance["metadata"] = {item["key"]: item["value"] for item in body.get("items", [])}
+                instance["fingerprint"] = f"ZmluZ2Vy{len(state.requests)}"
+            else:
+                instance["status"] = "RUNNING"
+        operation = {"kind": "compute#operation", "name": f"operation-{len(state.requests)}",
+                     "operationType": match["verb"][1:], "status": "DONE", "progress": 100,
+                     "targetLink": f"https://compute.googleapis.com{path}",
+                     "zone": f"projects/{match['project']}/zones/{match['zone']}"}
+        return 200, operation
+    match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/operations/(?P<op>[^/]+)(/wait)?", path)
+    if match:
+        return 200, {"kind": "compute#operation", "name": match["op"], "status": "DONE", "progress": 100}
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)", path)
     if match and method == "DELETE":
         if match["name"] not in state.instances:

@@ -258,3 +258,43 @@ def test_missing_terraform_and_credentials(tmp_path, synthetic_data, fake_comput
     cli.env["INVOKE_TFCLUSTER_GPU"] = "a100"
     bad_gpu = cli.run("up")
     assert "gpu must be one of t4, v100 (got 'a100')" in bad_gpu.stderr
+
+
+@needs_hosts
+def test_idle_control_status_and_restart_of_stopped_vms(gcp_cli):
+    assert gcp_cli.run("up", timeout=180).returncode == 0
+    instances = gcp_cli.compute.state.instances
+
+    changed = gcp_cli.run("idle", "--minutes", "7")
+    assert changed.returncode == 0, changed.stderr
+    assert {name: vm["metadata"]["tfcluster-idle-minutes"] for name, vm in instances.items()} == \
+        {"default-0": "7", "default-1": "7"}
+    off = gcp_cli.run("idle", "--off")
+    assert off.returncode == 0 and "hypervisor deadline" in off.stdout
+    assert all(vm["metadata"]["tfcluster-idle-minutes"] == "0" for vm in instances.values())
+    assert "give exactly one of --minutes N or --off" in gcp_cli.run("idle").stderr
+
+    # What each VM's watchdog published, as the guest agent would serve it.
+    status_doc = {"busy": False, "idle_seconds": 420.0, "acts_at": 4102444800.0, "action": "stop",
+                  "idle_minutes": 30, "readings": {"jobs": False, "ssh": False}}
+    for name, vm in instances.items():
+        vm["guest"]["tfcluster/watchdog"] = json.dumps(status_doc)
+    status = gcp_cli.run("status")
+    assert status.returncode == 0, status.stderr
+    assert "Idle shutdown" in status.stdout and "idle" in status.stdout
+    assert "stop at 2100-01-01" in status.stdout or "stop at 2099-12-31" in status.stdout
+    assert status.stdout.count("7m00s") >= 2  # Idle for 420 s on both VMs.
+
+    # The watchdog stopped both VMs overnight: `up` starts them again, creating nothing.
+    for vm in instances.values():
+        vm["status"] = "TERMINATED"
+    calls_before = terraform_calls(gcp_cli)
+    again = gcp_cli.run("up", timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "starting 2 stopped VM(s): default-0, default-1 (nothing is re-created)" in again.stdout
+    assert terraform_calls(gcp_cli) == calls_before
+    assert all(vm["status"] == "RUNNING" for vm in instances.values())
+    starts = [r["path"] for r in gcp_cli.compute.state.requests if r["path"].endswith("/start")]
+    assert sorted(starts) == [f"/compute/v1/projects/demo-project/zones/us-west1-b/instances/default-{i}/start"
+                              for i in (0, 1)]
+    assert all(vm["metadata"]["tfcluster-idle-minutes"] == "30" for vm in instances.values())  # --off undone.

@@ -287,3 +287,38 @@ def test_tf_port_taken_fails_preflight(ssh_cli, lab):
     assert result.returncode == 2
     assert "worker-1 (10.250.7.11): TensorFlow port 23456 is already in use" in result.stderr
     _nothing_started(ssh_cli, lab)
+
+
+def test_watchdog_on_own_hosts_installs_changes_and_goes_with_down(ssh_cli, lab):
+    # 30 minutes: far longer than the test, so it never halts this machine.
+    up = ssh_cli.run("up", "--idle-minutes", "30")
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "safety: idle watchdog halts each host after 30 idle minutes" in up.stdout
+    config = ssh_cli.remote / "default" / "watchdog" / "worker-1" / "config.json"
+    status_file = ssh_cli.remote / "default" / "watchdog" / "worker-1" / "state" / "status.json"
+    assert json.loads(config.read_text())["idle_minutes"] == 30
+    wait_for(status_file.exists, 30, what="the watchdog's first status")
+
+    def supervisors():
+        found = []
+        for host in lab.hosts:
+            for pid in host.pids():
+                try:
+                    if b"TFCLUSTER_WATCHDOG=" in Path(f"/proc/{pid}/environ").read_bytes():
+                        found.append(pid)
+                except OSError:
+                    pass
+        return found
+
+    assert supervisors()
+    status = ssh_cli.run("status")
+    assert "Idle shutdown" in status.stdout and "none (own host)" in status.stdout
+    assert ssh_cli.run("idle", "--minutes", "45").returncode == 0
+    assert json.loads(config.read_text())["idle_minutes"] == 45
+    assert ssh_cli.run("idle", "--off").returncode == 0
+    assert json.loads(config.read_text())["idle_minutes"] == 0
+    assert ssh_cli.run("up").returncode == 0  # The next `up` restores the configured minutes.
+    assert json.loads(config.read_text())["idle_minutes"] == 30
+    down = ssh_cli.run("down", timeout=120)
+    assert down.returncode == 0, down.stderr
+    wait_for(lambda: not supervisors(), 10, what="the watchdog to stop")

@@ -52,8 +52,11 @@ def up(settings: Settings) -> ClusterState:
                 f"cluster '{existing.name}' is already up with {existing.workers} {existing.backend} "
                 f"workers; run `invoke down` first to recreate it with {settings.workers} "
                 f"{settings.backend} workers")
+        backend = _backend(existing.backend, store)
+        if hasattr(backend, "refresh"):
+            backend.refresh(existing, settings)
         console.print(f"Cluster [bold]{existing.name}[/] is already up: {existing.workers} "
-                      f"{existing.backend} workers. Nothing changed.")
+                      f"{existing.backend} workers. Nothing re-created.")
         return existing
     with console.status(f"Creating {settings.backend} cluster '{settings.cluster}' "
                         f"with {settings.workers} workers..."):
@@ -397,12 +400,13 @@ def status(settings: Settings) -> dict:
         table.add_row(f"[{ui.worker_colour(index)}]{host.name}[/]", f"{task_type}:{task_index}", host.endpoint)
     console.print(table)
     backend = _backend_for_cluster(store, cluster)
-    if hasattr(backend, "vm_rows"):
+    if hasattr(backend, "vm_rows") and cluster.status == "up":
         vms = ui.table("VMs", ["VM", "state", "uptime", "cost so far"])
         for row in backend.vm_rows(cluster, settings):
             vms.add_row(row["name"], row["status"], ui.duration(row["uptime_seconds"]),
                         f"${row['cost_so_far']:.2f}")
         console.print(vms)
+    _print_watchdog(backend, cluster)
     run = store.latest_run()
     if run is None:
         console.print("No run yet. Start one with: invoke train")
@@ -423,6 +427,59 @@ def status(settings: Settings) -> dict:
         console.print(f"model: {run.summary['keras_path']}")
     return {"cluster": cluster.name, "run": run.run_id, "state": state,
             "workers": {plan.name: worker.state for plan, worker in pairs}}
+
+
+def _print_watchdog(backend, cluster: ClusterState) -> None:
+    """Per host: busy or idle, idle for how long, when the watchdog acts, the hypervisor deadline."""
+    if not hasattr(backend, "watchdog_status"):
+        return
+    try:
+        statuses = backend.watchdog_status(cluster)
+        deadlines = backend.hypervisor_deadlines(cluster)
+    except TfClusterError as error:
+        console.print(f"[yellow]Watchdog status unavailable: {error}[/]")
+        return
+    table = ui.table("Idle shutdown", ["worker", "now", "idle for", "watchdog acts", "hypervisor deadline"])
+    now = time.time()
+    for record in cluster.hosts:
+        status = statuses.get(record.name)
+        deadline = deadlines.get(record.name)
+        deadline_text = "none (own host)" if deadline is None and cluster.backend == "ssh" else (
+            f"{ui.when(deadline)} (in {ui.duration(deadline - now)})" if deadline else "-")
+        if status is None:
+            table.add_row(record.name, "no watchdog", "-", "-", deadline_text)
+            continue
+        state = "busy" if status.get("busy") else "idle"
+        if not status.get("idle_minutes"):
+            acts = "off (`invoke idle --minutes N` turns it on)"
+        elif status.get("acts_at"):
+            acts = f"{status.get('action')} at {ui.when(status['acts_at'])} (in {ui.duration(status['acts_at'] - now)})"
+        else:
+            acts = f"{status.get('action')} after {status.get('idle_minutes'):g} idle min"
+        table.add_row(record.name, state, ui.duration(status.get("idle_seconds", 0)), acts, deadline_text)
+    console.print(table)
+
+
+def idle(settings: Settings, minutes: int | None, off: bool) -> int:
+    """Change the idle watchdog on a live cluster; returns the new idle minutes (0 = off)."""
+    if off == (minutes is not None):
+        raise ConfigError("give exactly one of --minutes N or --off")
+    value = 0 if off else parse_int("minutes", minutes, 1)
+    if value > 1440:
+        raise ConfigError(f"minutes must be between 1 and 1440 (got {value})")
+    store = StateStore(settings)
+    cluster = _require_cluster(store)
+    backend = _backend_for_cluster(store, cluster)
+    if not hasattr(backend, "set_idle"):
+        raise ClusterError(f"the {cluster.backend} backend has no idle watchdog (workers run on this machine)")
+    backend.set_idle(cluster, value, settings.idle_action)
+    if value:
+        console.print(f"[green]✓[/] The watchdog now {settings.idle_action}s each machine after {value} idle "
+                      "minutes (from its next poll, within 60 s).")
+    else:
+        console.print("[yellow]Idle watchdog off[/] until the next `invoke up`; the hypervisor deadline "
+                      "(gcp) and `invoke down` still stop the spending.")
+    return value
 
 
 def logs(settings: Settings, worker: int | None, follow: bool, run_id: str | None = None) -> str:

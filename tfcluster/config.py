@@ -75,6 +75,8 @@ class Settings:
     bucket_force_destroy: bool = False
     # gcp: how long `up` waits for every VM's readiness attribute.
     ready_timeout_seconds: float = 1200.0
+    # ssh: install the idle watchdog on the hosts at `up` (set by `up --idle-minutes N`).
+    install_watchdog: bool = False
 
     @property
     def state_path(self) -> Path:
@@ -192,6 +194,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         termination_action=termination,
         bucket_force_destroy=parse_bool("bucket_force_destroy", values["bucket_force_destroy"]),
         ready_timeout_seconds=ready_timeout,
+        install_watchdog=parse_bool("install_watchdog", values["install_watchdog"]),
         hosts=str(values["hosts"] or ""),
         ssh_user=str(values["ssh_user"] or ""),
         ssh_key=str(values["ssh_key"] or ""),

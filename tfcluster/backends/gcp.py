@@ -163,6 +163,23 @@ class ComputeApi:
             return None
         return {item.key: item.value for item in result.query_value.items}
 
+    def get_instance(self, zone: str, name: str):
+        return self.instances.get(project=self.project, zone=zone, instance=name)
+
+    def set_metadata(self, zone: str, name: str, changes: dict[str, str]) -> None:
+        """Update some metadata keys, keeping the rest; the fingerprint guards against races."""
+        instance = self.get_instance(zone, name)
+        items = {item.key: item.value for item in instance.metadata.items}
+        items.update(changes)
+        metadata = self.compute_v1.Metadata(
+            fingerprint=instance.metadata.fingerprint,
+            items=[self.compute_v1.Items(key=key, value=value) for key, value in sorted(items.items())])
+        self.instances.set_metadata(project=self.project, zone=zone, instance=name,
+                                    metadata_resource=metadata).result(timeout=120)
+
+    def start(self, zone: str, name: str) -> None:
+        self.instances.start(project=self.project, zone=zone, instance=name).result(timeout=300)
+
     def list_cluster(self, zone: str, cluster: str) -> list:
         request = self.compute_v1.ListInstancesRequest(project=self.project, zone=zone,
                                                        filter=f"labels.{LABEL}={cluster}")
@@ -394,6 +411,56 @@ class GcpBackend(SshBackend):
 
     def kill_leftovers(self, cluster) -> None:
         """See leftover_processes."""
+
+    def _api(self, cluster) -> ComputeApi:
+        return ComputeApi(cluster.project)
+
+    def set_idle(self, cluster, idle_minutes: int, action: str) -> None:
+        """Change the watchdog settings in every VM's metadata; each reads them on its next poll."""
+        api = self._api(cluster)
+        changes = {"tfcluster-idle-minutes": str(idle_minutes), "tfcluster-idle-action": action}
+        in_parallel([r.instance for r in cluster.hosts], lambda name: api.set_metadata(cluster.zone, name, changes),
+                    str, "changing the idle watchdog")
+
+    def watchdog_status(self, cluster) -> dict[str, dict | None]:
+        api = self._api(cluster)
+
+        def read(record) -> dict | None:
+            raw = (api.guest_attributes(cluster.zone, record.instance, "tfcluster/") or {}).get("watchdog")
+            return json.loads(raw) if raw else None
+
+        return dict(zip([r.name for r in cluster.hosts],
+                        in_parallel(cluster.hosts, read, lambda r: r.instance, "reading watchdog status")))
+
+    def hypervisor_deadlines(self, cluster) -> dict[str, float | None]:
+        """When max_run_duration stops each running VM: its last start plus the duration."""
+        from datetime import datetime
+
+        api = self._api(cluster)
+        deadlines = {}
+        for record in cluster.hosts:
+            instance = api.get_instance(cluster.zone, record.instance)
+            seconds = instance.scheduling.max_run_duration.seconds
+            started = instance.last_start_timestamp or instance.creation_timestamp
+            deadlines[record.name] = (datetime.fromisoformat(started).timestamp() + seconds
+                                      if instance.status == "RUNNING" and seconds and started else None)
+        return deadlines
+
+    def refresh(self, cluster, settings) -> None:
+        """`up` on an existing cluster: start VMs the watchdog or the deadline stopped (nothing is
+        re-created), wait until they are ready, and restore the configured idle settings."""
+        api = self._api(cluster)
+        stopped = [vm.name for vm in api.list_cluster(cluster.zone, cluster.name)
+                   if vm.status in ("TERMINATED", "STOPPED", "SUSPENDED")]
+        if stopped:
+            self._announce(f"starting {len(stopped)} stopped VM(s): {', '.join(stopped)} (nothing is re-created)")
+            in_parallel(stopped, lambda name: api.start(cluster.zone, name), str, "starting VMs")
+            wait_ready(api, cluster.zone, stopped, settings.ready_timeout_seconds,
+                       poll_seconds=min(5.0, settings.ready_timeout_seconds / 10))
+        self.set_idle(cluster, settings.idle_minutes, settings.idle_action)
+
+    def stop_watchdog(self, cluster) -> None:
+        """The VMs go away with `terraform destroy`."""
 
     def vm_rows(self, cluster, settings) -> list[dict]:
         """Each VM's state, uptime and cost so far, from instances.list."""

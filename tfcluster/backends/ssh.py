@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import json
 import os
 import select
 import shlex
@@ -335,7 +336,8 @@ class SshConnection:
             self._sftp = self._client = None
 
 
-# Shell snippets: POSIX sh only, no ps/pgrep (minimal images may lack procps).
+# Shell snippets: POSIX sh only, no ps/pgrep (minimal images may lack procps). dash's kill
+# wants `kill -s N -- -PGID`: `kill -9 -- -PGID` and `kill -s 9 -PGID` are errors there.
 _ALIVE = ('read -r l < /proc/{pid}/stat 2>/dev/null || exit 1; s=${{l##*) }}; '
           'case $s in Z*|X*) exit 1;; esac; exit 0')
 _GROUP_ALIVE = ('for f in /proc/[0-9]*/stat; do read -r l < "$f" 2>/dev/null || continue; '
@@ -359,7 +361,8 @@ class SshHost:
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         sftp = self.connection.sftp()
-        tmp = f"{path}.tmp"
+        # Unique per writer: hosts may share a filesystem and write the same path at once.
+        tmp = f"{path}.tmp-{self.record.name}-{os.urandom(4).hex()}"
         try:
             try:
                 handle = sftp.open(tmp, "wb")
@@ -372,7 +375,15 @@ class SshHost:
             sftp.chmod(tmp, mode)
             sftp.posix_rename(tmp, path)
         except TRANSIENT as error:
-            self.connection._fail(error)
+            self._sftp_error(error, f"writing {path}")
+
+    def _sftp_error(self, error: BaseException, what: str):
+        """An SFTP status (no such file, permission denied) is the host answering: say so.
+        Anything else means the link is gone."""
+        if type(error) in (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError,
+                           FileExistsError) or (type(error) is OSError and error.errno):
+            raise ClusterError(f"{self.record.name}: {what} failed: {error}") from None
+        self.connection._fail(error)
 
     def read_file(self, path: str, offset: int = 0) -> bytes | None:
         sftp = self.connection.sftp()
@@ -383,7 +394,7 @@ class SshHost:
         except FileNotFoundError:
             return None
         except TRANSIENT as error:
-            self.connection._fail(error)
+            self._sftp_error(error, f"reading {path}")
 
     def file_size(self, path: str) -> int:
         try:
@@ -652,6 +663,14 @@ class SshBackend:
                                ssh_user=settings.ssh_user, ssh_key=str(key_file), python=python)
         self._resolve_roots(cluster, settings.remote_dir)
         self.preflight(cluster, self.hosts(cluster), need_tensorflow=True)
+        if settings.install_watchdog:
+            self.install_watchdog(cluster, settings.idle_minutes, settings.idle_action)
+            self._announce(f"safety: idle watchdog halts each host after {settings.idle_minutes} idle minutes "
+                           "(`invoke idle` changes it); own hosts have no hypervisor deadline; "
+                           "`invoke down` stops everything")
+        else:
+            self._announce("safety: no idle watchdog on these hosts (add one with `invoke up --idle-minutes N`); "
+                           "`invoke down` stops everything")
         return cluster
 
     def _resolve_roots(self, cluster, remote_dir: str) -> None:
@@ -803,6 +822,91 @@ class SshBackend:
             tar.extractall(local_run_dir, filter="data")
         return str(local_run_dir / "output" / "model")
 
+    # ------------------------------------------------------------ idle watchdog
+
+    def _watchdog_dir(self, host: SshHost) -> str:
+        # One folder per host: hosts may share a filesystem.
+        return f"{host.record.remote_root}/watchdog/{host.record.name}"
+
+    def install_watchdog(self, cluster, idle_minutes: int, action: str) -> None:
+        """Ship startup/watchdog.py to every host and keep it running under a restart loop.
+
+        Own hosts have no hypervisor deadline and may lack systemd, so a small shell loop
+        restarts the watchdog if it ever exits. Its action on these hosts is `shutdown -h`.
+        """
+        from tfcluster.backends.local import PROJECT_ROOT
+
+        if action != "stop":
+            raise ConfigError("idle_action delete needs the gcp backend (it deletes the VM through the "
+                              "Compute API); on your own hosts use stop")
+        source = (PROJECT_ROOT / "startup" / "watchdog.py").read_bytes()
+
+        def install(host: SshHost) -> None:
+            folder = self._watchdog_dir(host)
+            host.write_file(f"{folder}/watchdog.py", source, 0o755)
+            self._write_idle_config(host, idle_minutes, action)
+            q = shlex.quote
+            loop = (f"export TFCLUSTER_WATCHDOG={q(cluster.cluster_id)}; while :; do "
+                    f"{q(host.python)} {q(folder + '/watchdog.py')} --config {q(folder + '/config.json')} "
+                    f"--state-dir {q(folder + '/state')} --poll-seconds 30; sleep 5; done")
+            code, out = host.connection.shell(
+                f"if [ -f {q(folder + '/supervisor.pid')} ] && kill -0 $(cat {q(folder + '/supervisor.pid')}) "
+                f"2>/dev/null; then exit 0; fi; mkdir -p {q(folder + '/state')}; "
+                f"setsid sh -c {q(loop)} </dev/null >>{q(folder + '/watchdog.log')} 2>&1 & "
+                f"echo $! > {q(folder + '/supervisor.pid')}")
+            if code != 0:
+                raise ClusterError(f"could not start the idle watchdog: {out.strip()}")
+
+        in_parallel(self.hosts(cluster), install, lambda h: f"{h.record.name} ({h.record.address})",
+                    "installing the idle watchdog")
+
+    def _write_idle_config(self, host: SshHost, idle_minutes: int, action: str) -> None:
+        config = json.dumps({"idle_minutes": idle_minutes, "action": action, "probes": "jobs_and_ssh"})
+        host.write_file(f"{self._watchdog_dir(host)}/config.json", config.encode(), 0o644)
+
+    def set_idle(self, cluster, idle_minutes: int, action: str) -> None:
+        """Change the watchdog's settings on every host; it reads them on its next poll."""
+        def update(host: SshHost) -> None:
+            if host.file_size(f"{self._watchdog_dir(host)}/watchdog.py") == 0:
+                raise ClusterError("no idle watchdog here; install it with `invoke down` and "
+                                   "`invoke up --idle-minutes N`")
+            self._write_idle_config(host, idle_minutes, action)
+
+        in_parallel(self.hosts(cluster), update, lambda h: f"{h.record.name} ({h.record.address})",
+                    "changing the idle watchdog")
+
+    def watchdog_status(self, cluster) -> dict[str, dict | None]:
+        """Per worker name: the watchdog's last status (None where none is installed)."""
+        def read(host: SshHost) -> dict | None:
+            raw = host.read_file(f"{self._watchdog_dir(host)}/state/status.json")
+            return json.loads(raw) if raw else None
+
+        hosts = self.hosts(cluster)
+        return dict(zip([h.record.name for h in hosts],
+                        in_parallel(hosts, read, lambda h: h.record.name, "reading watchdog status")))
+
+    def hypervisor_deadlines(self, cluster) -> dict[str, float | None]:
+        """Own hosts have no hypervisor deadline."""
+        return {record.name: None for record in cluster.hosts}
+
+    def refresh(self, cluster, settings) -> None:
+        """`up` on an existing cluster: restore the configured idle settings (undoing `idle --off`)."""
+        try:
+            statuses = self.watchdog_status(cluster)
+        except HostErrors:
+            return
+        if any(status is not None for status in statuses.values()):
+            self.set_idle(cluster, settings.idle_minutes, settings.idle_action)
+
+    def stop_watchdog(self, cluster) -> None:
+        def stop(host: SshHost) -> None:
+            pid_file = shlex.quote(f"{self._watchdog_dir(host)}/supervisor.pid")
+            host.connection.shell(f"[ -f {pid_file} ] && kill -s 9 -- -$(cat {pid_file}) 2>/dev/null; "
+                                  f"rm -f {pid_file}; true")
+
+        in_parallel(self.hosts(cluster), stop, lambda h: f"{h.record.name} ({h.record.address})",
+                    "stopping the idle watchdog")
+
     # ------------------------------------------------------------ down
 
     def _cluster_pids(self, host: SshHost, cluster) -> list[str]:
@@ -826,6 +930,7 @@ class SshBackend:
         in_parallel(self.hosts(cluster), kill, lambda h: h.record.name, "killing leftover processes")
 
     def teardown(self, cluster, keep: bool) -> None:
+        self.stop_watchdog(cluster)
         if keep:
             return
 
