@@ -9,8 +9,10 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,6 +235,10 @@ def _run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord
     progress = launch.Progress()
     started = time.time()
     failure: launch.AttemptResult | None = None
+    # Ctrl-C sets a flag that the follow loop checks each tick, instead of raising
+    # KeyboardInterrupt wherever the main thread happens to be (a lock, a thread pool).
+    interrupted = threading.Event()
+    previous_handler = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
     try:
         for attempt in range(1, run.retries + 2):
             run.attempts = attempt
@@ -241,16 +247,20 @@ def _run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord
                 console.print(f"[yellow]↻ Retrying: attempt {attempt} of {run.retries + 1}, "
                               "resuming from the last checkpoint[/]")
                 backend.before_retry([plan.host for plan in plans], run.run_id)
-            failure = _one_attempt(settings, plans, attempt, progress)
-            if failure is None:
+            failure = _one_attempt(settings, plans, attempt, progress, interrupted.is_set)
+            if failure is None or failure.interrupted:
                 break
             _report_failure(failure, plans)
             launch.stop_attempt(plans, attempt, settings.stop_grace_seconds)
-    except KeyboardInterrupt:
-        console.print("\n[yellow]Interrupted: stopping every worker...[/]")
-        launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
-        _finish(store, run, "stopped", progress, started)
-        raise TrainingFailed(f"run {run.run_id} stopped by Ctrl-C; no worker is left running") from None
+            if interrupted.is_set():
+                break
+        if interrupted.is_set():
+            console.print("\n[yellow]Interrupted: stopping every worker...[/]")
+            launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
+            _finish(store, run, "stopped", progress, started)
+            raise TrainingFailed(f"run {run.run_id} stopped by Ctrl-C; no worker is left running")
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
 
     outcome = "succeeded" if failure is None else "failed"
     with console.status("Collecting logs and results..."):
@@ -272,7 +282,7 @@ def _run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord
     return run
 
 
-def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progress):
+def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progress, should_stop):
     waiting = Status(f"Starting {len(plans)} workers (attempt {attempt})...", console=console)
     waiting.start()
     spinning = True
@@ -307,7 +317,7 @@ def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progr
     follower = launch.LogFollower(plans, from_end=True)
     launch.start_attempt(plans, attempt)
     try:
-        result = launch.follow_attempt(plans, attempt, follower, on_line, on_event, on_tick)
+        result = launch.follow_attempt(plans, attempt, follower, on_line, on_event, on_tick, should_stop)
     finally:
         if spinning:
             waiting.stop()

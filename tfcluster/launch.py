@@ -295,13 +295,17 @@ class AttemptResult:
     ok: bool
     # (plan, status) of the workers that failed, first failure first.
     failures: list[tuple[WorkerPlan, WorkerStatus]]
+    # True when the user asked to stop (Ctrl-C) before the attempt ended.
+    interrupted: bool = False
 
 
 def follow_attempt(plans: list[WorkerPlan], attempt: int, follower: LogFollower,
                    on_line: Callable[[WorkerPlan, str], None],
                    on_event: Callable[[WorkerPlan, dict], None],
-                   on_tick: Callable[[list[WorkerStatus]], None] | None = None) -> AttemptResult:
-    """Stream logs until every worker finished, or one failed (returns at once: fail fast)."""
+                   on_tick: Callable[[list[WorkerStatus]], None] | None = None,
+                   should_stop: Callable[[], bool] = lambda: False) -> AttemptResult:
+    """Stream logs until every worker finished, or one failed (returns at once: fail fast),
+    or ``should_stop()`` turns true (checked every tick)."""
 
     def drain(flush: bool = False) -> None:
         for plan, line in follower.poll(flush):
@@ -312,6 +316,9 @@ def follow_attempt(plans: list[WorkerPlan], attempt: int, follower: LogFollower,
                 on_line(plan, line)
 
     while True:
+        if should_stop():
+            drain(flush=True)
+            return AttemptResult(ok=False, failures=[], interrupted=True)
         drain()
         statuses = [worker_status(plan, attempt) for plan in plans]
         if on_tick:
