@@ -172,6 +172,17 @@ def test_up_status_down(gcp_cli):
     assert status.returncode == 0, status.stderr
     assert "default-0" in status.stdout and "RUNNING" in status.stdout and "$" in status.stdout
 
+    # A run on the VMs: code goes over SSH with the pinned keys; outputs are addressed to the bucket.
+    script = gcp_cli.state_dir.parent / "report.py"
+    script.write_text("import json, os\nprint('REPORT', os.environ['TFCLUSTER_WORKER_INDEX'], "
+                      "os.environ['AIP_MODEL_DIR'], json.loads(os.environ['TF_CONFIG'])['task']['type'])\n")
+    train = gcp_cli.run("train", "--script", str(script), timeout=120)
+    assert train.returncode == 0, train.stdout + train.stderr
+    run_dir, run = gcp_cli.latest_run()
+    model_url = f"gs://demo-project-default-a1b2c3/runs/{run['run_id']}/model"
+    assert f"REPORT 0 {model_url} chief" in train.stdout and f"REPORT 1 {model_url} worker" in train.stdout
+    assert (run_dir / "worker-1.log").exists()  # Logs come back over SSH.
+
     down = gcp_cli.run("down", timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
     assert "verified with instances.list (label tfcluster-cluster=default): no instance is left" in down.stdout
