@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,7 +26,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tfcluster import tfconfig  # noqa: E402
 from tfcluster.backends.local import free_ports  # noqa: E402
 from trainer import events  # noqa: E402
 

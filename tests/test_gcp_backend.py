@@ -4,7 +4,6 @@ VMs played by real sshd hosts in network namespaces (the SSH half is the real ss
 from __future__ import annotations
 
 import json
-import os
 import stat
 import sys
 from pathlib import Path

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-from pathlib import Path
 
 import hcl2
 import pytest

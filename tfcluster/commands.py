@@ -24,6 +24,7 @@ from tfcluster.backends import Payload, get_backend
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError, TrainingFailed
 from tfcluster.state import ClusterState, RunRecord, StateStore
+from trainer import events
 
 console = ui.console
 
@@ -196,7 +197,7 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     if request.dry_run:
         argv = [python, "-u", "-m", "trainer.task"] if script is None else [python, "-u", str(script)]
         plans = launch.build_plans(hosts, run_id, argv + payload.args, common_env)
-        _print_plan(plans, attempt=1)
+        _print_plan(plans)
         return None
 
     if _active_run(store, cluster):
@@ -221,7 +222,7 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     return _run_attempts(settings, store, backend, run, plans)
 
 
-def _print_plan(plans: list[launch.WorkerPlan], attempt: int) -> None:
+def _print_plan(plans: list[launch.WorkerPlan]) -> None:
     for plan in plans:
         colour = ui.worker_colour(plan.index)
         console.print(f"[bold {colour}]{plan.name}[/] ({plan.task}) on {plan.host.record.endpoint}")
@@ -492,56 +493,46 @@ def idle(settings: Settings, minutes: int | None, off: bool) -> int:
     return value
 
 
+def _print_new_lines(follower: launch.LogFollower, flush: bool = False) -> None:
+    for plan, line in follower.poll(flush):
+        if events.PREFIX not in line:
+            console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
+
+
 def logs(settings: Settings, worker: int | None, follow: bool, run_id: str | None = None) -> str:
     store = StateStore(settings)
-    run = store.load_run(run_id) if run_id else store.latest_run()
-    if run is None:
-        raise ClusterError(f"no run {'named ' + run_id if run_id else 'yet'} for cluster "
-                           f"'{settings.cluster}'; start one with: invoke train")
+    run = _run_or_latest(store, run_id)
+    selected = None
+    if worker is not None:
+        selected = parse_int("worker", worker, 0)
+        if selected >= run.workers:
+            raise ConfigError(f"worker must be between 0 and {run.workers - 1} for run {run.run_id} "
+                              f"(got {selected})")
     cluster = store.load_cluster()
     if cluster is None:
         if follow:
             raise ClusterError(f"cluster '{settings.cluster}' is down; run `invoke logs` without --follow")
-        cluster_hosts = None
-    else:
-        cluster_hosts = cluster
-    if worker is not None:
-        index = parse_int("worker", worker, 0)
-        if index >= run.workers:
-            raise ConfigError(f"worker must be between 0 and {run.workers - 1} for run {run.run_id} "
-                              f"(got {index})")
-    selected = None if worker is None else int(worker)
-
-    if cluster_hosts is None:
         # The cluster is gone but the run folder stays: read the local copies.
         for index in range(run.workers):
-            if selected is not None and index != selected:
-                continue
             path = store.run_dir(run.run_id) / f"worker-{index}.log"
-            for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
-                console.print(ui.prefixed(index, f"worker-{index}", line), soft_wrap=True)
+            if (selected is None or index == selected) and path.exists():
+                for line in path.read_text(errors="replace").splitlines():
+                    console.print(ui.prefixed(index, f"worker-{index}", line), soft_wrap=True)
         return run.outcome or "unknown"
 
-    plans = _plans_for(store, cluster_hosts, run)
-    shown = [plan for plan in plans if selected is None or plan.index == selected]
-    follower = launch.LogFollower(shown)
+    plans = _plans_for(store, cluster, run)
+    follower = launch.LogFollower([plan for plan in plans if selected is None or plan.index == selected])
     attempt = max(run.attempts, 1)
     while True:
-        for plan, line in follower.poll():
-            if "TFCLUSTER_EVENT" not in line:
-                console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
-        statuses = [launch.worker_status(plan, attempt) for plan in plans]
+        _print_new_lines(follower)
         current = store.load_run(run.run_id) or run
-        state = run_state(current, statuses)
+        state = run_state(current, [launch.worker_status(plan, attempt) for plan in plans])
         if not follow or (state != "running" and current.attempts == attempt):
-            for plan, line in follower.poll(flush=True):
-                if "TFCLUSTER_EVENT" not in line:
-                    console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
+            _print_new_lines(follower, flush=True)
             if follow:
                 console.print(f"Run {run.run_id} {state}.")
             return state
-        if current.attempts != attempt:
-            attempt = current.attempts
+        attempt = current.attempts  # A retry started: follow the new attempt.
         time.sleep(launch.POLL_SECONDS)
 
 

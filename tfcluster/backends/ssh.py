@@ -29,7 +29,7 @@ from typing import Callable, TypeVar
 
 import paramiko
 
-from tfcluster.backends.base import JobFiles
+from tfcluster.backends.base import JobFiles, Staged
 from tfcluster.errors import ClusterError, ConfigError, HostErrors, HostUnreachable
 from tfcluster.state import HostRecord
 
@@ -729,8 +729,7 @@ class SshBackend:
 
     # ------------------------------------------------------------ staging
 
-    def stage(self, cluster, hosts: list[SshHost], run_id: str, payload) -> "Staged":
-        from tfcluster.backends.base import Staged
+    def stage(self, cluster, hosts: list[SshHost], run_id: str, payload) -> Staged:
         from tfcluster.backends.local import PROJECT_ROOT
 
         if payload.script is None:
