@@ -169,15 +169,19 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     hosts = backend.hosts(cluster)[:workers]
     python = settings.python or (sys.executable if cluster.backend == "local" else cluster.python)
 
-    data_dir: Path | None = None
-    remote_data = settings.data_dir if settings.data_dir.startswith("gs://") else cluster.data_url
-    if remote_data and (settings.data_dir.startswith("gs://") or not settings.data_dir) and script is None:
-        pass  # On the bucket: the workers read it directly (TFCLUSTER_DATA_DIR below).
+    # Where the data comes from, first match wins: a configured gs:// or local folder, the
+    # bucket copy `invoke data` made for this cluster, else (bundled trainer) the synthetic set.
+    data_dir: Path | None = None  # Local TFRecords, shipped to remote hosts.
+    remote_data = ""  # gs:// TFRecords the workers read directly.
+    if settings.data_dir.startswith("gs://"):
+        remote_data = settings.data_dir
     elif settings.data_dir:
         data_dir = Path(settings.data_dir).expanduser()
         if not (data_dir / "manifest.json").exists():
             raise ConfigError(f"data_dir {settings.data_dir} has no manifest.json; create it with "
                               "`invoke data --src IMAGES --out DIR`")
+    elif cluster.data_url:
+        remote_data = cluster.data_url
     elif script is None:
         data_dir = store.synthetic_data_dir  # Generated below, unless this is a dry run.
     payload = Payload(python=python, script=script, project=project, data_dir=data_dir,
@@ -191,7 +195,7 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
         "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
     }
 
-    if remote_data and data_dir is None and script is None:
+    if remote_data:
         common_env["TFCLUSTER_DATA_DIR"] = remote_data
 
     if request.dry_run:

@@ -160,10 +160,6 @@ class LocalBackend:
     def __init__(self, store: StateStore | None = None):
         self._store = store
 
-    def bind(self, store: StateStore) -> "LocalBackend":
-        self._store = store
-        return self
-
     def up(self, settings: Settings, existing: ClusterState | None) -> ClusterState:
         if existing is not None:
             return existing
@@ -173,8 +169,6 @@ class LocalBackend:
         return ClusterState(name=settings.cluster, backend=self.name, hosts=hosts)
 
     def hosts(self, cluster: ClusterState) -> list[LocalHost]:
-        if self._store is None:
-            raise ClusterError("local backend used before bind(store)")
         return [LocalHost(record, self._store) for record in cluster.hosts]
 
     def leftover_processes(self, cluster: ClusterState) -> list[str]:
