@@ -181,7 +181,7 @@ def start_attempt(plans: list[WorkerPlan], attempt: int) -> None:
 def stop_attempt(plans: list[WorkerPlan], attempt: int, grace_seconds: float) -> None:
     """SIGTERM every program, wait up to the grace, then SIGKILL every wrapper group,
     and return only when no process of the attempt is left."""
-    ids, unreachable = [], []
+    ids = []
     for plan in plans:
         try:
             pid = _read_int(plan.host, plan.path(attempt, "pid"))
@@ -190,7 +190,7 @@ def stop_attempt(plans: list[WorkerPlan], attempt: int, grace_seconds: float) ->
                 plan.host.signal(pid, signal.SIGTERM)
             ids.append((plan, pid, pgid))
         except HostUnreachable:
-            unreachable.append(plan)  # Nothing to do from here; its own job dies with its peers.
+            pass  # Nothing to do from here; its job dies with its peers (collectives abort).
 
     def running(plan, pid, pgid, group: bool) -> bool:
         try:

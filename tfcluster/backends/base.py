@@ -31,9 +31,6 @@ class WorkerHost(Protocol):
     def run_root(self, run_id: str) -> str:
         """Folder (on the host) that holds this run's scripts, logs and status files."""
 
-    def code_dir(self) -> str:
-        """Folder (on the host) put on PYTHONPATH so ``python -m trainer.task`` imports."""
-
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         """Create or replace ``path``, making parent folders."""
 

@@ -89,9 +89,6 @@ class LocalHost:
     def run_root(self, run_id: str) -> str:
         return str(self._store.run_dir(run_id))
 
-    def code_dir(self) -> str:
-        return str(PROJECT_ROOT)
-
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)

@@ -338,10 +338,14 @@ class SshConnection:
 
 # Shell snippets: POSIX sh only, no ps/pgrep (minimal images may lack procps). dash's kill
 # wants `kill -s N -- -PGID`: `kill -9 -- -PGID` and `kill -s 9 -PGID` are errors there.
-_ALIVE = ('read -r l < /proc/{pid}/stat 2>/dev/null || exit 1; s=${{l##*) }}; '
-          'case $s in Z*|X*) exit 1;; esac; exit 0')
-_GROUP_ALIVE = ('for f in /proc/[0-9]*/stat; do read -r l < "$f" 2>/dev/null || continue; '
-                's=${{l##*) }}; set -- $s; [ "$3" = {pgid} ] && [ "$1" != Z ] && exit 0; done; exit 1')
+_LIVENESS = (
+    # tfc_alive PID: the process exists and is not a zombie.
+    # (2>/dev/null before <: dash opens redirections left to right.)
+    'tfc_alive() { read -r l 2>/dev/null < /proc/$1/stat || return 1; s=${l##*) }; '
+    'case $s in Z*|X*) return 1;; esac; return 0; }; '
+    # tfc_group_alive PGID: some live process is in that process group.
+    'tfc_group_alive() { g=$1; for f in /proc/[0-9]*/stat; do read -r l 2>/dev/null < "$f" || continue; '
+    's=${l##*) }; set -- $s; [ "$3" = "$g" ] && [ "$1" != Z ] && return 0; done; return 1; }; ')
 
 
 class SshHost:
@@ -355,9 +359,6 @@ class SshHost:
     def run_root(self, run_id: str) -> str:
         # One folder per run and worker: hosts may share a filesystem.
         return f"{self.record.remote_root}/runs/{run_id}/{self.record.name}"
-
-    def code_dir(self) -> str:
-        return "{run_root}/code"
 
     def write_file(self, path: str, data: bytes, mode: int = 0o644) -> None:
         sftp = self.connection.sftp()
@@ -421,21 +422,24 @@ class SshHost:
         self.connection.shell(f"kill -s {int(signum)} -- {target} 2>/dev/null; true")
 
     def alive(self, pid: int, group: bool = False) -> bool:
-        snippet = (_GROUP_ALIVE.format(pgid=int(pid)) if group else _ALIVE.format(pid=int(pid)))
-        code, _ = self.connection.shell(f"( {snippet} )")
+        test = "tfc_group_alive" if group else "tfc_alive"
+        code, _ = self.connection.shell(f"{_LIVENESS}{test} {int(pid)}")
         return code == 0
 
-    def job_status(self, pid_path: str, pgid_path: str, exit_path: str) -> "JobFiles":
+    def job_status(self, pid_path: str, pgid_path: str, exit_path: str) -> JobFiles:
         """The wrapper's status files and liveness, in one round trip."""
         q = shlex.quote
-        script = (f"for f in {q(exit_path)} {q(pid_path)} {q(pgid_path)}; do "
-                  "v=; [ -f \"$f\" ] && read -r v < \"$f\"; printf '%s\\n' \"${v:--}\"; done")
-        code, out = self.connection.shell(script)
-        values = [None if v in ("-", "") else v for v in out.split("\n")[:3]]
-        exit_code, pid, pgid = (int(v) if v and v.lstrip("-").isdigit() else None for v in values)
+        script = (f"{_LIVENESS}e=; p=; g=; read -r e 2>/dev/null < {q(exit_path)}; "
+                  f"read -r p 2>/dev/null < {q(pid_path)}; read -r g 2>/dev/null < {q(pgid_path)}; "
+                  "pa=0; [ -n \"$p\" ] && tfc_alive \"$p\" && pa=1; "
+                  "ga=0; [ -n \"$g\" ] && tfc_group_alive \"$g\" && ga=1; "
+                  "printf '%s %s %s %s %s\\n' \"${e:--}\" \"${p:--}\" \"${g:--}\" $pa $ga")
+        _, out = self.connection.shell(script)
+        lines = out.strip().splitlines() or [""]
+        fields = (lines[-1].split() + ["-"] * 5)[:5]
+        exit_code, pid, pgid = (int(v) if v.lstrip("-").isdigit() else None for v in fields[:3])
         return JobFiles(exit_code=exit_code, pid=pid, pgid=pgid,
-                        pid_alive=pid is not None and self.alive(pid),
-                        group_alive=pgid is not None and self.alive(pgid, group=True))
+                        pid_alive=fields[3] == "1", group_alive=fields[4] == "1")
 
     def port_in_use(self, port: int) -> bool:
         probe = ("import socket,sys\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
