@@ -170,7 +170,9 @@ def test_delete_action_calls_the_compute_api_with_the_metadata_token(tmp_path):
         assert compute.state.instances["demo-0"]["status"] == "STOPPING"
         status = metadata.status()  # Published for `invoke status` as a guest attribute.
         assert status["action"] == "delete" and status["probes"] == ["jobs"]
-        assert "DELETE demo-project/us-west1-b/demo-0: operation operation-" in dog.log.read_text()
+        # The watchdog logs the operation after the API answered: poll, do not race it.
+        wait_for(lambda: "DELETE demo-project/us-west1-b/demo-0: operation operation-" in dog.log.read_text(),
+                 10, what="the logged delete operation")
     finally:
         dog.stop()
         metadata.close()
