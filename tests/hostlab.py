@@ -17,8 +17,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-SUBNET = "10.250.7"
-BRIDGE = "tfcbr7"
+# One lab network per test process: TFCLUSTER_TESTLAB_NET (1-200) picks the /24 and the names,
+# so two suites (two worktrees, a bench beside the tests) never share a bridge or a namespace.
+NET = int(os.environ.get("TFCLUSTER_TESTLAB_NET", "7"))
+SUBNET = f"10.250.{NET}"
+BRIDGE = f"tfcbr{NET}"
 
 
 def sh(*argv: str, check: bool = True) -> subprocess.CompletedProcess:
@@ -89,7 +92,7 @@ class HostLab:
             self._wait_for_port(host)
 
     def _add_host(self, index: int) -> TestHost:
-        netns, veth, address = f"{self.tag}_h{index}", f"{self.tag}_v{index}", f"{SUBNET}.{10 + index}"
+        netns, veth, address = f"{self.tag}{NET}_h{index}", f"{self.tag}{NET}_v{index}", f"{SUBNET}.{10 + index}"
         sh("ip", "netns", "add", netns)
         sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", netns)
         sh("ip", "link", "set", veth, "master", BRIDGE, "up")
@@ -145,7 +148,7 @@ class HostLab:
 
     def _teardown_network(self, count: int) -> None:
         for index in range(count):
-            netns = f"{self.tag}_h{index}"
+            netns = f"{self.tag}{NET}_h{index}"
             pids = sh("ip", "netns", "pids", netns, check=False).stdout.split()
             for pid in pids:
                 try:
@@ -153,5 +156,5 @@ class HostLab:
                 except (ProcessLookupError, ValueError):
                     pass
             sh("ip", "netns", "del", netns, check=False)
-            sh("ip", "link", "del", f"{self.tag}_v{index}", check=False)
+            sh("ip", "link", "del", f"{self.tag}{NET}_v{index}", check=False)
         sh("ip", "link", "del", BRIDGE, check=False)

@@ -12,7 +12,7 @@ import pytest
 
 from tests.conftest import REPO, Cli
 from tests.fake_compute import FakeComputeServer
-from tests.hostlab import HostLab, available
+from tests.hostlab import SUBNET, HostLab, available
 from tfcluster.backends import gcp
 from tfcluster.errors import ConfigError, HostErrors
 
@@ -131,7 +131,7 @@ def gcp_cli(tmp_path, fake_compute, synthetic_data):
         "INVOKE_TFCLUSTER_PROJECT": fake_compute.state.project,
         "INVOKE_TFCLUSTER_ZONE": "us-west1-b",
         "INVOKE_TFCLUSTER_WORKERS": "2",
-        "INVOKE_TFCLUSTER_OPERATOR_CIDR": "10.250.7.1/32",
+        "INVOKE_TFCLUSTER_OPERATOR_CIDR": f"{SUBNET}.1/32",
         "INVOKE_TFCLUSTER_GCP_SSH_USER": "root",
         "INVOKE_TFCLUSTER_PYTHON": sys.executable,
         "INVOKE_TFCLUSTER_REMOTE_DIR": str(tmp_path / "remote"),
@@ -157,7 +157,7 @@ def test_up_status_down(gcp_cli):
     assert "hypervisor deadline STOP after 12 h" in up.stdout
     assert terraform_calls(gcp_cli) == ["init", "apply", "output"]
     variables = json.loads((gcp_cli.state_dir / "gcp" / "default" / "terraform.tfvars.json").read_text())
-    assert variables["operator_cidr"] == "10.250.7.1/32" and variables["workers"] == 2
+    assert variables["operator_cidr"] == f"{SUBNET}.1/32" and variables["workers"] == 2
     assert variables["ssh_public_key"].startswith("ssh-ed25519 ")
 
     state = gcp_cli.cluster()
@@ -243,7 +243,7 @@ def test_vm_error_and_wrong_host_key_name_the_vm(gcp_cli):
     gcp_cli.env["FAKE_TF_HOSTKEYS"] = ",".join([hosts[0].host_key_public, hosts[0].host_key_public])
     up = gcp_cli.run("up", timeout=120)
     assert up.returncode == 2
-    assert "worker-1 (10.250.7.11): host key CHANGED" in up.stderr
+    assert f"worker-1 ({SUBNET}.11): host key CHANGED" in up.stderr
 
 
 def test_missing_terraform_and_credentials(tmp_path, synthetic_data, fake_compute):
@@ -279,10 +279,10 @@ def test_idle_control_status_and_restart_of_stopped_vms(gcp_cli):
     assert changed.returncode == 0, changed.stderr
     assert {name: vm["metadata"]["tfcluster-idle-minutes"] for name, vm in instances.items()} == \
         {"default-0": "7", "default-1": "7"}
-    off = gcp_cli.run("idle", "--off")
+    off = gcp_cli.run("idle", "--of")
     assert off.returncode == 0 and "hypervisor deadline" in off.stdout
     assert all(vm["metadata"]["tfcluster-idle-minutes"] == "0" for vm in instances.values())
-    assert "give exactly one of --minutes N or --off" in gcp_cli.run("idle").stderr
+    assert "give exactly one of --minutes N or --of" in gcp_cli.run("idle").stderr
 
     # What each VM's watchdog published, as the guest agent would serve it.
     status_doc = {"busy": False, "idle_seconds": 420.0, "acts_at": 4102444800.0, "action": "stop",

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Cli, events_of, wait_for
-from tests.hostlab import HostLab, available
+from tests.hostlab import SUBNET, HostLab, available
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=f"test hosts: {available()}")
 
@@ -113,7 +113,7 @@ def test_three_hosts_train_and_the_model_comes_back(ssh_cli, lab):
 
     # Unchanged code and data: the second dispatch uploads nothing.
     again = ssh_cli.run("train", "--dry-run")
-    assert again.returncode == 0 and "10.250.7.12:23456" in again.stdout
+    assert again.returncode == 0 and f"{SUBNET}.12:23456" in again.stdout
     assert worker_processes(lab) == {h.address: [] for h in lab.hosts}
 
     down = ssh_cli.run("down", timeout=120)
@@ -164,7 +164,7 @@ def test_cut_link_fails_fast_and_names_the_host(ssh_cli, lab, tmp_path):
         lab.hosts[2].restore_link()
     assert launcher.returncode == 1, output
     assert elapsed < 60
-    assert "worker-2 (worker:1 on 10.250.7.12:23456) is unreachable: no answer within" in output
+    assert f"worker-2 (worker:1 on {SUBNET}.12:23456) is unreachable: no answer within" in output
     # The reachable hosts were stopped.
     remaining = worker_processes(lab)
     assert remaining[lab.hosts[0].address] == [] and remaining[lab.hosts[1].address] == []
@@ -191,7 +191,7 @@ def test_killed_remote_worker_then_retry_resumes_from_checkpoint(ssh_cli, lab):
         if launcher.poll() is None:
             launcher.kill()
     assert launcher.returncode == 0, output
-    assert "worker-2 (worker:1 on 10.250.7.12:23456) was killed by SIGKILL" in output
+    assert f"worker-2 (worker:1 on {SUBNET}.12:23456) was killed by SIGKILL" in output
     run = json.loads((run_dir / "run.json").read_text())
     assert run["attempts"] == 2 and run["summary"]["last_epoch"] == 4
     text = (run_dir / "worker-2.log").read_text()  # Fetched back from host 2.
@@ -213,7 +213,7 @@ def test_unreachable_host_at_up(ssh_cli, lab):
     lab.hosts[1].cut_link()
     result = ssh_cli.run("up", timeout=120)
     assert result.returncode == 2
-    assert "10.250.7.11: unreachable" in result.stderr and "Traceback" not in result.stderr
+    assert f"{SUBNET}.11: unreachable" in result.stderr and "Traceback" not in result.stderr
     _nothing_started(ssh_cli, lab)
 
 
@@ -245,7 +245,7 @@ def test_host_keys_are_verified_never_trusted_silently(ssh_cli, lab, tmp_path):
     wrong.write_text("\n".join(lines) + "\n")
     ssh_cli.env["INVOKE_TFCLUSTER_KNOWN_HOSTS"] = str(wrong)
     changed = ssh_cli.run("up")
-    assert changed.returncode == 2 and "10.250.7.10: host key CHANGED" in changed.stderr
+    assert changed.returncode == 2 and f"{SUBNET}.10: host key CHANGED" in changed.stderr
     _nothing_started(ssh_cli, lab)
 
     # Explicit trust on first contact prints the fingerprints and pins them.
@@ -267,7 +267,7 @@ def test_host_keys_are_verified_never_trusted_silently(ssh_cli, lab, tmp_path):
     lab._wait_for_port(host)
     refused = ssh_cli.run("train", "--", "--epochs", "1")
     assert refused.returncode == 2
-    assert "preflight failed on 1 host(s): worker-2 (10.250.7.12): host key CHANGED since `invoke up` " \
+    assert f"preflight failed on 1 host(s): worker-2 ({SUBNET}.12): host key CHANGED since `invoke up` " \
         "pinned it" in refused.stderr
     assert worker_processes(lab) == {h.address: [] for h in lab.hosts}
 
@@ -285,7 +285,7 @@ def test_tf_port_taken_fails_preflight(ssh_cli, lab):
         squatter.kill()
         squatter.wait()
     assert result.returncode == 2
-    assert "worker-1 (10.250.7.11): TensorFlow port 23456 is already in use" in result.stderr
+    assert f"worker-1 ({SUBNET}.11): TensorFlow port 23456 is already in use" in result.stderr
     _nothing_started(ssh_cli, lab)
 
 
@@ -315,7 +315,7 @@ def test_watchdog_on_own_hosts_installs_changes_and_goes_with_down(ssh_cli, lab)
     assert "Idle shutdown" in status.stdout and "none (own host)" in status.stdout
     assert ssh_cli.run("idle", "--minutes", "45").returncode == 0
     assert json.loads(config.read_text())["idle_minutes"] == 45
-    assert ssh_cli.run("idle", "--off").returncode == 0
+    assert ssh_cli.run("idle", "--of").returncode == 0
     assert json.loads(config.read_text())["idle_minutes"] == 0
     assert ssh_cli.run("up").returncode == 0  # The next `up` restores the configured minutes.
     assert json.loads(config.read_text())["idle_minutes"] == 30
