@@ -279,10 +279,10 @@ def test_idle_control_status_and_restart_of_stopped_vms(gcp_cli):
     assert changed.returncode == 0, changed.stderr
     assert {name: vm["metadata"]["tfcluster-idle-minutes"] for name, vm in instances.items()} == \
         {"default-0": "7", "default-1": "7"}
-    off = gcp_cli.run("idle", "--of")
+    off = gcp_cli.run("idle", "--off")
     assert off.returncode == 0 and "hypervisor deadline" in off.stdout
     assert all(vm["metadata"]["tfcluster-idle-minutes"] == "0" for vm in instances.values())
-    assert "give exactly one of --minutes N or --of" in gcp_cli.run("idle").stderr
+    assert "give exactly one of --minutes N or --off" in gcp_cli.run("idle").stderr
 
     # What each VM's watchdog published, as the guest agent would serve it.
     status_doc = {"busy": False, "idle_seconds": 420.0, "acts_at": 4102444800.0, "action": "stop",
