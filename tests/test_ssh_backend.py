@@ -315,7 +315,7 @@ def test_watchdog_on_own_hosts_installs_changes_and_goes_with_down(ssh_cli, lab)
     assert "Idle shutdown" in status.stdout and "none (own host)" in status.stdout
     assert ssh_cli.run("idle", "--minutes", "45").returncode == 0
     assert json.loads(config.read_text())["idle_minutes"] == 45
-    assert ssh_cli.run("idle", "--of").returncode == 0
+    assert ssh_cli.run("idle", "--off").returncode == 0
     assert json.loads(config.read_text())["idle_minutes"] == 0
     assert ssh_cli.run("up").returncode == 0  # The next `up` restores the configured minutes.
     assert json.loads(config.read_text())["idle_minutes"] == 30
