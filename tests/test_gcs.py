@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from tfcluster import gcs
+from tfcluster.backends.gcp import storage as gcs
 from tfcluster.config import Settings
 from tfcluster.state import ClusterState, RunRecord, StateStore
 

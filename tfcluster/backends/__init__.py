@@ -1,5 +1,9 @@
 """Backends: where worker machines come from and how the launcher reaches them.
 
+Rooms: base (the written interface: WorkerHost, Backend with its optional capabilities),
+group (per-host parallel actions, one error naming every failure), local, ssh/, gcp/.
+Backends may import state, config, errors and tfconfig; never commands or launch.
+
 A backend provisions (``up``/``down``), checks hosts (``preflight``), ships code and data
 (``stage``) and hands out one ``WorkerHost`` per worker slot. Everything else (TF_CONFIG,
 launch scripts, log following, fail-fast, retries) is shared code in tfcluster.launch
@@ -8,7 +12,7 @@ that only talks to ``WorkerHost``.
 
 from __future__ import annotations
 
-from tfcluster.backends.base import Backend, Payload, Staged, WorkerHost
+from tfcluster.backends.base import Backend, Payload, Staged, VmRow, WorkerHost
 from tfcluster.config import BACKENDS
 from tfcluster.errors import ConfigError
 
@@ -29,4 +33,4 @@ def get_backend(name: str, store, announce=print) -> Backend:
     raise ConfigError(f"backend must be one of {', '.join(BACKENDS)} (got {name!r})")
 
 
-__all__ = ["Backend", "Payload", "Staged", "WorkerHost", "get_backend"]
+__all__ = ["Backend", "Payload", "Staged", "VmRow", "WorkerHost", "get_backend"]

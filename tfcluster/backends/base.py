@@ -1,4 +1,7 @@
-"""The narrow interface between the shared launcher and a backend."""
+"""The written interface between the commands, the shared launcher and a backend.
+
+``WorkerHost`` is all the launcher sees of a machine; ``Backend`` is what the commands need.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +10,7 @@ from pathlib import Path
 from typing import Protocol
 
 from tfcluster.config import Settings
+from tfcluster.errors import ClusterError
 from tfcluster.state import ClusterState, HostRecord
 
 
@@ -56,36 +60,93 @@ class WorkerHost(Protocol):
         """The status files of one worker attempt and whether its processes live."""
 
 
-class Backend(Protocol):
-    name: str
+class Backend:
+    """What the commands need from a backend.
+
+    The first group is required of every backend. The second group are optional
+    capabilities: each has a default here that says "not applicable" (an empty result or a
+    ClusterError naming the backend), and a backend overrides only what applies to it. The
+    commands call them unconditionally; nothing is discovered with hasattr.
+    """
+
+    name: str = "?"
+
+    # ------------------------------------------------------------ required
 
     def up(self, settings: Settings, existing: ClusterState | None) -> ClusterState:
         """Create the cluster (or return ``existing`` unchanged when it already matches)."""
+        raise NotImplementedError
 
     def hosts(self, cluster: ClusterState) -> list[WorkerHost]:
         """One WorkerHost per worker slot, in TF_CONFIG order."""
+        raise NotImplementedError
 
     def preflight(self, cluster: ClusterState, hosts: list[WorkerHost], need_tensorflow: bool) -> None:
         """Check every host before anything starts; raise one error naming every failure."""
+        raise NotImplementedError
 
     def stage(self, cluster: ClusterState, hosts: list[WorkerHost], run_id: str, payload: "Payload") -> "Staged":
         """Make code and data available on the hosts; return the argv and environment."""
+        raise NotImplementedError
 
     def before_retry(self, hosts: list[WorkerHost], run_id: str) -> None:
         """Make the chief's checkpoint readable by every worker before a restart."""
+        raise NotImplementedError
 
     def collect(self, hosts: list[WorkerHost], run_id: str, local_run_dir: Path, succeeded: bool) -> str | None:
         """Bring logs (and, on success, the chief's outputs) to the local run folder.
         Returns the local model folder when one was fetched."""
+        raise NotImplementedError
 
     def leftover_processes(self, cluster: ClusterState) -> list[str]:
         """Descriptions of any process still carrying this cluster's id (should be none)."""
+        raise NotImplementedError
 
     def kill_leftovers(self, cluster: ClusterState) -> None:
         """SIGKILL every process still carrying this cluster's id."""
+        raise NotImplementedError
 
     def teardown(self, cluster: ClusterState, keep: bool) -> None:
         """Remove what the cluster created (remote folders, machines) unless ``keep``."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------ optional capabilities
+
+    def refresh(self, cluster: ClusterState, settings: Settings) -> None:
+        """`up` on a cluster that exists: bring stopped machines back and restore the configured
+        idle settings. Default: nothing can have stopped, so nothing to do."""
+
+    def vm_rows(self, cluster: ClusterState, settings: Settings) -> list[VmRow]:
+        """One row per cloud VM with its state and cost so far. Default: no VMs that bill."""
+        return []
+
+    def set_idle(self, cluster: ClusterState, idle_minutes: int, action: str) -> None:
+        """Change the idle watchdog's settings on every machine."""
+        raise ClusterError(f"the {self.name} backend has no idle watchdog (workers run on this machine)")
+
+    def watchdog_status(self, cluster: ClusterState) -> dict[str, dict | None]:
+        """Per worker name: the watchdog's last status, None where none is installed.
+        Default: empty, meaning this backend has no watchdog at all."""
+        return {}
+
+    def hypervisor_deadlines(self, cluster: ClusterState) -> dict[str, float | None]:
+        """Per worker name: when the hypervisor stops the machine (epoch seconds), None if never.
+        Default: empty, no machine has one."""
+        return {}
+
+
+@dataclass
+class VmRow:
+    """One cloud VM as `status` shows it."""
+
+    # Instance name.
+    name: str
+    # Compute Engine status, e.g. RUNNING, TERMINATED.
+    status: str
+    # Seconds since its last start (0 when not running).
+    uptime_seconds: float
+    # Estimated USD billed since its last start.
+    cost_so_far: float
 
 
 @dataclass

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import trainer
-from tfcluster.backends.base import JobFiles, Payload, Staged
+from tfcluster.backends.base import Backend, JobFiles, Payload, Staged
 from tfcluster.config import Settings
 from tfcluster.errors import ClusterError
 from tfcluster.state import ClusterState, HostRecord, StateStore
@@ -151,7 +151,9 @@ class LocalHost:
         return False
 
 
-class LocalBackend:
+class LocalBackend(Backend):
+    """Workers as processes on this machine, on free loopback ports."""
+
     name = "local"
 
     def __init__(self, store: StateStore | None = None):

@@ -30,7 +30,7 @@ def client(project: str | None = None):
         from google.auth.credentials import AnonymousCredentials
 
         return storage.Client(project=project or "emulator", credentials=AnonymousCredentials())
-    from tfcluster.backends.gcp import default_credentials
+    from tfcluster.backends.gcp.compute import default_credentials
 
     return storage.Client(project=project, credentials=default_credentials())
 

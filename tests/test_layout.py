@@ -1,0 +1,120 @@
+"""The house rules of the package: imports flow one way, and a wheel holds every subpackage.
+
+Layers, top to bottom: tasks.py → tfcluster.commands → tfcluster.launch and tfcluster.backends →
+tfcluster.{state, config, errors, tfconfig, ui}. Every import counts, including the ones inside
+functions (a lazy import is still a dependency).
+"""
+
+from __future__ import annotations
+
+import ast
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "tfcluster"
+BOTTOM = {"tfcluster.state", "tfcluster.config", "tfcluster.errors", "tfcluster.tfconfig", "tfcluster.ui"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(REPO).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module a file imports, resolved to absolute names (relative imports included)."""
+    found = set()
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(path): imports_of(path) for path in PACKAGE.rglob("*.py")}
+    modules["tasks"] = imports_of(REPO / "tasks.py")
+    known = set(modules)
+    # Keep only imports of our own modules ("from pkg import name" may name a function, not a module).
+    return {name: {target for target in targets if target in known} for name, targets in modules.items()}
+
+
+def within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def violations(edges: dict[str, set[str]]) -> list[str]:
+    found = []
+    for source, targets in edges.items():
+        for target in targets:
+            if within(target, "tasks"):
+                found.append(f"{source} imports tasks (only invoke loads tasks.py)")
+            if within(target, "tfcluster.commands") and not (within(source, "tfcluster.commands") or source == "tasks"):
+                found.append(f"{source} imports {target} (only tasks.py may use the commands)")
+            if source == "tfcluster.launch" and within(target, "tfcluster.backends") and target != "tfcluster.backends.base":
+                found.append(f"tfcluster.launch imports the concrete backend {target} (it may use backends.base only)")
+            if within(source, "tfcluster.backends") and within(target, "tfcluster.launch"):
+                found.append(f"{source} imports {target} (backends sit beside the launcher, not above it)")
+            if source in BOTTOM and target not in BOTTOM:
+                found.append(f"{source} imports {target} (the bottom layer imports only itself)")
+    return sorted(found)
+
+
+def test_imports_flow_one_way():
+    assert violations(graph()) == []
+
+
+def test_layer_check_catches_a_backend_importing_the_commands():
+    edges = graph()
+    edges["tfcluster.backends.ssh.backend"] = edges["tfcluster.backends.ssh.backend"] | {"tfcluster.commands.runs"}
+    edges["tfcluster.launch"] = edges["tfcluster.launch"] | {"tfcluster.backends.local"}
+    edges["tfcluster.state"] = edges["tfcluster.state"] | {"tfcluster.launch"}
+    assert violations(edges) == [
+        "tfcluster.backends.ssh.backend imports tfcluster.commands.runs (only tasks.py may use the commands)",
+        "tfcluster.launch imports the concrete backend tfcluster.backends.local (it may use backends.base only)",
+        "tfcluster.state imports tfcluster.launch (the bottom layer imports only itself)",
+    ]
+
+
+def test_no_module_is_a_junk_drawer():
+    """A module holds one concern: none grows past about 400 lines."""
+    large = {str(p.relative_to(REPO)): n for p in [*PACKAGE.rglob("*.py"), REPO / "tasks.py"]
+             if (n := len(p.read_text().splitlines())) > 420}
+    assert large == {}
+
+
+def test_every_package_says_what_it_holds():
+    for init in PACKAGE.rglob("__init__.py"):
+        doc = ast.get_docstring(ast.parse(init.read_text()))
+        assert doc and "import" in doc, f"{init.relative_to(REPO)} must say what it holds and may import"
+
+
+def test_wheel_holds_every_subpackage(tmp_path):
+    """A normal install must not miss a subpackage that an editable install would hide."""
+    # Build from a copy: an in-tree build/ folder left by an earlier build would hide a missing package.
+    source = tmp_path / "src"
+    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(".*", "build", "*.egg-info", "__pycache__",
+                                                                 "tests", "bench"))
+    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                             "-q", "-w", str(tmp_path), str(source)], capture_output=True, text=True)
+    if result.returncode != 0 and "No module named" in result.stderr:
+        pytest.skip(f"cannot build a wheel here: {result.stderr.strip().splitlines()[-1]}")
+    assert result.returncode == 0, result.stderr
+    wheel = next(tmp_path.glob("tfcluster-*.whl"))
+    names = set(zipfile.ZipFile(wheel).namelist())
+    packages = {str(init.parent.relative_to(REPO)) for init in [*PACKAGE.rglob("__init__.py"),
+                                                                *(REPO / "trainer").rglob("__init__.py")]}
+    missing = sorted(p for p in packages if f"{p}/__init__.py" not in names)
+    assert missing == [] and "tfcluster/prices.json" in names

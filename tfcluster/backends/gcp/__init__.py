@@ -1,0 +1,15 @@
+"""The gcp backend: Google Cloud GPU VMs provisioned by Terraform, run over the ssh backend.
+
+Rooms: terraform (the CLI wrapper and typed outputs), compute (Compute Engine API calls:
+quotas, readiness, host keys), storage (Cloud Storage transfers), cost (price table),
+backend (GcpBackend). May import tfcluster.backends.{base,group,ssh}, state, config and
+errors; never commands or launch.
+"""
+
+from tfcluster.backends.gcp.backend import GcpBackend
+from tfcluster.backends.gcp.compute import ComputeApi, pinned_host_key, preflight_quota, wait_ready
+from tfcluster.backends.gcp.cost import PRICES, hourly_cost
+from tfcluster.backends.gcp.terraform import GcpInstance, Terraform, TerraformOutputs
+
+__all__ = ["ComputeApi", "GcpBackend", "GcpInstance", "PRICES", "Terraform", "TerraformOutputs",
+           "hourly_cost", "pinned_host_key", "preflight_quota", "wait_ready"]

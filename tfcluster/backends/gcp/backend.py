@@ -1,0 +1,232 @@
+"""GcpBackend: Terraform provisions the VMs, bucket, firewall and service account; the ssh
+backend then runs the job on them with the cluster's own key and host keys pinned from guest
+attributes."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from pathlib import Path
+
+from tfcluster.backends.base import VmRow
+from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, gpu_type, pinned_host_key,
+                                            preflight_quota, wait_ready)
+from tfcluster.backends.gcp.cost import hourly_cost
+from tfcluster.backends.gcp.terraform import MODULE_DIR, Terraform
+from tfcluster.backends.group import in_parallel
+from tfcluster.backends.ssh import SshBackend
+from tfcluster.errors import ClusterError, ConfigError
+from tfcluster.state import ClusterState, HostRecord
+
+STARTUP_DIR = MODULE_DIR.parent / "startup"
+VM_PYTHON = "/opt/tfcluster/venv/bin/python"
+
+
+def detect_operator_cidr(timeout: float = 5.0) -> str:
+    """This machine's public IPv4 as a /32, for the SSH firewall rule."""
+    for url in ("https://checkip.amazonaws.com", "https://api.ipify.org"):
+        try:
+            with urllib.request.urlopen(url, timeout=timeout) as response:
+                address = response.read().decode().strip()
+            if address.count(".") == 3:
+                return f"{address}/32"
+        except OSError:
+            continue
+    raise ConfigError("cannot detect your public IP for the SSH firewall rule; set it with "
+                      "--operator-cidr A.B.C.D/32 (or tfcluster.operator_cidr)")
+
+
+def generate_cluster_key(path: Path, comment: str) -> str:
+    """A new ed25519 key pair for this cluster only: private key 0600 at ``path``; returns the public line."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    if path.exists():
+        return Path(f"{path}.pub").read_text().strip()
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                serialization.NoEncryption())
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(private)
+    line = f"{public.decode()} {comment}"
+    Path(f"{path}.pub").write_text(line + "\n")
+    return line
+
+
+class GcpBackend(SshBackend):
+    """Terraform-provisioned GPU VMs reached with the cluster's own SSH key and pinned host keys."""
+
+    name = "gcp"
+
+    def workdir(self, cluster_name: str) -> Path:
+        return self._store.root / "gcp" / cluster_name
+
+    def variables(self, settings, public_key: str, operator_cidr: str) -> dict:
+        return {
+            "project": settings.project, "zone": settings.zone, "cluster_name": settings.cluster,
+            "workers": settings.workers, "machine_type": settings.machine_type,
+            "gpu_type": gpu_type(settings.gpu), "gpu_count": settings.gpu_count, "spot": settings.spot,
+            "operator_cidr": operator_cidr, "tf_port": settings.tf_port, "ssh_user": settings.gcp_ssh_user,
+            "ssh_public_key": public_key, "idle_minutes": settings.idle_minutes,
+            "idle_action": settings.idle_action, "max_run_hours": settings.max_run_hours,
+            "termination_action": settings.termination_action, "boot_disk_gb": settings.boot_disk_gb,
+            "bucket_force_destroy": settings.bucket_force_destroy,
+            "startup_script": str(STARTUP_DIR / "startup.sh"),
+            "watchdog_script": str(STARTUP_DIR / "watchdog.py"),
+        }
+
+    def up(self, settings, existing):
+        if existing is not None:
+            return existing
+        if not settings.project or not settings.zone:
+            raise ConfigError("the gcp backend needs --project and --zone (or tfcluster.project / "
+                              "tfcluster.zone in invoke.yaml)")
+        gpu = gpu_type(settings.gpu)
+        terraform = Terraform(self.workdir(settings.cluster))  # Fails early if terraform is missing.
+        api = ComputeApi(settings.project)  # Fails early without credentials.
+        cost = hourly_cost(settings.machine_type, gpu, settings.gpu_count, settings.boot_disk_gb,
+                           settings.workers, settings.spot)
+        self._announce(
+            f"plan: {settings.workers} x {settings.machine_type} + {settings.gpu_count} x {gpu}"
+            f"{' (SPOT)' if settings.spot else ''} in {settings.zone}, bucket, VPC, firewall, service account; "
+            f"about ${cost['total']:.2f}/hour (${cost['per_vm']:.2f} per VM: VM ${cost['vm']:.2f} + GPU "
+            f"${cost['gpu']:.2f} + disk ${cost['disk']:.3f}; prices of {cost['date']})")
+        self._announce(
+            f"safety: idle watchdog {settings.idle_action}s a VM after {settings.idle_minutes} idle minutes"
+            f"{' (off)' if not settings.idle_minutes else ''}; hypervisor deadline {settings.termination_action} "
+            f"after {settings.max_run_hours} h; `invoke down` destroys everything")
+        preflight_quota(api, settings.zone, gpu, settings.gpu_count, settings.workers, settings.spot)
+        operator = settings.operator_cidr or detect_operator_cidr()
+        key_file = self.workdir(settings.cluster) / "id_ed25519"
+        public_key = generate_cluster_key(key_file, f"tfcluster-{settings.cluster}")
+        # Recorded before anything is created: a failed apply can be resumed by `up` or
+        # removed by `down`, never forgotten while it bills.
+        self._store.save_cluster(ClusterState(name=settings.cluster, backend=self.name, hosts=[],
+                                              status="provisioning", project=settings.project,
+                                              zone=settings.zone, ssh_key=str(key_file)))
+        terraform.prepare(self.variables(settings, public_key, operator))
+        terraform.apply()
+        outputs = terraform.outputs()
+        names = [vm.name for vm in outputs.instances]
+        wait_ready(api, settings.zone, names, settings.ready_timeout_seconds,
+                   on_progress=lambda states: None, poll_seconds=min(5.0, settings.ready_timeout_seconds / 10))
+        keys = in_parallel(outputs.instances, lambda vm: pinned_host_key(api, settings.zone, vm.name),
+                           lambda vm: vm.name, "reading host keys")
+        records = [HostRecord(name=f"worker-{i}", address=vm.internal_ip, ssh_address=vm.external_ip,
+                              tf_port=settings.tf_port, host_key=key, instance=vm.name)
+                   for i, (vm, key) in enumerate(zip(outputs.instances, keys))]
+        cluster = ClusterState(name=settings.cluster, backend=self.name, hosts=records,
+                               ssh_user=settings.gcp_ssh_user, ssh_key=str(key_file),
+                               python=settings.python or VM_PYTHON, project=settings.project,
+                               zone=settings.zone, bucket=outputs.bucket)
+        self._resolve_roots(cluster, settings.remote_dir)
+        self.preflight(cluster, self.hosts(cluster), need_tensorflow=True)
+        return cluster
+
+    def stage(self, cluster, hosts, run_id: str, payload):
+        """As ssh, but model, checkpoints and TensorBoard go to the bucket, so `--retries`
+        resumes from it whichever VM restarts, and results survive the VMs."""
+        staged = super().stage(cluster, hosts, run_id, payload)
+        base = f"gs://{cluster.bucket}/runs/{run_id}"
+        staged.env.update({"AIP_MODEL_DIR": f"{base}/model", "AIP_CHECKPOINT_DIR": f"{base}/checkpoints",
+                           "AIP_TENSORBOARD_LOG_DIR": f"{base}/tensorboard"})
+        return staged
+
+    def before_retry(self, hosts, run_id: str) -> None:
+        """The backup is on the bucket, which every worker reads: nothing to copy."""
+
+    def collect(self, hosts, run_id: str, local_run_dir: Path, succeeded: bool) -> str | None:
+        """Logs come back over SSH; the model stays on the bucket (`invoke pull` fetches it)."""
+        super().collect(hosts, run_id, local_run_dir, succeeded=False)
+        return None
+
+    def leftover_processes(self, cluster) -> list[str]:
+        """Nothing to check over SSH: destroy removes the VMs, and teardown proves it."""
+        return []
+
+    def kill_leftovers(self, cluster) -> None:
+        """See leftover_processes."""
+
+    def _api(self, cluster) -> ComputeApi:
+        return ComputeApi(cluster.project)
+
+    def set_idle(self, cluster, idle_minutes: int, action: str) -> None:
+        """Change the watchdog settings in every VM's metadata; each reads them on its next poll."""
+        api = self._api(cluster)
+        changes = {"tfcluster-idle-minutes": str(idle_minutes), "tfcluster-idle-action": action}
+        in_parallel([r.instance for r in cluster.hosts], lambda name: api.set_metadata(cluster.zone, name, changes),
+                    str, "changing the idle watchdog")
+
+    def watchdog_status(self, cluster) -> dict[str, dict | None]:
+        api = self._api(cluster)
+
+        def read(record) -> dict | None:
+            raw = (api.guest_attributes(cluster.zone, record.instance, "tfcluster/") or {}).get("watchdog")
+            return json.loads(raw) if raw else None
+
+        return dict(zip([r.name for r in cluster.hosts],
+                        in_parallel(cluster.hosts, read, lambda r: r.instance, "reading watchdog status")))
+
+    def hypervisor_deadlines(self, cluster) -> dict[str, float | None]:
+        """When max_run_duration stops each running VM: its last start plus the duration."""
+        from datetime import datetime
+
+        api = self._api(cluster)
+        deadlines = {}
+        for record in cluster.hosts:
+            instance = api.get_instance(cluster.zone, record.instance)
+            seconds = instance.scheduling.max_run_duration.seconds
+            started = instance.last_start_timestamp or instance.creation_timestamp
+            deadlines[record.name] = (datetime.fromisoformat(started).timestamp() + seconds
+                                      if instance.status == "RUNNING" and seconds and started else None)
+        return deadlines
+
+    def refresh(self, cluster, settings) -> None:
+        """`up` on an existing cluster: start VMs the watchdog or the deadline stopped (nothing is
+        re-created), wait until they are ready, and restore the configured idle settings."""
+        api = self._api(cluster)
+        stopped = [vm.name for vm in api.list_cluster(cluster.zone, cluster.name)
+                   if vm.status in ("TERMINATED", "STOPPED", "SUSPENDED")]
+        if stopped:
+            self._announce(f"starting {len(stopped)} stopped VM(s): {', '.join(stopped)} (nothing is re-created)")
+            in_parallel(stopped, lambda name: api.start(cluster.zone, name), str, "starting VMs")
+            wait_ready(api, cluster.zone, stopped, settings.ready_timeout_seconds,
+                       poll_seconds=min(5.0, settings.ready_timeout_seconds / 10))
+        self.set_idle(cluster, settings.idle_minutes, settings.idle_action)
+
+    def stop_watchdog(self, cluster) -> None:
+        """The VMs go away with `terraform destroy`."""
+
+    def vm_rows(self, cluster, settings) -> list[VmRow]:
+        """Each VM's state, uptime and cost so far, from instances.list."""
+        api = ComputeApi(cluster.project)
+        cost = hourly_cost(settings.machine_type, gpu_type(settings.gpu), settings.gpu_count,
+                           settings.boot_disk_gb, 1, settings.spot)
+        rows = []
+        for vm in api.list_cluster(cluster.zone, cluster.name):
+            started = vm.last_start_timestamp or vm.creation_timestamp
+            uptime = 0.0
+            if vm.status == "RUNNING" and started:
+                from datetime import datetime
+
+                uptime = max(0.0, time.time() - datetime.fromisoformat(started).timestamp())
+            rows.append(VmRow(name=vm.name, status=vm.status, uptime_seconds=uptime,
+                              cost_so_far=cost["per_vm"] * uptime / 3600))
+        return rows
+
+    def teardown(self, cluster, keep: bool) -> None:
+        terraform = Terraform(self.workdir(cluster.name))
+        self._announce(f"destroying the VMs, bucket {cluster.bucket} (kept if it holds objects and "
+                       "bucket_force_destroy is false), firewall rules, network and service account")
+        terraform.destroy()
+        api = ComputeApi(cluster.project)
+        remaining = [vm.name for vm in api.list_cluster(cluster.zone, cluster.name)]
+        if remaining:
+            raise ClusterError(f"instances still exist after destroy: {', '.join(remaining)}; delete them with "
+                               f"`gcloud compute instances delete {' '.join(remaining)} --zone {cluster.zone}`")
+        self._announce(f"verified with instances.list (label {LABEL}={cluster.name}): no instance is left")

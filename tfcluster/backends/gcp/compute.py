@@ -1,0 +1,165 @@
+"""The Compute Engine calls tfcluster makes (google-cloud-compute over REST): quota preflight,
+readiness from guest attributes, host keys published by the guest agent."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable
+
+from tfcluster.errors import ClusterError, ConfigError, HostErrors
+
+GPU_TYPES = {"t4": "nvidia-tesla-t4", "v100": "nvidia-tesla-v100"}
+GPU_QUOTA = {"nvidia-tesla-t4": "NVIDIA_T4_GPUS", "nvidia-tesla-v100": "NVIDIA_V100_GPUS"}
+LABEL = "tfcluster-cluster"
+
+
+class ComputeApi:
+    """The few Compute Engine calls tfcluster makes, through google-cloud-compute (REST)."""
+
+    def __init__(self, project: str, endpoint: str | None = None):
+        from google.cloud import compute_v1
+
+        self.project = project
+        endpoint = endpoint or os.environ.get("TFCLUSTER_COMPUTE_ENDPOINT")
+        options = {"api_endpoint": endpoint} if endpoint else None
+        if endpoint:
+            from google.auth.credentials import AnonymousCredentials
+
+            credentials = AnonymousCredentials()
+        else:
+            credentials = default_credentials()
+        kwargs = {"transport": "rest", "client_options": options, "credentials": credentials}
+        self.compute_v1 = compute_v1
+        self.accelerators = compute_v1.AcceleratorTypesClient(**kwargs)
+        self.regions = compute_v1.RegionsClient(**kwargs)
+        self.projects = compute_v1.ProjectsClient(**kwargs)
+        self.instances = compute_v1.InstancesClient(**kwargs)
+
+    def accelerator_types(self, zone: str) -> set[str]:
+        return {item.name for item in self.accelerators.list(project=self.project, zone=zone)}
+
+    def region_quotas(self, region: str) -> dict[str, tuple[float, float]]:
+        region_info = self.regions.get(project=self.project, region=region)
+        return {quota.metric: (quota.limit, quota.usage) for quota in region_info.quotas}
+
+    def project_quotas(self) -> dict[str, tuple[float, float]]:
+        project_info = self.projects.get(project=self.project)
+        return {quota.metric: (quota.limit, quota.usage) for quota in project_info.quotas}
+
+    def guest_attributes(self, zone: str, instance: str, query_path: str) -> dict[str, str] | None:
+        """{key: value} under ``query_path`` (e.g. "tfcluster/"), or None when nothing is there yet."""
+        from google.api_core import exceptions
+
+        try:
+            request = self.compute_v1.GetGuestAttributesInstanceRequest(
+                project=self.project, zone=zone, instance=instance, query_path=query_path)
+            result = self.instances.get_guest_attributes(request=request)
+        except exceptions.NotFound:
+            return None
+        return {item.key: item.value for item in result.query_value.items}
+
+    def get_instance(self, zone: str, name: str):
+        return self.instances.get(project=self.project, zone=zone, instance=name)
+
+    def set_metadata(self, zone: str, name: str, changes: dict[str, str]) -> None:
+        """Update some metadata keys, keeping the rest; the fingerprint guards against races."""
+        instance = self.get_instance(zone, name)
+        items = {item.key: item.value for item in instance.metadata.items}
+        items.update(changes)
+        metadata = self.compute_v1.Metadata(
+            fingerprint=instance.metadata.fingerprint,
+            items=[self.compute_v1.Items(key=key, value=value) for key, value in sorted(items.items())])
+        self.instances.set_metadata(project=self.project, zone=zone, instance=name,
+                                    metadata_resource=metadata).result(timeout=120)
+
+    def start(self, zone: str, name: str) -> None:
+        self.instances.start(project=self.project, zone=zone, instance=name).result(timeout=300)
+
+    def list_cluster(self, zone: str, cluster: str) -> list:
+        request = self.compute_v1.ListInstancesRequest(project=self.project, zone=zone,
+                                                       filter=f"labels.{LABEL}={cluster}")
+        return list(self.instances.list(request=request))
+
+
+def default_credentials():
+    """Application Default Credentials, or a ConfigError that says how to get them."""
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError
+
+    try:
+        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    except DefaultCredentialsError:
+        raise ConfigError("no Google Cloud credentials; run `gcloud auth application-default login` "
+                          "(or set GOOGLE_APPLICATION_CREDENTIALS to a key file)") from None
+    return credentials
+
+
+def region_of(zone: str) -> str:
+    return zone.rsplit("-", 1)[0]
+
+
+def gpu_type(name: str) -> str:
+    full = GPU_TYPES.get(name.lower(), name.lower())
+    if full not in GPU_QUOTA:
+        raise ConfigError(f"gpu must be one of t4, v100 (got {name!r})")
+    return full
+
+
+def preflight_quota(api: ComputeApi, zone: str, gpu: str, gpu_count: int, workers: int, spot: bool) -> None:
+    """The zone offers the GPU, and the regional and global GPU quotas cover the cluster."""
+    if gpu_count == 0:
+        return
+    offered = api.accelerator_types(zone)
+    if gpu not in offered:
+        raise ConfigError(f"zone {zone} does not offer {gpu} (it has: {', '.join(sorted(offered)) or 'no GPUs'}); "
+                          f"pick a zone from `gcloud compute accelerator-types list --filter=name={gpu}`")
+    needed = gpu_count * workers
+    metric = ("PREEMPTIBLE_" if spot else "") + GPU_QUOTA[gpu]
+    region = region_of(zone)
+    limit, usage = api.region_quotas(region).get(metric, (0.0, 0.0))
+    if limit - usage < needed:
+        raise ConfigError(f"quota {metric} in {region} has {limit - usage:g} GPUs free (limit {limit:g}, used "
+                          f"{usage:g}); the cluster needs {needed}. Request more in the console: IAM & Admin > "
+                          f"Quotas, filter {metric}, region {region}")
+    limit, usage = api.project_quotas().get("GPUS_ALL_REGIONS", (0.0, 0.0))
+    if limit - usage < needed:
+        raise ConfigError(f"quota GPUS_ALL_REGIONS has {limit - usage:g} GPUs free (limit {limit:g}); the "
+                          f"cluster needs {needed}. Request more in the console: IAM & Admin > Quotas, "
+                          "filter GPUS_ALL_REGIONS")
+
+
+def wait_ready(api: ComputeApi, zone: str, names: list[str], timeout: float,
+               on_progress: Callable[[dict[str, str]], None] = lambda states: None,
+               poll_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
+    """Poll each VM's tfcluster/ready guest attribute until all say "ok"; name the VM otherwise."""
+    states = {name: "booting" for name in names}
+    deadline = clock() + timeout
+    while True:
+        for name in names:
+            if states[name] == "ok" or states[name].startswith("error"):
+                continue
+            attributes = api.guest_attributes(zone, name, "tfcluster/") or {}
+            states[name] = attributes.get("ready", "booting")
+        on_progress(dict(states))
+        errors = {name: state for name, state in states.items() if state.startswith("error")}
+        if errors:
+            raise HostErrors("VM start-up", errors)
+        if all(state == "ok" for state in states.values()):
+            return
+        if clock() > deadline:
+            late = {name: f"not ready after {timeout:.0f}s (last: {state}); see its serial console: "
+                          f"gcloud compute instances get-serial-port-output {name} --zone {zone}"
+                    for name, state in states.items() if state != "ok"}
+            raise HostErrors("waiting for the VMs", late)
+        time.sleep(poll_seconds)
+
+
+def pinned_host_key(api: ComputeApi, zone: str, name: str) -> str:
+    """The VM's SSH host key as published by its guest agent (hostkeys/), never from first contact."""
+    keys = api.guest_attributes(zone, name, "hostkeys/") or {}
+    for key_type in ("ssh-ed25519", "ecdsa-sha2-nistp256", "ssh-rsa"):
+        if keys.get(key_type):
+            return f"{key_type} {keys[key_type].split()[-1] if ' ' in keys[key_type] else keys[key_type]}"
+    raise ClusterError(f"{name} published no SSH host key in its guest attributes (hostkeys/); "
+                       "enable-guest-attributes must be TRUE and the guest agent running")

@@ -1,0 +1,103 @@
+"""The terraform CLI on a cluster's own working directory, and its typed outputs.
+
+``TFCLUSTER_TERRAFORM`` may name the binary (default: terraform on PATH).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfcluster.errors import ClusterError, ConfigError, TfClusterError
+
+MODULE_DIR = Path(__file__).resolve().parents[3] / "terraform"
+
+
+class TerraformError(TfClusterError):
+    """terraform failed; keeps its stderr, shows the first error line."""
+
+    def __init__(self, action: str, stderr: str):
+        self.stderr = stderr
+        lines = [line.strip(" │╷╵") for line in stderr.splitlines()]
+        errors = [line for line in lines if line.startswith("Error:")]
+        summary = errors[0] if errors else next((line for line in reversed(lines) if line), "no output")
+        super().__init__(f"terraform {action} failed: {summary} (full output in the cluster's terraform.log); "
+                         "fix it and re-run the same command: it resumes, or `invoke down` removes what exists")
+
+
+class Terraform:
+    """The terraform CLI on one working directory: argument lists, -chdir, -input=false."""
+
+    def __init__(self, workdir: Path, binary: str | None = None):
+        self.workdir = workdir
+        self.binary = binary or os.environ.get("TFCLUSTER_TERRAFORM") or shutil.which("terraform")
+        if not self.binary or not os.access(self.binary, os.X_OK):
+            raise ConfigError("terraform is not installed; install Terraform >= 1.5 "
+                              "(https://developer.hashicorp.com/terraform/install) or set TFCLUSTER_TERRAFORM")
+
+    def run(self, action: str, *args: str) -> str:
+        argv = [self.binary, f"-chdir={self.workdir}", action, *args]
+        env = {**os.environ, "CHECKPOINT_DISABLE": "1", "TF_IN_AUTOMATION": "1"}
+        result = subprocess.run(argv, capture_output=True, text=True, env=env)
+        with open(self.workdir / "terraform.log", "a") as log:
+            log.write(f"$ {' '.join(argv)}\n{result.stdout}\n{result.stderr}\n")
+        if result.returncode != 0:
+            raise TerraformError(action, result.stderr)
+        return result.stdout
+
+    def prepare(self, variables: dict) -> None:
+        """Copy the module into the cluster's own folder (its own state), write the tfvars, init."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        for source in MODULE_DIR.glob("*.tf"):
+            shutil.copyfile(source, self.workdir / source.name)
+        (self.workdir / "terraform.tfvars.json").write_text(json.dumps(variables, indent=2, sort_keys=True))
+        self.run("init", "-input=false", "-no-color")
+
+    def apply(self) -> None:
+        self.run("apply", "-input=false", "-auto-approve", "-no-color")
+
+    def destroy(self) -> None:
+        self.run("destroy", "-input=false", "-auto-approve", "-no-color")
+
+    def outputs(self) -> "TerraformOutputs":
+        return TerraformOutputs.parse(json.loads(self.run("output", "-json", "-no-color") or "{}"))
+
+
+@dataclass
+class GcpInstance:
+    # VM name, e.g. demo-0 (index 0 is the chief).
+    name: str
+    # Zone, e.g. us-west1-b.
+    zone: str
+    # Address the other workers use (TF_CONFIG).
+    internal_ip: str
+    # Address the laptop uses for SSH.
+    external_ip: str
+
+
+@dataclass
+class TerraformOutputs:
+    # VMs in worker order.
+    instances: list[GcpInstance]
+    # Cluster bucket name.
+    bucket: str
+    # The VMs' service account email.
+    service_account: str
+    # Labels on every VM.
+    labels: dict[str, str]
+
+    @classmethod
+    def parse(cls, raw: dict) -> "TerraformOutputs":
+        """From `terraform output -json`: {"name": {"value": ..., "type": ..., "sensitive": ...}}."""
+        try:
+            value = {name: item["value"] for name, item in raw.items()}
+            instances = [GcpInstance(name=vm["name"], zone=vm["zone"].rsplit("/", 1)[-1],
+                                     internal_ip=vm["internal_ip"], external_ip=vm["external_ip"])
+                         for vm in value["instances"]]
+            return cls(instances, value["bucket"], value["service_account"], dict(value.get("labels", {})))
+        except (KeyError, TypeError) as error:
+            raise ClusterError(f"terraform outputs are incomplete ({error}); run `invoke up` again") from None

@@ -1,0 +1,163 @@
+"""The attempt loop of a run: start, follow with a live console, fail fast, retry, summarise."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+
+from rich.status import Status
+
+from tfcluster import launch, ui
+from tfcluster.commands.common import console
+from tfcluster.config import Settings
+from tfcluster.errors import TrainingFailed
+from tfcluster.state import RunRecord, StateStore
+
+
+def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
+                  plans: list[launch.WorkerPlan]) -> RunRecord:
+    progress = launch.Progress()
+    started = time.time()
+    failure: launch.AttemptResult | None = None
+    # Ctrl-C sets a flag that the follow loop checks each tick, instead of raising
+    # KeyboardInterrupt wherever the main thread happens to be (a lock, a thread pool).
+    interrupted = threading.Event()
+    previous_handler = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
+    try:
+        for attempt in range(1, run.retries + 2):
+            run.attempts = attempt
+            store.save_run(run)
+            if attempt > 1:
+                console.print(f"[yellow]↻ Retrying: attempt {attempt} of {run.retries + 1}, "
+                              "resuming from the last checkpoint[/]")
+                backend.before_retry([plan.host for plan in plans], run.run_id)
+            failure = _one_attempt(settings, plans, attempt, progress, interrupted.is_set)
+            if failure is None or failure.interrupted:
+                break
+            _report_failure(failure, plans)
+            launch.stop_attempt(plans, attempt, settings.stop_grace_seconds)
+            if interrupted.is_set():
+                break
+        if interrupted.is_set():
+            console.print("\n[yellow]Interrupted: stopping every worker...[/]")
+            launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
+            _finish(store, run, "stopped", progress, started)
+            raise TrainingFailed(f"run {run.run_id} stopped by Ctrl-C; no worker is left running")
+    finally:
+        signal.signal(signal.SIGINT, previous_handler)
+
+    outcome = "succeeded" if failure is None else "failed"
+    with console.status("Collecting logs and results..."):
+        local_model = backend.collect([plan.host for plan in plans], run.run_id,
+                                      store.run_dir(run.run_id), failure is None)
+    if local_model and progress.model_dir and progress.model_dir != local_model:
+        # Fetched from the chief's host: point the summary at the local copy.
+        for name in ("keras_path", "saved_model_path"):
+            remote = getattr(progress, name)
+            if remote:
+                setattr(progress, name, remote.replace(progress.model_dir, local_model, 1))
+        progress.model_dir = local_model
+    _finish(store, run, outcome, progress, started)
+    _print_summary(run, progress, time.time() - started)
+    if failure is not None:
+        plan, status = failure.failures[0]
+        raise TrainingFailed(f"run {run.run_id} failed: {plan.name} ({plan.task}) {status.describe()}"
+                             f" after {run.attempts} attempt(s); see `invoke logs --worker {plan.index}`")
+    return run
+
+
+def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progress, should_stop):
+    waiting = Status(f"Starting {len(plans)} workers (attempt {attempt})...", console=console)
+    waiting.start()
+    spinning = True
+
+    def on_line(plan, line):
+        console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
+
+    def on_event(plan, event):
+        nonlocal spinning
+        progress.update(plan, event, attempt)
+        if plan.index != 0:
+            return
+        kind = event["event"]
+        if kind == "first_step" and spinning:
+            waiting.stop()
+            spinning = False
+        if kind == "strategy":
+            console.print(ui.prefixed(0, plan.name, f"MultiWorkerMirroredStrategy: "
+                                      f"{event.get('replicas_in_sync')} replicas in sync, global batch "
+                                      f"{event.get('global_batch')}, shard policy {event.get('shard_policy')}",
+                                      ), style="bold", soft_wrap=True)
+        elif kind == "epoch_end":
+            console.print(ui.prefixed(0, plan.name, f"epoch {event.get('epoch')}/{event.get('epochs')}  "
+                                      + ui.format_metrics(event.get("metrics", {}))), style="bold", soft_wrap=True)
+
+    def on_tick(statuses):
+        if spinning:
+            running = sum(status.state == launch.RUNNING for status in statuses)
+            waiting.update(f"Attempt {attempt}: {running}/{len(plans)} workers running, "
+                           "waiting for the first training step...")
+
+    follower = launch.LogFollower(plans, from_end=True)
+    launch.start_attempt(plans, attempt)
+    try:
+        result = launch.follow_attempt(plans, attempt, follower, on_line, on_event, on_tick, should_stop)
+    finally:
+        if spinning:
+            waiting.stop()
+    return None if result.ok else result
+
+
+def _report_failure(result: launch.AttemptResult, plans) -> None:
+    for plan, status in result.failures:
+        console.print(f"[bold red]✗ {plan.name} ({plan.task} on {plan.host.record.endpoint}) "
+                      f"{status.describe()}.[/] Last lines of its log:")
+        for line in launch.log_tail(plan):
+            console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
+    console.print("[red]Stopping the other workers (fail fast)...[/]")
+
+
+def _finish(store, run: RunRecord, outcome: str, progress: launch.Progress, started: float) -> None:
+    run.outcome = outcome
+    run.ended_at = time.time()
+    run.summary = {
+        "replicas_in_sync": progress.replicas_in_sync,
+        "epochs": progress.epochs,
+        "last_epoch": progress.last_epoch,
+        "resumed_at": {str(k): v for k, v in progress.resumed_at.items()},
+        "metrics": progress.metrics,
+        "model_dir": progress.model_dir,
+        "keras_path": progress.keras_path,
+        "saved_model_path": progress.saved_model_path,
+        "chance": progress.chance,
+        "first_step_at": progress.first_step_at,
+        "scratch_dirs": {str(k): v for k, v in progress.scratch_dirs.items()},
+        "scratch_removed": progress.scratch_removed,
+        "wall_seconds": round(run.ended_at - started, 2),
+    }
+    store.save_run(run)
+
+
+def _print_summary(run: RunRecord, progress: launch.Progress, wall: float) -> None:
+    table = ui.table(f"Run {run.run_id}: {run.outcome}", ["", ""])
+    table.show_header = False
+    table.add_row("workers", str(run.workers))
+    table.add_row("replicas in sync", str(progress.replicas_in_sync or "n/a"))
+    if progress.epochs:
+        table.add_row("epochs", f"{progress.last_epoch}/{progress.epochs}")
+    resumed = {a: e for a, e in progress.resumed_at.items() if a > 1}
+    table.add_row("attempts", str(run.attempts))
+    for attempt, epoch in sorted(resumed.items()):
+        redo = f"epochs 1-{epoch - 1} not redone" if epoch > 1 else "no checkpoint yet, started over"
+        table.add_row(f"attempt {attempt}", f"resumed at epoch {epoch} ({redo})")
+    if progress.metrics:
+        table.add_row("final metrics", ui.format_metrics(progress.metrics))
+    if "val_accuracy" in progress.metrics and progress.chance:
+        table.add_row("validation accuracy",
+                      f"{progress.metrics['val_accuracy']:.3f} (chance {progress.chance:.3f})")
+    table.add_row("model", progress.keras_path or "n/a")
+    if progress.saved_model_path:
+        table.add_row("SavedModel", progress.saved_model_path)
+    table.add_row("wall time", ui.duration(wall))
+    console.print(table)

@@ -1,0 +1,157 @@
+"""Cluster lifecycle: up, status (with VMs and the idle watchdog), idle, down."""
+
+from __future__ import annotations
+
+import time
+
+from tfcluster import tfconfig, ui
+from tfcluster.backends import Backend
+from tfcluster.commands.common import (active_run, backend_for_cluster, backend_named, console,
+                                       require_cluster, run_state, run_statuses)
+from tfcluster.commands.runs import stop
+from tfcluster.config import Settings, parse_int
+from tfcluster.errors import ClusterError, ConfigError, TfClusterError
+from tfcluster.state import ClusterState, StateStore
+
+
+def up(settings: Settings) -> ClusterState:
+    store = StateStore(settings)
+    existing = store.load_cluster()
+    if existing is not None and existing.status != "up":
+        console.print(f"Resuming the unfinished `up` of cluster '{existing.name}'...")
+        existing = None
+    if existing is not None:
+        if existing.backend != settings.backend or existing.workers != settings.workers:
+            raise ClusterError(
+                f"cluster '{existing.name}' is already up with {existing.workers} {existing.backend} "
+                f"workers; run `invoke down` first to recreate it with {settings.workers} "
+                f"{settings.backend} workers")
+        backend = backend_named(existing.backend, store)
+        backend.refresh(existing, settings)
+        console.print(f"Cluster [bold]{existing.name}[/] is already up: {existing.workers} "
+                      f"{existing.backend} workers. Nothing re-created.")
+        return existing
+    with console.status(f"Creating {settings.backend} cluster '{settings.cluster}' "
+                        f"with {settings.workers} workers..."):
+        cluster = backend_named(settings.backend, store).up(settings, None)
+        store.save_cluster(cluster)
+    console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is up: {cluster.workers} "
+                  f"{cluster.backend} workers ({', '.join(h.endpoint for h in cluster.hosts)}).")
+    console.print("  Next: invoke train --workers N   (state: "
+                  f"{store.cluster_file})")
+    return cluster
+
+
+def status(settings: Settings) -> dict:
+    store = StateStore(settings)
+    cluster = require_cluster(store)
+    table = ui.table(f"Cluster {cluster.name} ({cluster.backend}), up since {ui.when(cluster.created_at)}",
+                     ["worker", "task", "TF endpoint"])
+    for index, host in enumerate(cluster.hosts):
+        task_type, task_index = tfconfig.task_of(index)
+        table.add_row(f"[{ui.worker_colour(index)}]{host.name}[/]", f"{task_type}:{task_index}", host.endpoint)
+    console.print(table)
+    backend = backend_for_cluster(store, cluster)
+    rows = backend.vm_rows(cluster, settings) if cluster.status == "up" else []
+    if rows:
+        vms = ui.table("VMs", ["VM", "state", "uptime", "cost so far"])
+        for row in rows:
+            vms.add_row(row.name, row.status, ui.duration(row.uptime_seconds), f"${row.cost_so_far:.2f}")
+        console.print(vms)
+    _print_watchdog(backend, cluster)
+    run = store.latest_run()
+    if run is None:
+        console.print("No run yet. Start one with: invoke train")
+        return {"cluster": cluster.name, "run": None}
+    pairs = run_statuses(store, cluster, run)
+    state = run_state(run, [s for _, s in pairs])
+    colour = {"running": "yellow", "succeeded": "green"}.get(state, "red")
+    table = ui.table(f"Run {run.run_id}: [{colour}]{state}[/], attempt {run.attempts} of "
+                     f"{run.retries + 1}, started {ui.when(run.started_at)}",
+                     ["worker", "state", "pid", "exit code"])
+    for plan, worker in pairs:
+        table.add_row(f"[{ui.worker_colour(plan.index)}]{plan.name}[/]", worker.state,
+                      str(worker.pid or "-"), "-" if worker.exit_code is None else str(worker.exit_code))
+    console.print(table)
+    if run.summary.get("metrics"):
+        console.print("final metrics: " + ui.format_metrics(run.summary["metrics"]))
+    if run.summary.get("keras_path"):
+        console.print(f"model: {run.summary['keras_path']}")
+    return {"cluster": cluster.name, "run": run.run_id, "state": state,
+            "workers": {plan.name: worker.state for plan, worker in pairs}}
+
+
+def _print_watchdog(backend: Backend, cluster: ClusterState) -> None:
+    """Per host: busy or idle, idle for how long, when the watchdog acts, the hypervisor deadline."""
+    try:
+        statuses = backend.watchdog_status(cluster)
+        if not statuses:
+            return  # This backend has no watchdog.
+        deadlines = backend.hypervisor_deadlines(cluster)
+    except TfClusterError as error:
+        console.print(f"[yellow]Watchdog status unavailable: {error}[/]")
+        return
+    table = ui.table("Idle shutdown", ["worker", "now", "idle for", "watchdog acts", "hypervisor deadline"])
+    now = time.time()
+    for record in cluster.hosts:
+        status = statuses.get(record.name)
+        deadline = deadlines.get(record.name)
+        deadline_text = "none (own host)" if deadline is None and cluster.backend == "ssh" else (
+            f"{ui.when(deadline)} (in {ui.duration(deadline - now)})" if deadline else "-")
+        if status is None:
+            table.add_row(record.name, "no watchdog", "-", "-", deadline_text)
+            continue
+        state = "busy" if status.get("busy") else "idle"
+        if not status.get("idle_minutes"):
+            acts = "off (`invoke idle --minutes N` turns it on)"
+        elif status.get("acts_at"):
+            acts = f"{status.get('action')} at {ui.when(status['acts_at'])} (in {ui.duration(status['acts_at'] - now)})"
+        else:
+            acts = f"{status.get('action')} after {status.get('idle_minutes'):g} idle min"
+        table.add_row(record.name, state, ui.duration(status.get("idle_seconds", 0)), acts, deadline_text)
+    console.print(table)
+
+
+def idle(settings: Settings, minutes: int | None, off: bool) -> int:
+    """Change the idle watchdog on a live cluster; returns the new idle minutes (0 = off)."""
+    if off == (minutes is not None):
+        raise ConfigError("give exactly one of --minutes N or --off")
+    value = 0 if off else parse_int("minutes", minutes, 1)
+    if value > 1440:
+        raise ConfigError(f"minutes must be between 1 and 1440 (got {value})")
+    store = StateStore(settings)
+    cluster = require_cluster(store)
+    backend = backend_for_cluster(store, cluster)
+    backend.set_idle(cluster, value, settings.idle_action)
+    if value:
+        console.print(f"[green]✓[/] The watchdog now {settings.idle_action}s each machine after {value} idle "
+                      "minutes (from its next poll, within 60 s).")
+    else:
+        console.print("[yellow]Idle watchdog off[/] until the next `invoke up`; the hypervisor deadline "
+                      "(gcp) and `invoke down` still stop the spending.")
+    return value
+
+
+def down(settings: Settings, keep: bool = False) -> None:
+    store = StateStore(settings)
+    cluster = store.load_cluster()
+    if cluster is None:
+        console.print(f"Cluster '{settings.cluster}' is not up. Nothing to do.")
+        return
+    if active_run(store, cluster):
+        stop(settings)
+    backend = backend_for_cluster(store, cluster)
+    leftovers = backend.leftover_processes(cluster)
+    if leftovers:
+        backend.kill_leftovers(cluster)
+        deadline = time.monotonic() + 10
+        while leftovers and time.monotonic() < deadline:
+            time.sleep(0.1)
+            leftovers = backend.leftover_processes(cluster)
+    if leftovers:
+        raise ClusterError(f"could not end {len(leftovers)} process(es) of cluster '{cluster.name}': "
+                           f"{'; '.join(leftovers)}; kill them by hand, then run `invoke down` again")
+    backend.teardown(cluster, keep)
+    store.remove_cluster()
+    console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is down: verified that no worker "
+                  f"process is left. Run results stay in {store.runs_dir}.")

@@ -1,0 +1,67 @@
+"""Helpers every command shares: the console, the backend of a cluster, a run's workers and state."""
+
+from __future__ import annotations
+
+from tfcluster import launch, ui
+from tfcluster.backends import Backend, get_backend
+from tfcluster.errors import ClusterError
+from tfcluster.state import ClusterState, RunRecord, StateStore
+
+console = ui.console
+
+
+def backend_named(name: str, store: StateStore) -> Backend:
+    return get_backend(name, store, announce=lambda text: console.print(f"[yellow]![/] {text}"))
+
+
+def require_cluster(store: StateStore) -> ClusterState:
+    cluster = store.load_cluster()
+    if cluster is None:
+        raise ClusterError(f"no cluster '{store.cluster_name}' is up; run: invoke up")
+    return cluster
+
+
+def active_run(store: StateStore, cluster: ClusterState) -> tuple[RunRecord, list] | None:
+    run = store.latest_run()
+    if run is None or run.outcome is not None or run.attempts == 0:
+        return None
+    plans = plans_for(store, cluster, run)
+    statuses = [launch.worker_status(plan, run.attempts) for plan in plans]
+    if any(status.state in (launch.RUNNING, launch.STARTING) for status in statuses):
+        return run, plans
+    return None
+
+
+def plans_for(store: StateStore, cluster: ClusterState, run: RunRecord,
+               env: dict[str, str] | None = None) -> list[launch.WorkerPlan]:
+    hosts = backend_for_cluster(store, cluster).hosts(cluster)[: run.workers]
+    return launch.build_plans(hosts, run.run_id, run.command, env or {})
+
+
+def backend_for_cluster(store: StateStore, cluster: ClusterState):
+    return backend_named(cluster.backend, store)
+
+
+def run_statuses(store, cluster, run) -> list[tuple[launch.WorkerPlan, launch.WorkerStatus]]:
+    plans = plans_for(store, cluster, run)
+    return [(plan, launch.worker_status(plan, max(run.attempts, 1))) for plan in plans]
+
+
+def run_state(run: RunRecord, statuses: list[launch.WorkerStatus]) -> str:
+    """The run's state from its record and, if the launcher is gone, from the workers' files."""
+    if run.outcome is not None:
+        return run.outcome
+    states = {status.state for status in statuses}
+    if states & {launch.RUNNING, launch.STARTING}:
+        return "running"
+    if states == {launch.SUCCEEDED}:
+        return "succeeded"
+    return "failed"
+
+
+def run_or_latest(store: StateStore, run_id: str | None) -> RunRecord:
+    run = store.load_run(run_id) if run_id else store.latest_run()
+    if run is None:
+        raise ClusterError(f"no run {'named ' + run_id if run_id else 'yet'} for cluster "
+                           f"'{store.cluster_name}'; start one with: invoke train")
+    return run

@@ -1,0 +1,81 @@
+"""Data and results: TFRecords from images (and to the bucket), pull from the bucket, TensorBoard."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from tfcluster import launch
+from tfcluster.commands.common import console, require_cluster, run_or_latest
+from tfcluster.config import Settings, parse_int
+from tfcluster.errors import ClusterError, ConfigError, TfClusterError
+from tfcluster.state import StateStore
+
+
+def data(settings: Settings, src: str | None, out: str | None, synthetic: bool,
+         image_size: int | None = None) -> Path:
+    """Run trainer/create_tfrecords.py; the default output is where `train` looks."""
+    if bool(src) == bool(synthetic):
+        raise ConfigError("give exactly one of --src IMAGE_FOLDER or --synthetic")
+    if src and not Path(src).expanduser().is_dir():
+        raise ConfigError(f"--src {src} is not a folder; give a folder with one sub-folder per class")
+    store = StateStore(settings)
+    target = Path(out or settings.data_dir or store.synthetic_data_dir).expanduser()
+    argv = [settings.python or sys.executable, "-m", "trainer.create_tfrecords", "--out", str(target)]
+    argv += ["--synthetic"] if synthetic else ["--src", str(Path(src).expanduser())]
+    if image_size is not None:
+        argv += ["--image-size", str(parse_int("image_size", image_size, 1))]
+    result = subprocess.run(argv, cwd=str(Path(launch.__file__).resolve().parent.parent))
+    if result.returncode != 0:
+        raise TfClusterError(f"create_tfrecords failed (exit {result.returncode}); see the error above")
+    cluster = store.load_cluster()
+    if cluster is not None and cluster.bucket:
+        from tfcluster.backends.gcp import storage as gcs
+
+        url = f"gs://{cluster.bucket}/data/{target.name}"
+        with console.status(f"Uploading the shards to {url} ..."):
+            names = gcs.upload_dir(gcs.client(cluster.project), target, url)
+        cluster.data_url = url
+        store.save_cluster(cluster)
+        console.print(f"[green]✓[/] Uploaded {len(names)} files to {url}; `invoke train` reads them from there.")
+        return target
+    if not settings.data_dir and out and Path(out).resolve() != store.synthetic_data_dir:
+        console.print(f"Train on it with: INVOKE_TFCLUSTER_DATA_DIR={target} invoke train "
+                      "(or set tfcluster.data_dir in invoke.yaml)")
+    return target
+
+
+def pull(settings: Settings, run_id: str | None = None) -> Path:
+    """Download a run's model and TensorBoard logs from the cluster bucket into its run folder."""
+    from tfcluster.backends.gcp import storage as gcs
+
+    store = StateStore(settings)
+    cluster = require_cluster(store)
+    if not cluster.bucket:
+        raise ClusterError(f"cluster '{cluster.name}' has no bucket: `train` already fetched the results "
+                           f"into {store.runs_dir}")
+    run = run_or_latest(store, run_id)
+    storage = gcs.client(cluster.project)
+    destination = store.run_dir(run.run_id) / "output"
+    count = 0
+    for part in ("model", "tensorboard"):
+        url = f"gs://{cluster.bucket}/runs/{run.run_id}/{part}"
+        count += len(gcs.download_prefix(storage, url, destination / part))
+    if count == 0:
+        raise ClusterError(f"nothing under gs://{cluster.bucket}/runs/{run.run_id}/ yet (did the run finish?)")
+    console.print(f"[green]✓[/] Downloaded {count} files of run {run.run_id} into {destination}")
+    return destination
+
+
+def tensorboard_logdir(settings: Settings, run_id: str | None = None) -> str:
+    """A run's TensorBoard folder: on the bucket for gcp clusters, else the local run folder."""
+    store = StateStore(settings)
+    run = run_or_latest(store, run_id)
+    cluster = store.load_cluster()
+    if cluster is not None and cluster.bucket:
+        return f"gs://{cluster.bucket}/runs/{run.run_id}/tensorboard"
+    logdir = store.run_dir(run.run_id) / "output" / "tensorboard"
+    if not logdir.exists():
+        raise ClusterError(f"run {run.run_id} has no TensorBoard logs at {logdir}")
+    return str(logdir)

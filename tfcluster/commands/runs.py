@@ -1,0 +1,72 @@
+"""A run after it started: logs (re-attaching with --follow) and stop."""
+
+from __future__ import annotations
+
+import time
+
+from tfcluster import launch, ui
+from tfcluster.commands.common import (active_run, console, plans_for, require_cluster, run_or_latest,
+                                       run_state)
+from tfcluster.config import Settings, parse_int
+from tfcluster.errors import ClusterError, ConfigError
+from tfcluster.state import StateStore
+from trainer import events
+
+
+def _print_new_lines(follower: launch.LogFollower, flush: bool = False) -> None:
+    for plan, line in follower.poll(flush):
+        if events.PREFIX not in line:
+            console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
+
+
+def logs(settings: Settings, worker: int | None, follow: bool, run_id: str | None = None) -> str:
+    store = StateStore(settings)
+    run = run_or_latest(store, run_id)
+    selected = None
+    if worker is not None:
+        selected = parse_int("worker", worker, 0)
+        if selected >= run.workers:
+            raise ConfigError(f"worker must be between 0 and {run.workers - 1} for run {run.run_id} "
+                              f"(got {selected})")
+    cluster = store.load_cluster()
+    if cluster is None:
+        if follow:
+            raise ClusterError(f"cluster '{settings.cluster}' is down; run `invoke logs` without --follow")
+        # The cluster is gone but the run folder stays: read the local copies.
+        for index in range(run.workers):
+            path = store.run_dir(run.run_id) / f"worker-{index}.log"
+            if (selected is None or index == selected) and path.exists():
+                for line in path.read_text(errors="replace").splitlines():
+                    console.print(ui.prefixed(index, f"worker-{index}", line), soft_wrap=True)
+        return run.outcome or "unknown"
+
+    plans = plans_for(store, cluster, run)
+    follower = launch.LogFollower([plan for plan in plans if selected is None or plan.index == selected])
+    attempt = max(run.attempts, 1)
+    while True:
+        _print_new_lines(follower)
+        current = store.load_run(run.run_id) or run
+        state = run_state(current, [launch.worker_status(plan, attempt) for plan in plans])
+        if not follow or (state != "running" and current.attempts == attempt):
+            _print_new_lines(follower, flush=True)
+            if follow:
+                console.print(f"Run {run.run_id} {state}.")
+            return state
+        attempt = current.attempts  # A retry started: follow the new attempt.
+        time.sleep(launch.POLL_SECONDS)
+
+
+def stop(settings: Settings) -> str | None:
+    store = StateStore(settings)
+    cluster = require_cluster(store)
+    active = active_run(store, cluster)
+    if active is None:
+        console.print("No run is active.")
+        return None
+    run, plans = active
+    with console.status(f"Stopping run {run.run_id}..."):
+        launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
+    run.outcome, run.ended_at = "stopped", time.time()
+    store.save_run(run)
+    console.print(f"[green]✓[/] Run {run.run_id} stopped; no worker is left running.")
+    return run.run_id

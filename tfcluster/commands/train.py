@@ -1,0 +1,158 @@
+"""`train`: check the request, stage code and data, and hand the plans to the attempt loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfcluster import launch, ui
+from tfcluster.backends import Payload
+from tfcluster.commands.attempts import run_attempts
+from tfcluster.commands.common import active_run, backend_for_cluster, console, require_cluster
+from tfcluster.config import Settings, parse_int
+from tfcluster.errors import ClusterError, ConfigError, TfClusterError
+from tfcluster.state import ClusterState, RunRecord, StateStore
+
+
+@dataclass
+class TrainRequest:
+    # Workers to use; None means all of the cluster's.
+    workers: int | None
+    # A user's script to run instead of the bundled trainer.
+    script: str | None
+    # Folder shipped with --script to remote hosts (it must contain the script).
+    project: str | None
+    # Arguments after `--`, passed to the trainer or script.
+    trainer_args: list[str]
+    # Restarts after a failure (None: the configured default).
+    retries: int | None
+    # Print the plan and start nothing.
+    dry_run: bool
+
+
+def ensure_synthetic_data(store: StateStore, python: str) -> Path:
+    """The built-in demo TFRecords, generated once (in a subprocess: the launcher stays TF-free)."""
+    data_dir = store.synthetic_data_dir
+    if (data_dir / "manifest.json").exists():
+        return data_dir
+    with console.status("Generating the built-in synthetic shapes dataset (once)..."):
+        result = subprocess.run([python, "-m", "trainer.create_tfrecords", "--synthetic",
+                                 "--out", str(data_dir)], capture_output=True, text=True,
+                                cwd=str(Path(launch.__file__).resolve().parent.parent))
+    if result.returncode != 0:
+        tail = " | ".join(result.stderr.strip().splitlines()[-3:])
+        raise TfClusterError(f"could not generate the synthetic dataset in {data_dir}: {tail}")
+    return data_dir
+
+
+def _worker_count(requested: int | None, cluster: ClusterState) -> int:
+    if requested is None:
+        return cluster.workers
+    count = parse_int("workers", requested, 1)
+    if count > cluster.workers:
+        raise ConfigError(
+            f"workers must be between 1 and {cluster.workers}, the size of cluster "
+            f"'{cluster.name}' (got {count}); use --workers {cluster.workers} or "
+            f"`invoke down && invoke up --workers {count}`")
+    return count
+
+
+def _script_and_project(request: TrainRequest) -> tuple[Path | None, Path | None]:
+    if not request.script:
+        if request.project:
+            raise ConfigError("--project goes with --script (the script to run inside it)")
+        return None, None
+    script = Path(request.script).expanduser()
+    if not script.is_file():
+        raise ConfigError(f"--script {request.script} does not exist or is not a file; "
+                          "give the path of a Python training script")
+    script = script.resolve()
+    if not request.project:
+        return script, None
+    project = Path(request.project).expanduser().resolve()
+    if not project.is_dir():
+        raise ConfigError(f"--project {request.project} is not a folder")
+    if project not in script.parents:
+        raise ConfigError(f"--script {request.script} must be inside --project {request.project}")
+    return script, project
+
+
+def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
+    store = StateStore(settings)
+    cluster = require_cluster(store)
+    workers = _worker_count(request.workers, cluster)
+    retries = settings.retries if request.retries is None else parse_int("retries", request.retries, 0)
+    script, project = _script_and_project(request)
+    backend = backend_for_cluster(store, cluster)
+    hosts = backend.hosts(cluster)[:workers]
+    python = settings.python or (sys.executable if cluster.backend == "local" else cluster.python)
+
+    # Where the data comes from, first match wins: a configured gs:// or local folder, the
+    # bucket copy `invoke data` made for this cluster, else (bundled trainer) the synthetic set.
+    data_dir: Path | None = None  # Local TFRecords, shipped to remote hosts.
+    remote_data = ""  # gs:// TFRecords the workers read directly.
+    if settings.data_dir.startswith("gs://"):
+        remote_data = settings.data_dir
+    elif settings.data_dir:
+        data_dir = Path(settings.data_dir).expanduser()
+        if not (data_dir / "manifest.json").exists():
+            raise ConfigError(f"data_dir {settings.data_dir} has no manifest.json; create it with "
+                              "`invoke data --src IMAGES --out DIR`")
+    elif cluster.data_url:
+        remote_data = cluster.data_url
+    elif script is None:
+        data_dir = store.synthetic_data_dir  # Generated below, unless this is a dry run.
+    payload = Payload(python=python, script=script, project=project, data_dir=data_dir,
+                      args=list(request.trainer_args))
+    run_id = store.new_run_id()
+    common_env = {
+        "TFCLUSTER_CLUSTER_ID": cluster.cluster_id,
+        "AIP_MODEL_DIR": "{run_root}/output/model",
+        "AIP_CHECKPOINT_DIR": "{run_root}/output/checkpoints",
+        "AIP_TENSORBOARD_LOG_DIR": "{run_root}/output/tensorboard",
+        "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+    }
+
+    if remote_data:
+        common_env["TFCLUSTER_DATA_DIR"] = remote_data
+
+    if request.dry_run:
+        argv = [python, "-u", "-m", "trainer.task"] if script is None else [python, "-u", str(script)]
+        plans = launch.build_plans(hosts, run_id, argv + payload.args, common_env)
+        _print_plan(plans)
+        return None
+
+    if active_run(store, cluster):
+        raise ClusterError(f"a run is still active on cluster '{cluster.name}'; "
+                           "watch it with `invoke logs --follow` or end it with `invoke stop`")
+    with console.status(f"Preflight on {len(hosts)} {cluster.backend} host(s)..."):
+        backend.preflight(cluster, hosts, need_tensorflow=script is None)
+    if data_dir == store.synthetic_data_dir:
+        ensure_synthetic_data(store, sys.executable)
+    with console.status("Staging code and data..."):
+        staged = backend.stage(cluster, hosts, run_id, payload)
+    skipped = [name for name, uploaded in staged.uploaded.items() if not uploaded]
+    if cluster.backend != "local":
+        console.print(f"Code and data: uploaded to {len(hosts) - len(skipped)} host(s), "
+                      f"unchanged (same content hash) on {len(skipped)}.")
+    plans = launch.build_plans(hosts, run_id, staged.argv, {**common_env, **staged.env})
+    if cluster.bucket:
+        console.print(f"Outputs go to gs://{cluster.bucket}/runs/{run_id}/ (model, checkpoints, TensorBoard).")
+    run = RunRecord(run_id=run_id, cluster=cluster.name, workers=workers, command=staged.argv,
+                    retries=retries)
+    store.save_run(run)
+    return run_attempts(settings, store, backend, run, plans)
+
+
+def _print_plan(plans: list[launch.WorkerPlan]) -> None:
+    for plan in plans:
+        colour = ui.worker_colour(plan.index)
+        console.print(f"[bold {colour}]{plan.name}[/] ({plan.task}) on {plan.host.record.endpoint}")
+        console.print(f"  command:   {shlex.join(plan.argv)}")
+        console.print("  TF_CONFIG: " + json.dumps(json.loads(plan.tf_config)), soft_wrap=True)
+    console.print("[dim]Dry run: nothing was started.[/]")
