@@ -70,6 +70,9 @@ class Backend:
     """
 
     name: str = "?"
+    # Whether the machines stay after `down` (your own hosts): then what tfcluster left on a host
+    # that cannot be reached stays there, and `down` must say so instead of claiming it clean.
+    hosts_outlive_cluster: bool = False
 
     # ------------------------------------------------------------ required
 
@@ -115,6 +118,11 @@ class Backend:
     def refresh(self, cluster: ClusterState, settings: Settings) -> None:
         """`up` on a cluster that exists: bring stopped machines back and restore the configured
         idle settings. Default: nothing can have stopped, so nothing to do."""
+
+    def reachability(self, cluster: ClusterState) -> dict[str, str | None]:
+        """Per worker name: None when its machine answers, else why not (within a short deadline).
+        Default: empty, the machines are this one."""
+        return {}
 
     def vm_rows(self, cluster: ClusterState, settings: Settings) -> list[VmRow]:
         """One row per cloud VM with its state and cost so far. Default: no VMs that bill."""

@@ -21,11 +21,12 @@ def require_cluster(store: StateStore) -> ClusterState:
     return cluster
 
 
-def active_run(store: StateStore, cluster: ClusterState) -> tuple[RunRecord, list] | None:
+def active_run(store: StateStore, cluster: ClusterState,
+               backend: Backend | None = None) -> tuple[RunRecord, list] | None:
     run = store.latest_run()
     if run is None or run.outcome is not None or run.attempts == 0:
         return None
-    plans = plans_for(store, cluster, run)
+    plans = plans_for(store, cluster, run, backend=backend)
     statuses = [launch.worker_status(plan, run.attempts) for plan in plans]
     if any(status.state in (launch.RUNNING, launch.STARTING) for status in statuses):
         return run, plans
@@ -33,8 +34,8 @@ def active_run(store: StateStore, cluster: ClusterState) -> tuple[RunRecord, lis
 
 
 def plans_for(store: StateStore, cluster: ClusterState, run: RunRecord,
-               env: dict[str, str] | None = None) -> list[launch.WorkerPlan]:
-    hosts = backend_for_cluster(store, cluster).hosts(cluster)[: run.workers]
+              env: dict[str, str] | None = None, backend: Backend | None = None) -> list[launch.WorkerPlan]:
+    hosts = (backend or backend_for_cluster(store, cluster)).hosts(cluster)[: run.workers]
     return launch.build_plans(hosts, run.run_id, run.command, env or {})
 
 
@@ -42,8 +43,8 @@ def backend_for_cluster(store: StateStore, cluster: ClusterState):
     return backend_named(cluster.backend, store)
 
 
-def run_statuses(store, cluster, run) -> list[tuple[launch.WorkerPlan, launch.WorkerStatus]]:
-    plans = plans_for(store, cluster, run)
+def run_statuses(store, cluster, run, backend: Backend | None = None) -> list[tuple[launch.WorkerPlan, launch.WorkerStatus]]:
+    plans = plans_for(store, cluster, run, backend=backend)
     return [(plan, launch.worker_status(plan, max(run.attempts, 1))) for plan in plans]
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 from tfcluster import launch, ui
-from tfcluster.commands.common import (active_run, console, plans_for, require_cluster, run_or_latest,
+from tfcluster.backends import Backend
+from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster, run_or_latest,
                                        run_state)
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError
@@ -59,9 +60,17 @@ def logs(settings: Settings, worker: int | None, follow: bool, run_id: str | Non
 def stop(settings: Settings) -> str | None:
     store = StateStore(settings)
     cluster = require_cluster(store)
-    active = active_run(store, cluster)
-    if active is None:
+    stopped = stop_active_run(settings, store, cluster, backend_for_cluster(store, cluster))
+    if stopped is None:
         console.print("No run is active.")
+    return stopped
+
+
+def stop_active_run(settings: Settings, store: StateStore, cluster, backend: Backend) -> str | None:
+    """Stop the cluster's active run, if any, through ``backend`` (whose connections know
+    which hosts are gone already)."""
+    active = active_run(store, cluster, backend)
+    if active is None:
         return None
     run, plans = active
     with console.status(f"Stopping run {run.run_id}..."):

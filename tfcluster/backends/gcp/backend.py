@@ -62,6 +62,7 @@ class GcpBackend(SshBackend):
     """Terraform-provisioned GPU VMs reached with the cluster's own SSH key and pinned host keys."""
 
     name = "gcp"
+    hosts_outlive_cluster = False  # `terraform destroy` removes the VMs with whatever they hold.
 
     def workdir(self, cluster_name: str) -> Path:
         return self._store.root / "gcp" / cluster_name

@@ -8,17 +8,18 @@ from __future__ import annotations
 import io
 import shlex
 import tarfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
 from tfcluster.backends.base import Backend, Staged
 from tfcluster.backends.group import in_parallel
 from tfcluster.backends.ssh import watchdog
-from tfcluster.backends.ssh.connection import SshConnection, HostAddress, parse_hosts, pin_host_key
+from tfcluster.backends.ssh.connection import HostAddress, SshConnection, parse_hosts, pin_host_key
 from tfcluster.backends.ssh.host import SshHost
 from tfcluster.backends.ssh.mesh import check_tf_port_mesh
-from tfcluster.backends.ssh.sync import make_bundle, collect_files, upload_bundle
-from tfcluster.errors import ClusterError, ConfigError, HostErrors
+from tfcluster.backends.ssh.sync import collect_files, make_bundle, upload_bundle
+from tfcluster.errors import ClusterError, ConfigError, HostErrors, HostUnreachable
 from tfcluster.state import ClusterState, HostRecord
 
 
@@ -26,6 +27,7 @@ class SshBackend(Backend):
     """Workers on the user's own hosts: one worker per host entry, reached over SSH."""
 
     name = "ssh"
+    hosts_outlive_cluster = True
 
     def __init__(self, store, announce: Callable[[str], None] = print):
         self._store = store
@@ -105,6 +107,20 @@ class SshBackend(Backend):
 
     def hosts(self, cluster) -> list[SshHost]:
         return [SshHost(record, self._connection(cluster, record), cluster.python) for record in cluster.hosts]
+
+    def reachability(self, cluster) -> dict[str, str | None]:
+        """One trivial command per host, all at once; a host that does not answer is marked
+        broken, so every later call this process makes to it fails at once."""
+        def probe(host: SshHost) -> str | None:
+            try:
+                host.connection.shell("true")
+            except HostUnreachable as error:
+                return f"unreachable ({error.detail})"
+            return None
+
+        hosts = self.hosts(cluster)
+        with ThreadPoolExecutor(max_workers=min(32, len(hosts) or 1)) as pool:
+            return dict(zip([h.record.name for h in hosts], pool.map(probe, hosts)))
 
     def close(self) -> None:
         for connection in self._connections.values():
