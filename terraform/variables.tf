@@ -20,8 +20,8 @@ variable "cluster_name" {
   description = "Name of the cluster; prefixes every resource and labels them tfcluster-cluster=<name>."
   type        = string
   validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{0,20}$", var.cluster_name))
-    error_message = "cluster_name must be lowercase letters, digits and hyphens, starting with a letter, at most 21 characters."
+    condition     = can(regex("^[a-z][a-z0-9-]{1,19}[a-z0-9]$", var.cluster_name))
+    error_message = "cluster_name must be 3 to 21 lowercase letters, digits and hyphens, starting with a letter and not ending with a hyphen (it names the service account and the network tag)."
   }
 }
 

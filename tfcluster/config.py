@@ -18,6 +18,22 @@ BACKENDS = ("local", "ssh", "gcp")
 IDLE_ACTIONS = ("stop", "delete")
 TERMINATION_ACTIONS = ("STOP", "DELETE")
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+# On Google Cloud the name also makes the VM service account id "<name>-vm", which must be 6 to 30
+# characters matching [a-z][-a-z0-9]*[a-z0-9] (IAM: projects.serviceAccounts.create, accountId), and
+# the network tag "tfcluster-<name>", which must end with a letter or digit (RFC 1035 labels:
+# https://cloud.google.com/vpc/docs/add-remove-network-tags). terraform/variables.tf validates
+# cluster_name with this same pattern; tests/test_config.py checks that the two agree.
+GCP_CLUSTER_NAME = r"^[a-z][a-z0-9-]{1,19}[a-z0-9]$"
+# Most vCPUs and GB of memory an N1 VM may have with N GPUs of a model attached, from Google's
+# "GPU machine types" page, N1 general-purpose section: https://cloud.google.com/compute/docs/gpus
+# (T4: 1, 2 or 4 GPUs; V100: 1, 2, 4 or 8).
+N1_GPU_LIMITS = {
+    ("nvidia-tesla-t4", 1): (48, 312), ("nvidia-tesla-t4", 2): (48, 312), ("nvidia-tesla-t4", 4): (96, 624),
+    ("nvidia-tesla-v100", 1): (12, 78), ("nvidia-tesla-v100", 2): (24, 156),
+    ("nvidia-tesla-v100", 4): (48, 312), ("nvidia-tesla-v100", 8): (96, 624),
+}
+# GB of memory per vCPU of the predefined N1 families (https://cloud.google.com/compute/docs/general-purpose-machines#n1_machines).
+N1_MEMORY_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
 
 
 @dataclass(frozen=True)
@@ -169,6 +185,8 @@ def validate(values: Mapping[str, Any]) -> Settings:
     gpu_count = parse_int("gpu_count", values["gpu_count"], 0)
     if gpu_count not in (0, 1, 2, 4, 8):
         raise ConfigError(f"gpu_count must be one of 0, 1, 2, 4, 8 (got {gpu_count})")
+    if backend == "gcp":
+        _check_gcp_names_and_shape(cluster, machine_type, gpu, gpu_count)
     operator_cidr = str(values["operator_cidr"] or "")
     if operator_cidr.endswith("/0"):
         raise ConfigError("operator_cidr must not open SSH to the world (got a /0); use your IP as A.B.C.D/32")
@@ -211,3 +229,27 @@ def validate(values: Mapping[str, Any]) -> Settings:
         retries=parse_int("retries", values["retries"], 0),
         stop_grace_seconds=grace,
     )
+
+
+def _check_gcp_names_and_shape(cluster: str, machine_type: str, gpu: str, gpu_count: int) -> None:
+    """Refuse what Google would refuse, before anything is created."""
+    if not re.match(GCP_CLUSTER_NAME, cluster):
+        raise ConfigError(f"cluster must be 3 to 21 characters on gcp: lowercase letters, digits and dashes, "
+                          f"starting with a letter and not ending with a dash (got {cluster!r}); Google builds "
+                          "the service account id and network tag from it")
+    if gpu_count == 0:
+        return
+    model = {"t4": "nvidia-tesla-t4", "v100": "nvidia-tesla-v100"}.get(gpu, gpu)
+    limits = N1_GPU_LIMITS.get((model, gpu_count))
+    if limits is None:
+        counts = sorted(count for name, count in N1_GPU_LIMITS if name == model)
+        raise ConfigError(f"gpu_count must be one of {', '.join(map(str, counts))} for {model} on N1 "
+                          f"(got {gpu_count})")
+    _, family, size = machine_type.split("-")
+    vcpus, memory = int(size), N1_MEMORY_PER_VCPU[family] * int(size)
+    max_vcpus, max_memory = limits
+    if vcpus > max_vcpus or memory > max_memory:
+        raise ConfigError(f"machine_type {machine_type} ({vcpus} vCPUs, {memory:g} GB) is too large for "
+                          f"{gpu_count} x {model}: Google allows at most {max_vcpus} vCPUs and {max_memory} GB "
+                          "with that many; pick a smaller N1 type or attach more GPUs "
+                          "(https://cloud.google.com/compute/docs/gpus)")
