@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import hcl2
 import pytest
@@ -22,9 +23,9 @@ TF = REPO / "terraform"
 OPTIONS = SerializationOptions(strip_string_quotes=True, explicit_blocks=False)
 
 
-def parse(name: str) -> dict:
-    with open(TF / name) as handle:
-        return hcl2.load(handle, serialization_options=OPTIONS)
+def parse(name: str, directory: Path = TF, options: SerializationOptions = OPTIONS) -> dict:
+    with open(directory / name) as handle:
+        return hcl2.load(handle, serialization_options=options)
 
 
 def resources(kind: str) -> dict:
