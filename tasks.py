@@ -119,11 +119,12 @@ def stop(c, cluster: Optional[str] = None):
 
 
 @task(help={"cluster": "cluster name (default: default)",
-            "keep": "ssh: keep the run folders on the hosts"})
+            "keep": "ssh: keep the run folders on the hosts",
+            "delete_bucket": "gcp: also delete the bucket of results (kept by default, with its size and cost)"})
 @_user_errors
-def down(c, cluster: Optional[str] = None, keep: bool = False):
-    """Stop anything running, remove the cluster, and verify no worker process is left."""
-    commands.down(_settings(c, cluster=cluster), keep=keep)
+def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bool = False):
+    """Stop anything running, remove the cluster, and verify nothing is left running or billing."""
+    commands.down(_settings(c, cluster=cluster), keep=keep, delete_bucket=delete_bucket)
 
 
 @task(help={"src": "image folder with one sub-folder per class",

@@ -16,8 +16,10 @@ resource "google_storage_bucket_iam_member" "vm_objects" {
 resource "google_project_iam_custom_role" "watchdog" {
   role_id     = "tfclusterWatchdog_${replace(var.cluster_name, "-", "_")}_${random_id.suffix.hex}"
   title       = "tfcluster idle watchdog (${var.cluster_name})"
-  description = "Lets a tfcluster VM read, stop and delete itself; granted per instance, never project-wide."
-  permissions = ["compute.instances.get", "compute.instances.stop", "compute.instances.delete"]
+  description = "Lets a tfcluster VM delete itself (idle action delete); granted per instance, never project-wide."
+  # Only what startup/watchdog.py calls: instances.delete. Its stop action halts the guest from
+  # inside (shutdown -h), which needs no permission.
+  permissions = ["compute.instances.delete"]
 }
 
 # Granted on each instance, so a VM can stop or delete only the cluster's own VMs.

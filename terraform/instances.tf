@@ -11,9 +11,10 @@ resource "google_compute_instance" "worker" {
 
   boot_disk {
     initialize_params {
-      image = var.image
-      size  = var.boot_disk_gb
-      type  = "pd-balanced"
+      image  = var.image
+      size   = var.boot_disk_gb
+      type   = "pd-balanced"
+      labels = local.labels # So that `invoke down` can prove no disk of the cluster is left.
     }
   }
 
@@ -68,7 +69,18 @@ resource "google_compute_instance" "worker" {
     "tfcluster-idle-action"   = var.idle_action
     "tfcluster-idle-probes"   = "jobs_and_ssh"
     "tfcluster-watchdog"      = local.watchdog_script
+    "tfcluster-boot-nonce"    = var.boot_nonce
     "startup-script"          = local.startup_script
+  }
+
+  lifecycle {
+    # `invoke up` writes a new nonce before each start and `invoke idle` changes the watchdog
+    # settings through the Compute API; neither is drift for Terraform to undo.
+    ignore_changes = [
+      metadata["tfcluster-boot-nonce"],
+      metadata["tfcluster-idle-minutes"],
+      metadata["tfcluster-idle-action"],
+    ]
   }
 
   depends_on = [google_storage_bucket_iam_member.vm_objects]

@@ -213,3 +213,13 @@ variable "watchdog_script" {
     error_message = "watchdog_script must be a path to a .py file, or empty for startup/watchdog.py."
   }
 }
+
+variable "boot_nonce" {
+  description = "Fresh for every create or start by `invoke up`; the boot script publishes it with its readiness, so an answer from an earlier boot is never taken for this one."
+  type        = string
+  default     = ""
+  validation {
+    condition     = can(regex("^[0-9a-f]{0,32}$", var.boot_nonce))
+    error_message = "boot_nonce must be up to 32 lowercase hex digits."
+  }
+}

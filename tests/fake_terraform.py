@@ -62,8 +62,9 @@ def main(argv: list[str]) -> int:
             post("/_fake/guest", {"name": name, "path": "hostkeys/" + keys[index].split()[0],
                                   "value": keys[index].split()[1]})
             value = ready[index] if index < len(ready) and ready[index] else "ok"
-            if value != "none":
-                post("/_fake/guest", {"name": name, "path": "tfcluster/ready", "value": value})
+            if value != "none":  # As startup/startup.sh publishes it: "<boot nonce>:<state>".
+                post("/_fake/guest", {"name": name, "path": "tfcluster/ready",
+                                      "value": f"{variables.get('boot_nonce', '')}:{value}"})
             instances.append({"name": name, "zone": f"projects/{variables['project']}/zones/{variables['zone']}",
                               "internal_ip": hosts[index], "external_ip": hosts[index]})
         state_file.write_text(json.dumps({"instances": instances, "variables": variables}))

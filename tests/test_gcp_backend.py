@@ -47,8 +47,15 @@ def test_preflight_names_the_zone_and_the_quota_fix(fake_compute):
     fake_compute.state.project_quotas["GPUS_ALL_REGIONS"] = (2.0, 0.0)
     with pytest.raises(ConfigError, match="quota GPUS_ALL_REGIONS has 2 GPUs free"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False)
-    with pytest.raises(ConfigError, match="PREEMPTIBLE_NVIDIA_T4_GPUS"):
+    fake_compute.state.project_quotas["GPUS_ALL_REGIONS"] = (16.0, 0.0)
+    # No PREEMPTIBLE_* quota granted: Spot VMs draw from the standard one.
+    gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=True)
+    fake_compute.state.region_quotas["us-west1"]["PREEMPTIBLE_NVIDIA_T4_GPUS"] = (2.0, 0.0)
+    with pytest.raises(ConfigError, match="quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1 has 2 GPUs free"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=True)
+    # acceleratorTypes.maximumCardsPerInstance bounds the GPUs of one VM (4 in this zone).
+    with pytest.raises(ConfigError, match=r"gpu_count must be at most 4 for nvidia-tesla-t4 in us-west1-b"):
+        gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 8, 1, spot=False)
 
 
 def _boot(server, name: str, **guest) -> None:
@@ -58,22 +65,25 @@ def _boot(server, name: str, **guest) -> None:
 
 def test_readiness_ready_error_and_timeout(fake_compute):
     api = api_for(fake_compute)
-    _boot(fake_compute, "c-0", ready="ok")
-    _boot(fake_compute, "c-1", ready="ok")
+    _boot(fake_compute, "c-0", ready="n2:ok")
+    _boot(fake_compute, "c-1", ready="n2:ok")
     seen = []
-    gcp.wait_ready(api, "us-west1-b", ["c-0", "c-1"], timeout=5, on_progress=seen.append, poll_seconds=0.05)
+    gcp.wait_ready(api, "us-west1-b", ["c-0", "c-1"], timeout=5, on_progress=seen.append, poll_seconds=0.05,
+                   nonce="n2")
     assert seen[-1] == {"c-0": "ok", "c-1": "ok"}
 
-    _boot(fake_compute, "c-1", ready="error: pip install tensorflow[and-cuda]==2.21.0 failed")
+    _boot(fake_compute, "c-1", ready="n2:error: pip install tensorflow[and-cuda]==2.21.0 failed")
     with pytest.raises(HostErrors) as error:
-        gcp.wait_ready(api, "us-west1-b", ["c-0", "c-1"], timeout=5, poll_seconds=0.05)
+        gcp.wait_ready(api, "us-west1-b", ["c-0", "c-1"], timeout=5, poll_seconds=0.05, nonce="n2")
     assert error.value.failures == {"c-1": "error: pip install tensorflow[and-cuda]==2.21.0 failed"}
 
-    _boot(fake_compute, "c-1")  # Never reports.
-    with pytest.raises(HostErrors) as error:
-        gcp.wait_ready(api, "us-west1-b", ["c-0", "c-1"], timeout=0.3, poll_seconds=0.05)
-    assert list(error.value.failures) == ["c-1"]
-    assert "not ready after 0s (last: booting)" in error.value.failures["c-1"]
+    # An "ok" from the boot before a stop survives in the guest attributes: it is not this boot's.
+    for stale in ("n1:ok", "ok", None):
+        _boot(fake_compute, "c-1", **({"ready": stale} if stale else {}))
+        with pytest.raises(HostErrors) as error:
+            gcp.wait_ready(api, "us-west1-b", ["c-0", "c-1"], timeout=0.3, poll_seconds=0.05, nonce="n2")
+        assert list(error.value.failures) == ["c-1"]
+        assert "not ready after 0s (last: booting)" in error.value.failures["c-1"]
     assert "get-serial-port-output c-1 --zone us-west1-b" in error.value.failures["c-1"]
 
 
@@ -81,7 +91,7 @@ def test_host_key_comes_from_guest_attributes(fake_compute):
     api = api_for(fake_compute)
     _boot(fake_compute, "c-0", **{"hostkeys/ssh-rsa": "AAAArsa", "hostkeys/ssh-ed25519": "AAAAed"})
     assert gcp.pinned_host_key(api, "us-west1-b", "c-0") == "ssh-ed25519 AAAAed"
-    _boot(fake_compute, "c-1", ready="ok")
+    _boot(fake_compute, "c-1", ready=":ok")
     with pytest.raises(Exception, match="c-1 published no SSH host key"):
         gcp.pinned_host_key(api, "us-west1-b", "c-1")
 

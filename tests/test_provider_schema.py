@@ -90,7 +90,7 @@ PLANTS = [
     ("instances.tf", "  boot_disk {", "  boot_disks {", [
         ("google_compute_instance.worker", "boot_disks", "unsupported block"),
         ("google_compute_instance.worker", "boot_disk", "missing required block")]),
-    ("instances.tf", "      image = var.image", "      image = data.google_compute_image.boot.self_link", [
+    ("instances.tf", "      image  = var.image", "      image  = data.google_compute_image.boot.self_link", [
         ("google_compute_instance.worker", "data.google_compute_image.boot.self_link",
          "undeclared data google_compute_image.boot")]),
     ("versions.tf", "  zone    = var.zone", "  zones   = var.zone", [

@@ -109,8 +109,9 @@ class Backend:
         """SIGKILL every process still carrying this cluster's id."""
         raise NotImplementedError
 
-    def teardown(self, cluster: ClusterState, keep: bool) -> None:
-        """Remove what the cluster created (remote folders, machines) unless ``keep``."""
+    def teardown(self, cluster: ClusterState, keep: bool, delete_bucket: bool = False) -> None:
+        """Remove what the cluster created (remote folders, machines) unless ``keep``; a cloud
+        bucket of results only with ``delete_bucket``."""
         raise NotImplementedError
 
     # ------------------------------------------------------------ optional capabilities

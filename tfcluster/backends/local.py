@@ -206,5 +206,5 @@ class LocalBackend(Backend):
         model = local_run_dir / "output" / "model"
         return str(model) if succeeded and model.exists() else None
 
-    def teardown(self, cluster: ClusterState, keep: bool) -> None:
+    def teardown(self, cluster: ClusterState, keep: bool, delete_bucket: bool = False) -> None:
         """Nothing outside the state folder was created."""

@@ -30,6 +30,7 @@ def up(settings: Settings) -> ClusterState:
                 f"{settings.backend} workers")
         backend = backend_named(existing.backend, store)
         backend.refresh(existing, settings)
+        store.save_cluster(existing)  # Addresses and host keys may have changed.
         console.print(f"Cluster [bold]{existing.name}[/] is already up: {existing.workers} "
                       f"{existing.backend} workers. Nothing re-created.")
         return existing
@@ -139,7 +140,7 @@ def idle(settings: Settings, minutes: int | None, off: bool) -> int:
     return value
 
 
-def down(settings: Settings, keep: bool = False) -> None:
+def down(settings: Settings, keep: bool = False, delete_bucket: bool = False) -> None:
     """Stop the run, end every process of the cluster, remove what it created. Always finishes
     on own hosts: one that cannot be reached is named with what stays on it."""
     store = StateStore(settings)
@@ -163,7 +164,7 @@ def down(settings: Settings, keep: bool = False) -> None:
     if leftovers:
         raise ClusterError(f"could not end {len(leftovers)} process(es) of cluster '{cluster.name}': "
                            f"{'; '.join(leftovers)}; kill them by hand, then run `invoke down` again")
-    backend.teardown(reachable, keep)
+    backend.teardown(reachable, keep, delete_bucket)
     store.remove_cluster()
     for record in cluster.hosts:
         if record.name in gone:

@@ -14,6 +14,9 @@ from tfcluster.backends.base import VmRow
 from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, gpu_type, pinned_host_key,
                                             preflight_quota, wait_ready)
 from tfcluster.backends.gcp.cost import hourly_cost
+from tfcluster.backends.gcp.errors import translated
+from tfcluster.backends.gcp.restart import bring_back, new_nonce
+from tfcluster.backends.gcp.teardown import destroy_keeping_results
 from tfcluster.backends.gcp.terraform import MODULE_DIR, Terraform
 from tfcluster.backends.group import in_parallel
 from tfcluster.backends.ssh import SshBackend
@@ -76,7 +79,7 @@ class GcpBackend(SshBackend):
             "ssh_public_key": public_key, "idle_minutes": settings.idle_minutes,
             "idle_action": settings.idle_action, "max_run_hours": settings.max_run_hours,
             "termination_action": settings.termination_action, "boot_disk_gb": settings.boot_disk_gb,
-            "bucket_force_destroy": settings.bucket_force_destroy,
+            "bucket_force_destroy": settings.bucket_force_destroy, "boot_nonce": new_nonce(),
             "startup_script": str(STARTUP_DIR / "startup.sh"),
             "watchdog_script": str(STARTUP_DIR / "watchdog.py"),
         }
@@ -88,8 +91,12 @@ class GcpBackend(SshBackend):
             raise ConfigError("the gcp backend needs --project and --zone (or tfcluster.project / "
                               "tfcluster.zone in invoke.yaml)")
         gpu = gpu_type(settings.gpu)
-        terraform = Terraform(self.workdir(settings.cluster))  # Fails early if terraform is missing.
+        terraform = Terraform(self.workdir(settings.cluster), project=settings.project)  # Fails early if missing.
         api = ComputeApi(settings.project)  # Fails early without credentials.
+        with translated(settings.project, "up"):
+            return self._create(settings, terraform, api, gpu)
+
+    def _create(self, settings, terraform: Terraform, api: ComputeApi, gpu: str):
         cost = hourly_cost(settings.machine_type, gpu, settings.gpu_count, settings.boot_disk_gb,
                            settings.workers, settings.spot)
         self._announce(
@@ -110,12 +117,12 @@ class GcpBackend(SshBackend):
         self._store.save_cluster(ClusterState(name=settings.cluster, backend=self.name, hosts=[],
                                               status="provisioning", project=settings.project,
                                               zone=settings.zone, ssh_key=str(key_file)))
-        terraform.prepare(self.variables(settings, public_key, operator))
+        variables = self.variables(settings, public_key, operator)
+        terraform.prepare(variables)
         terraform.apply()
         outputs = terraform.outputs()
         names = [vm.name for vm in outputs.instances]
-        wait_ready(api, settings.zone, names, settings.ready_timeout_seconds,
-                   on_progress=lambda states: None, poll_seconds=min(5.0, settings.ready_timeout_seconds / 10))
+        wait_ready(api, settings.zone, names, settings.ready_timeout_seconds, nonce=variables["boot_nonce"])
         keys = in_parallel(outputs.instances, lambda vm: pinned_host_key(api, settings.zone, vm.name),
                            lambda vm: vm.name, "reading host keys")
         records = [HostRecord(name=f"worker-{i}", address=vm.internal_ip, ssh_address=vm.external_ip,
@@ -160,8 +167,12 @@ class GcpBackend(SshBackend):
         """Change the watchdog settings in every VM's metadata; each reads them on its next poll."""
         api = self._api(cluster)
         changes = {"tfcluster-idle-minutes": str(idle_minutes), "tfcluster-idle-action": action}
-        in_parallel([r.instance for r in cluster.hosts], lambda name: api.set_metadata(cluster.zone, name, changes),
-                    str, "changing the idle watchdog")
+        present = [r.instance for r in cluster.hosts if api.instance_or_none(cluster.zone, r.instance) is not None]
+        gone = [r.instance for r in cluster.hosts if r.instance not in present]
+        if gone:
+            self._announce(f"skipped deleted VM(s) {', '.join(gone)}: `invoke up` re-creates them")
+        in_parallel(present, lambda name: api.set_metadata(cluster.zone, name, changes), str,
+                    "changing the idle watchdog")
 
     def watchdog_status(self, cluster) -> dict[str, dict | None]:
         api = self._api(cluster)
@@ -180,7 +191,10 @@ class GcpBackend(SshBackend):
         api = self._api(cluster)
         deadlines = {}
         for record in cluster.hosts:
-            instance = api.get_instance(cluster.zone, record.instance)
+            instance = api.instance_or_none(cluster.zone, record.instance)
+            if instance is None:
+                deadlines[record.name] = None
+                continue
             seconds = instance.scheduling.max_run_duration.seconds
             started = instance.last_start_timestamp or instance.creation_timestamp
             deadlines[record.name] = (datetime.fromisoformat(started).timestamp() + seconds
@@ -188,17 +202,16 @@ class GcpBackend(SshBackend):
         return deadlines
 
     def refresh(self, cluster, settings) -> None:
-        """`up` on an existing cluster: start VMs the watchdog or the deadline stopped (nothing is
-        re-created), wait until they are ready, and restore the configured idle settings."""
+        """`up` on an existing cluster: bring back VMs the watchdog, the deadline or Google stopped,
+        suspended or deleted (restart.py), then restore the configured idle settings."""
         api = self._api(cluster)
-        stopped = [vm.name for vm in api.list_cluster(cluster.zone, cluster.name)
-                   if vm.status in ("TERMINATED", "STOPPED", "SUSPENDED")]
-        if stopped:
-            self._announce(f"starting {len(stopped)} stopped VM(s): {', '.join(stopped)} (nothing is re-created)")
-            in_parallel(stopped, lambda name: api.start(cluster.zone, name), str, "starting VMs")
-            wait_ready(api, cluster.zone, stopped, settings.ready_timeout_seconds,
-                       poll_seconds=min(5.0, settings.ready_timeout_seconds / 10))
-        self.set_idle(cluster, settings.idle_minutes, settings.idle_action)
+        terraform = Terraform(self.workdir(cluster.name), project=cluster.project)
+        with translated(cluster.project, "up"):
+            back = bring_back(cluster, api, terraform, settings.max_run_hours * 3600, settings.termination_action,
+                              settings.ready_timeout_seconds, self._announce)
+            if back:
+                self._connections.clear()  # New addresses and keys: connect afresh.
+            self.set_idle(cluster, settings.idle_minutes, settings.idle_action)
 
     def stop_watchdog(self, cluster) -> None:
         """The VMs go away with `terraform destroy`."""
@@ -209,7 +222,11 @@ class GcpBackend(SshBackend):
         cost = hourly_cost(settings.machine_type, gpu_type(settings.gpu), settings.gpu_count,
                            settings.boot_disk_gb, 1, settings.spot)
         rows = []
-        for vm in api.list_cluster(cluster.zone, cluster.name):
+        listed = api.list_cluster(cluster.zone, cluster.name)
+        names = {vm.name for vm in listed}
+        rows += [VmRow(name=r.instance, status="DELETED (`invoke up` re-creates it)", uptime_seconds=0.0,
+                       cost_so_far=0.0) for r in cluster.hosts if r.instance not in names]
+        for vm in listed:
             started = vm.last_start_timestamp or vm.creation_timestamp
             uptime = 0.0
             if vm.status == "RUNNING" and started:
@@ -220,14 +237,19 @@ class GcpBackend(SshBackend):
                               cost_so_far=cost["per_vm"] * uptime / 3600))
         return rows
 
-    def teardown(self, cluster, keep: bool) -> None:
-        terraform = Terraform(self.workdir(cluster.name))
-        self._announce(f"destroying the VMs, bucket {cluster.bucket} (kept if it holds objects and "
-                       "bucket_force_destroy is false), firewall rules, network and service account")
-        terraform.destroy()
-        api = ComputeApi(cluster.project)
-        remaining = [vm.name for vm in api.list_cluster(cluster.zone, cluster.name)]
-        if remaining:
-            raise ClusterError(f"instances still exist after destroy: {', '.join(remaining)}; delete them with "
-                               f"`gcloud compute instances delete {' '.join(remaining)} --zone {cluster.zone}`")
-        self._announce(f"verified with instances.list (label {LABEL}={cluster.name}): no instance is left")
+    def teardown(self, cluster, keep: bool, delete_bucket: bool = False) -> None:
+        """Destroy everything that bills by the hour, then prove it through the Compute API.
+        The bucket holds the results: kept (and named, with its size and cost) unless
+        `--delete-bucket` or bucket_force_destroy says otherwise."""
+        terraform = Terraform(self.workdir(cluster.name), project=cluster.project)
+        with translated(cluster.project, "down"):
+            kept = destroy_keeping_results(cluster, terraform, delete_bucket, self._announce)
+            left = self._api(cluster).leftovers(cluster.zone, cluster.name)
+        if left:
+            raise ClusterError(f"still there after destroy: {', '.join(left)}; delete them in the console "
+                               f"(Compute Engine, project {cluster.project}) or with `gcloud compute ... delete`, "
+                               "then run `invoke down` again")
+        self._announce(f"verified through the Compute API (label {LABEL}={cluster.name} and name prefix "
+                       f"{cluster.name}-): nothing left that bills by the hour")
+        if kept:
+            self._announce(kept)

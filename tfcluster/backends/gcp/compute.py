@@ -30,14 +30,17 @@ class ComputeApi:
         else:
             credentials = default_credentials()
         kwargs = {"transport": "rest", "client_options": options, "credentials": credentials}
+        self.client_kwargs = kwargs
         self.compute_v1 = compute_v1
         self.accelerators = compute_v1.AcceleratorTypesClient(**kwargs)
         self.regions = compute_v1.RegionsClient(**kwargs)
         self.projects = compute_v1.ProjectsClient(**kwargs)
         self.instances = compute_v1.InstancesClient(**kwargs)
 
-    def accelerator_types(self, zone: str) -> set[str]:
-        return {item.name for item in self.accelerators.list(project=self.project, zone=zone)}
+    def accelerator_types(self, zone: str) -> dict[str, int]:
+        """GPU model -> most cards one VM may have (acceleratorTypes.maximumCardsPerInstance)."""
+        return {item.name: item.maximum_cards_per_instance
+                for item in self.accelerators.list(project=self.project, zone=zone)}
 
     def region_quotas(self, region: str) -> dict[str, tuple[float, float]]:
         region_info = self.regions.get(project=self.project, region=region)
@@ -81,6 +84,48 @@ class ComputeApi:
                                                        filter=f"labels.{LABEL}={cluster}")
         return list(self.instances.list(request=request))
 
+    def instance_or_none(self, zone: str, name: str):
+        """The instance, or None when Compute Engine answers 404 (deleted)."""
+        from google.api_core import exceptions
+
+        try:
+            return self.get_instance(zone, name)
+        except exceptions.NotFound:
+            return None
+
+    def set_scheduling(self, zone: str, name: str, max_run_seconds: int, termination_action: str) -> None:
+        """Put back the hypervisor deadline a stop cleared (instances.setScheduling on a stopped VM;
+        https://cloud.google.com/compute/docs/instances/limit-vm-runtime). The rest of the
+        scheduling block is kept as it is."""
+        scheduling = self.get_instance(zone, name).scheduling
+        scheduling.max_run_duration = self.compute_v1.Duration(seconds=max_run_seconds)
+        scheduling.instance_termination_action = termination_action
+        self.instances.set_scheduling(project=self.project, zone=zone, instance=name,
+                                      scheduling_resource=scheduling).result(timeout=120)
+
+    def resume(self, zone: str, name: str) -> None:
+        self.instances.resume(project=self.project, zone=zone, instance=name).result(timeout=300)
+
+    def leftovers(self, zone: str, cluster: str) -> list[str]:
+        """What a destroyed cluster could still have billing, by label or name prefix: instances,
+        disks, addresses, firewall rules, subnetworks and networks."""
+        region = region_of(zone)
+        prefix = f"{cluster}-"
+        label = f"labels.{LABEL}={cluster}"
+        v1 = self.compute_v1
+        found = [f"instance {vm.name}" for vm in self.list_cluster(zone, cluster)]
+        found += [f"disk {disk.name}" for disk in v1.DisksClient(**self.client_kwargs).list(
+            request=v1.ListDisksRequest(project=self.project, zone=zone, filter=label))]
+        found += [f"address {a.name}" for a in v1.AddressesClient(**self.client_kwargs).list(
+            project=self.project, region=region) if a.name.startswith(prefix)]
+        found += [f"firewall rule {f.name}" for f in v1.FirewallsClient(**self.client_kwargs).list(
+            project=self.project) if f.name.startswith(prefix)]
+        found += [f"subnetwork {n.name}" for n in v1.SubnetworksClient(**self.client_kwargs).list(
+            project=self.project, region=region) if n.name.startswith(prefix)]
+        found += [f"network {n.name}" for n in v1.NetworksClient(**self.client_kwargs).list(
+            project=self.project) if n.name == f"{cluster}-net"]
+        return found
+
 
 def default_credentials():
     """Application Default Credentials, or a ConfigError that says how to get them."""
@@ -114,10 +159,18 @@ def preflight_quota(api: ComputeApi, zone: str, gpu: str, gpu_count: int, worker
     if gpu not in offered:
         raise ConfigError(f"zone {zone} does not offer {gpu} (it has: {', '.join(sorted(offered)) or 'no GPUs'}); "
                           f"pick a zone from `gcloud compute accelerator-types list --filter=name={gpu}`")
+    if offered[gpu] and gpu_count > offered[gpu]:
+        raise ConfigError(f"gpu_count must be at most {offered[gpu]} for {gpu} in {zone} (its "
+                          f"maximumCardsPerInstance; got {gpu_count})")
     needed = gpu_count * workers
-    metric = ("PREEMPTIBLE_" if spot else "") + GPU_QUOTA[gpu]
     region = region_of(zone)
-    limit, usage = api.region_quotas(region).get(metric, (0.0, 0.0))
+    quotas = api.region_quotas(region)
+    metric = GPU_QUOTA[gpu]
+    # Spot VMs draw from the PREEMPTIBLE_* quota when the project has one granted, else from the
+    # standard quota (https://cloud.google.com/compute/resource-usage#preemptible_quotas).
+    if spot and quotas.get("PREEMPTIBLE_" + metric, (0.0, 0.0))[0] > 0:
+        metric = "PREEMPTIBLE_" + metric
+    limit, usage = quotas.get(metric, (0.0, 0.0))
     if limit - usage < needed:
         raise ConfigError(f"quota {metric} in {region} has {limit - usage:g} GPUs free (limit {limit:g}, used "
                           f"{usage:g}); the cluster needs {needed}. Request more in the console: IAM & Admin > "
@@ -129,18 +182,30 @@ def preflight_quota(api: ComputeApi, zone: str, gpu: str, gpu_count: int, worker
                           "filter GPUS_ALL_REGIONS")
 
 
+# Google allows about 10 guest-attribute queries per minute per VM and may drop attributes being
+# written above that (https://cloud.google.com/compute/docs/metadata/manage-guest-attributes):
+# readiness asks each VM at most once per READY_POLL_SECONDS.
+READY_POLL_SECONDS = 6.0
+
+
 def wait_ready(api: ComputeApi, zone: str, names: list[str], timeout: float,
                on_progress: Callable[[dict[str, str]], None] = lambda states: None,
-               poll_seconds: float = 5.0, clock: Callable[[], float] = time.monotonic) -> None:
-    """Poll each VM's tfcluster/ready guest attribute until all say "ok"; name the VM otherwise."""
+               poll_seconds: float = READY_POLL_SECONDS, clock: Callable[[], float] = time.monotonic,
+               nonce: str = "") -> None:
+    """Poll each VM's tfcluster/ready guest attribute until all say "<nonce>:ok"; name the VM otherwise.
+
+    The boot script publishes "<nonce>:<state>" with the nonce `up` put in the metadata just before
+    this boot; guest attributes survive a stop, so an answer with another nonce is an old boot's.
+    """
     states = {name: "booting" for name in names}
     deadline = clock() + timeout
     while True:
         for name in names:
             if states[name] == "ok" or states[name].startswith("error"):
                 continue
-            attributes = api.guest_attributes(zone, name, "tfcluster/") or {}
-            states[name] = attributes.get("ready", "booting")
+            value = (api.guest_attributes(zone, name, "tfcluster/") or {}).get("ready", "")
+            seen, _, state = value.partition(":")
+            states[name] = state if seen == nonce and state else "booting"
         on_progress(dict(states))
         errors = {name: state for name, state in states.items() if state.startswith("error")}
         if errors:

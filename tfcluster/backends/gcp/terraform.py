@@ -12,28 +12,35 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from tfcluster.backends.gcp.errors import terraform_error_line
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
 
 MODULE_DIR = Path(__file__).resolve().parents[3] / "terraform"
 
 
 class TerraformError(TfClusterError):
-    """terraform failed; keeps its stderr, shows the first error line."""
+    """terraform failed; keeps its stderr, shows the Google fix or the first error line."""
 
-    def __init__(self, action: str, stderr: str):
+    def __init__(self, action: str, stderr: str, project: str = ""):
         self.stderr = stderr
         lines = [line.strip(" │╷╵") for line in stderr.splitlines()]
         errors = [line for line in lines if line.startswith("Error:")]
         summary = errors[0] if errors else next((line for line in reversed(lines) if line), "no output")
-        super().__init__(f"terraform {action} failed: {summary} (full output in the cluster's terraform.log); "
-                         "fix it and re-run the same command: it resumes, or `invoke down` removes what exists")
+        fix = terraform_error_line(stderr, project or "PROJECT")
+        if fix:
+            super().__init__(f"terraform {action}: {fix} (full output in the cluster's terraform.log)")
+        else:
+            super().__init__(f"terraform {action} failed: {summary} (full output in the cluster's terraform.log); "
+                             "fix it and re-run the same command: it resumes, or `invoke down` removes what exists")
 
 
 class Terraform:
     """The terraform CLI on one working directory: argument lists, -chdir, -input=false."""
 
-    def __init__(self, workdir: Path, binary: str | None = None):
+    def __init__(self, workdir: Path, binary: str | None = None, project: str = ""):
         self.workdir = workdir
+        # Names the project in the fixes for Google errors found in terraform's output.
+        self.project = project
         self.binary = binary or os.environ.get("TFCLUSTER_TERRAFORM") or shutil.which("terraform")
         if not self.binary or not os.access(self.binary, os.X_OK):
             raise ConfigError("terraform is not installed; install Terraform >= 1.5 "
@@ -46,7 +53,7 @@ class Terraform:
         with open(self.workdir / "terraform.log", "a") as log:
             log.write(f"$ {' '.join(argv)}\n{result.stdout}\n{result.stderr}\n")
         if result.returncode != 0:
-            raise TerraformError(action, result.stderr)
+            raise TerraformError(action, result.stderr, self.project)
         return result.stdout
 
     def prepare(self, variables: dict) -> None:
@@ -57,8 +64,23 @@ class Terraform:
         (self.workdir / "terraform.tfvars.json").write_text(json.dumps(variables, indent=2, sort_keys=True))
         self.run("init", "-input=false", "-no-color")
 
-    def apply(self) -> None:
-        self.run("apply", "-input=false", "-auto-approve", "-no-color")
+    def apply(self, targets: list[str] | None = None) -> None:
+        """Apply the module, or only ``targets`` (resource addresses): a later change must never
+        touch what it does not name (a max_run_duration change would stop running VMs)."""
+        self.run("apply", "-input=false", "-auto-approve", "-no-color", *[f"-target={t}" for t in targets or []])
+
+    def set_variables(self, changes: dict) -> None:
+        path = self.workdir / "terraform.tfvars.json"
+        variables = json.loads(path.read_text())
+        variables.update(changes)
+        path.write_text(json.dumps(variables, indent=2, sort_keys=True))
+
+    def variables(self) -> dict:
+        return json.loads((self.workdir / "terraform.tfvars.json").read_text())
+
+    def forget(self, address: str) -> None:
+        """Drop a resource from the state so that destroy leaves it alone (it keeps existing)."""
+        self.run("state", "rm", "-no-color", address)
 
     def destroy(self) -> None:
         self.run("destroy", "-input=false", "-auto-approve", "-no-color")

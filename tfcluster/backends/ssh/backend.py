@@ -292,7 +292,7 @@ class SshBackend(Backend):
 
         in_parallel(self.hosts(cluster), kill, lambda h: h.record.name, "killing leftover processes")
 
-    def teardown(self, cluster, keep: bool) -> None:
+    def teardown(self, cluster, keep: bool, delete_bucket: bool = False) -> None:
         self.stop_watchdog(cluster)
         if keep:
             return
