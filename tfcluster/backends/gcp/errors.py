@@ -1,0 +1,104 @@
+"""Google errors as one line that names the fix: from the client libraries, and from Terraform.
+
+Google's error model (https://cloud.google.com/apis/design/errors): an HTTP status, a message,
+and in `details` a google.rpc.ErrorInfo whose `reason` says what went wrong (SERVICE_DISABLED,
+IAM_PERMISSION_DENIED, RATE_LIMIT_EXCEEDED...) with `metadata` such as the service. Compute's
+older `errors[].reason` field (accessNotConfigured, quotaExceeded, rateLimitExceeded, notFound)
+carries the same. google-api-core parses both into `GoogleAPICallError.reason/.metadata/.errors`
+(google/api_core/exceptions.py, format_http_response_error). Terraform's google provider prints
+the same JSON error text in its `Error:` lines, so the same rules read its stderr.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from typing import Iterator
+
+from tfcluster.errors import TfClusterError
+
+LOGIN = "gcloud auth application-default login"
+
+
+class GoogleError(TfClusterError):
+    """A Google API refused a call; the message says what to do."""
+
+
+def _enable(service: str, project: str) -> str:
+    return f"enable it with `gcloud services enable {service} --project {project}`, then re-run the same command"
+
+
+def explain(text: str, project: str, reason: str = "", service: str = "", status: int | None = None) -> str | None:
+    """The fix for a Google error, from its reason, status and text; None when it is not one we know."""
+    lowered = text.lower()
+    if reason in ("SERVICE_DISABLED", "accessNotConfigured") or "has not been used in project" in lowered \
+            or "it is disabled" in lowered:
+        service = service or (re.search(r"([a-z]+\.googleapis\.com)", text) or [None, "compute.googleapis.com"])[1]
+        return f"the {service} API is not enabled in project {project}: {_enable(service, project)}"
+    if reason in ("quotaExceeded", "QUOTA_EXCEEDED") or re.search(r"quota '?[A-Z_]+'? exceeded", text, re.I):
+        metric = re.search(r"[Qq]uota '?([A-Z_0-9]+)'?", text)
+        name = metric[1] if metric else "the quota in the message"
+        return (f"quota {name} is exhausted in project {project}; request more in the console (IAM & Admin > "
+                f"Quotas, filter {name}) or use another region, then re-run the same command")
+    if reason in ("IAM_PERMISSION_DENIED", "forbidden") or status == 403 or "permission" in lowered:
+        permission = re.search(r"(?:permission|Permission) '?([a-z]+\.[a-zA-Z]+\.[a-zA-Z]+)'?", text)
+        missing = f"the permission {permission[1]}" if permission else "a permission it needs"
+        return (f"your account lacks {missing} in project {project}; ask a project owner for "
+                "roles/compute.admin, roles/storage.admin, roles/iam.serviceAccountAdmin and "
+                "roles/iam.roleAdmin (or roles/owner on a sandbox project), then re-run the same command")
+    if reason in ("rateLimitExceeded", "RATE_LIMIT_EXCEEDED", "userRateLimitExceeded") or status == 429:
+        return "Google is rate-limiting this project right now (retried with backoff already); wait a minute and re-run"
+    if "invalid_grant" in lowered or "reauth" in lowered or "token has been expired" in lowered:
+        return f"your Google credentials expired; run `{LOGIN}` and re-run the same command"
+    if status == 404 or reason == "notFound":
+        if "zones/" in text or "zone" in lowered:
+            return ("a zone in the request does not exist for this project; check --zone against "
+                    "`gcloud compute zones list`")
+        if "projects/" in text or "project" in lowered:
+            return f"project {project} was not found or is not visible to your account; check --project"
+    return None
+
+
+def from_exception(error: BaseException, project: str, what: str) -> GoogleError | None:
+    """A GoogleError for a google.api_core or google.auth exception, else None."""
+    from google.api_core import exceptions as api
+    from google.auth import exceptions as auth
+
+    if isinstance(error, auth.RefreshError):
+        return GoogleError(f"{what}: your Google credentials expired or were revoked; run `{LOGIN}`")
+    if isinstance(error, auth.DefaultCredentialsError):
+        return GoogleError(f"{what}: no Google Cloud credentials; run `{LOGIN}` "
+                           "(or set GOOGLE_APPLICATION_CREDENTIALS to a key file)")
+    if isinstance(error, auth.GoogleAuthError):
+        return GoogleError(f"{what}: Google sign-in failed ({error}); run `{LOGIN}`")
+    if not isinstance(error, api.GoogleAPICallError):
+        return None
+    reason = error.reason or next((item.get("reason", "") for item in error.errors or () if isinstance(item, dict)), "")
+    service = (error.metadata or {}).get("service", "")
+    fix = explain(error.message or str(error), project, reason, service, getattr(error, "code", None))
+    first = (error.message or str(error)).strip().splitlines()[0][:200]
+    return GoogleError(f"{what}: {fix or f'Google answered {first}'}")
+
+
+@contextlib.contextmanager
+def translated(project: str, what: str) -> Iterator[None]:
+    """Turn Google's exceptions inside the block into one GoogleError line."""
+    try:
+        yield
+    except TfClusterError:
+        raise
+    except Exception as error:  # noqa: BLE001 - only Google's are translated; others re-raise
+        mapped = from_exception(error, project, what)
+        if mapped is None:
+            raise
+        raise mapped from None
+
+
+def terraform_error_line(stderr: str, project: str) -> str | None:
+    """The fix for the first Google error in Terraform's output, or None."""
+    for block in re.split(r"\n\s*[│╷╵]?\s*Error: ", "\n" + stderr)[1:]:
+        status = re.search(r"Error (\d{3})", block) or re.search(r"googleapi: Error (\d{3})", block)
+        fix = explain(block, project, status=int(status[1]) if status else None)
+        if fix:
+            return fix
+    return None
