@@ -44,15 +44,16 @@ KEEPALIVE_SECONDS = 5
 SHELL_IDLE_SECONDS = 60
 # The client opens a fresh shell past this much idleness rather than race the shell's exit.
 SHELL_REUSE_SECONDS = SHELL_IDLE_SECONDS - 20
-# Runs as the control shell: a sub-shell touches nothing but watches a stamp file that every
-# command refreshes, and hangs up the shell once the stamp is older than the idle limit.
-# POSIX sh, `date -r` (GNU and busybox); $$ survives `exec`, so the watcher's target is right.
+# Runs as the control shell. sshd starts it as a session and group leader; a watcher in the
+# same group hangs the whole group up once the stamp file, which every command refreshes, is
+# older than the idle limit. When the client closes the channel, the inner shell reads EOF and
+# the group ends at once (no watcher left behind). POSIX sh; `date -r` is in GNU and busybox.
 CONTROL_SHELL = (
-    'stamp=$(mktemp "${TMPDIR:-/tmp}/tfcluster-shell.XXXXXX") || exit 1; export TFC_STAMP=$stamp; '
-    f'main=$$; ( while sleep 5; do kill -0 $main 2>/dev/null || break; '
-    f'age=$(( $(date +%s) - $(date -r "$stamp" +%s 2>/dev/null || echo 0) )); '
-    f'if [ "$age" -gt {SHELL_IDLE_SECONDS} ]; then kill -s HUP $main; break; fi; done; rm -f "$stamp" '
-    ') </dev/null >/dev/null 2>&1 & exec /bin/sh')
+    'stamp=$(mktemp "${TMPDIR:-/tmp}/tfcluster-shell.XXXXXX") || exit 1; export TFC_STAMP=$stamp; main=$$; '
+    '( while sleep 5; do age=$(( $(date +%s) - $(date -r "$stamp" +%s 2>/dev/null || echo 0) )); '
+    f'if [ "$age" -gt {SHELL_IDLE_SECONDS} ]; then rm -f "$stamp"; kill -s HUP -- -$main; exit; fi; done '
+    ') </dev/null >/dev/null 2>&1 & '
+    '/bin/sh; rm -f "$stamp"; kill $! 2>/dev/null; kill -s KILL -- -$main 2>/dev/null')
 TRANSIENT = (socket.timeout, TimeoutError, ConnectionError, EOFError, OSError, paramiko.SSHException)
 
 
