@@ -79,17 +79,21 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
     "project": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
     "retries": "restart everything up to K times after a failure, resuming from the checkpoint",
     "dry_run": "print each worker's command and TF_CONFIG, start nothing",
+    "keras": "with --script: what tf.keras is, 2 (default: tf_keras, because Keras 3's model.fit fails "
+             "under MultiWorkerMirroredStrategy with 2+ workers, keras-team/keras#20585) or 3 (Keras 3: "
+             "train with a custom loop and strategy.run, which works)",
+    "verbose": "show every worker line, TensorFlow's start-up noise included (the logs always have it)",
     "cluster": "cluster name (default: default)",
 })
 @_user_errors
 def train(c, workers: Optional[int] = None, script: Optional[str] = None,
           project: Optional[str] = None, retries: Optional[int] = None, dry_run: bool = False,
-          cluster: Optional[str] = None):
+          keras: Optional[str] = None, verbose: bool = False, cluster: Optional[str] = None):
     """Train on the cluster; arguments after `--` go to the trainer (e.g. -- --epochs 5)."""
-    settings = _settings(c, cluster=cluster)
+    settings = _settings(c, cluster=cluster, keras=keras)
     commands.train(settings, commands.TrainRequest(
         workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
-        retries=retries, dry_run=dry_run))
+        retries=retries, dry_run=dry_run, keras=keras, verbose=verbose))
 
 
 @task(help={"cluster": "cluster name (default: default)"})

@@ -85,7 +85,8 @@ class Backend:
         raise NotImplementedError
 
     def preflight(self, cluster: ClusterState, hosts: list[WorkerHost], need_tensorflow: bool) -> None:
-        """Check every host before anything starts; raise one error naming every failure."""
+        """Check every host before anything starts; raise one error naming every failure.
+        ``need_tensorflow``: also tf_keras, because tf.keras resolves to it (TF_USE_LEGACY_KERAS=1)."""
         raise NotImplementedError
 
     def stage(self, cluster: ClusterState, hosts: list[WorkerHost], run_id: str, payload: "Payload") -> "Staged":

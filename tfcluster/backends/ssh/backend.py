@@ -129,6 +129,7 @@ class SshBackend(Backend):
     # ------------------------------------------------------------ preflight
 
     def preflight(self, cluster, hosts: list[SshHost], need_tensorflow: bool) -> None:
+        # need_tensorflow: tf.keras resolves to tf_keras (TF_USE_LEGACY_KERAS=1), so check it too.
         modules = "tensorflow, tf_keras" if need_tensorflow else "tensorflow"
 
         def check(host: SshHost) -> None:
