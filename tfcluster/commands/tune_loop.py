@@ -92,7 +92,10 @@ def _follow(settings, store, run, plans, book: TrialBook, interrupted) -> list:
 
     spinner.start()
     try:
-        launch.start_attempt(plans, 1)
+        # The oracle first, on its own: it shares the chief host's SSH connection with tuner 0, and
+        # start_attempt works on its plans in parallel threads, one per plan.
+        launch.start_attempt([oracle_plan(plans)], 1)
+        launch.start_attempt([plan for plan in plans if plan.label != ORACLE], 1)
         while True:
             drain()
             if interrupted.is_set():
