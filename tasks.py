@@ -96,6 +96,27 @@ def train(c, workers: Optional[int] = None, script: Optional[str] = None,
         retries=retries, dry_run=dry_run, keras=keras, verbose=verbose))
 
 
+@task(help={
+    "workers": "tuners to run, one per worker, 1..cluster size (default: all)",
+    "script": "your own Keras Tuner script instead of the bundled search (trainer/tune.py)",
+    "project": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
+    "max_trials": "trials in the search (default: the trainer's 10, or what the script sets)",
+    "retries": "restart dead processes up to K times; a tuner's unfinished trial is handed out again",
+    "oracle_port": "ssh/gcp: the oracle's port on the chief's machine (default 23457)",
+    "dry_run": "print each process's command and environment, start nothing",
+    "cluster": "cluster name (default: default)",
+})
+@_user_errors
+def tune(c, workers: Optional[int] = None, script: Optional[str] = None, project: Optional[str] = None,
+         max_trials: Optional[int] = None, retries: Optional[int] = None, oracle_port: Optional[int] = None,
+         dry_run: bool = False, cluster: Optional[str] = None):
+    """Search hyperparameters: the oracle beside the chief, one tuner per worker (-- ARGS to every process)."""
+    settings = _settings(c, cluster=cluster, oracle_port=oracle_port)
+    commands.tune(settings, commands.TuneRequest(
+        workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
+        max_trials=max_trials, retries=retries, dry_run=dry_run))
+
+
 @task(help={"cluster": "cluster name (default: default)"})
 @_user_errors
 def status(c, cluster: Optional[str] = None):
@@ -168,5 +189,5 @@ def tensorboard(c, run: Optional[str] = None, port: int = 6006, cluster: Optiona
           pty=True)
 
 
-ns = Collection(up, train, status, logs, stop, down, data, idle, pull, tensorboard)
+ns = Collection(up, train, tune, status, logs, stop, down, data, idle, pull, tensorboard)
 ns.configure({"tfcluster": config.DEFAULTS})

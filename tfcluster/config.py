@@ -71,6 +71,8 @@ class Settings:
     trust_new_hosts: bool = False
     # ssh backend: TensorFlow gRPC port on every host.
     tf_port: int = 23456
+    # ssh/gcp: `tune`'s oracle port on the chief's machine (local clusters take a free one).
+    oracle_port: int = 23457
     # ssh backend: folder (relative to the login's home, or absolute) for runs, code and data.
     remote_dir: str = ".tfcluster-remote"
     # gcp: project ID and zone (the zone must offer the GPU).
@@ -168,6 +170,10 @@ def validate(values: Mapping[str, Any]) -> Settings:
     tf_port = parse_int("tf_port", values["tf_port"], 1)
     if tf_port > 65535:
         raise ConfigError(f"tf_port must be between 1 and 65535 (got {tf_port})")
+    oracle_port = parse_int("oracle_port", values["oracle_port"], 1)
+    if oracle_port > 65535 or oracle_port == tf_port:
+        raise ConfigError(f"oracle_port must be between 1 and 65535 and differ from tf_port {tf_port} "
+                          f"(got {oracle_port})")
     idle_action = str(values["idle_action"]).lower()
     if idle_action not in IDLE_ACTIONS:
         raise ConfigError(f"idle_action must be one of {', '.join(IDLE_ACTIONS)} (got {values['idle_action']!r})")
@@ -230,6 +236,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         known_hosts=str(values["known_hosts"] or ""),
         trust_new_hosts=parse_bool("trust_new_hosts", values["trust_new_hosts"]),
         tf_port=tf_port,
+        oracle_port=oracle_port,
         remote_dir=str(values["remote_dir"] or ".tfcluster-remote"),
         cluster=cluster,
         backend=backend,
