@@ -109,6 +109,16 @@ variable "tf_port" {
   }
 }
 
+variable "oracle_port" {
+  description = "Keras Tuner oracle port of `invoke tune` on the chief VM, opened only between the cluster's VMs."
+  type        = number
+  default     = 23457
+  validation {
+    condition     = var.oracle_port >= 1024 && var.oracle_port <= 65535 && var.oracle_port != var.tf_port
+    error_message = "oracle_port must be between 1024 and 65535 and differ from tf_port."
+  }
+}
+
 variable "ssh_user" {
   description = "Login created on the VMs for the cluster's own SSH key."
   type        = string

@@ -22,12 +22,19 @@ def test_defaults_and_precedence():
     ({"cluster": "Bad Name"}, "cluster must be lowercase letters"),
     ({"retries": -1}, "retries must be >= 0 (got -1)"),
     ({"stop_grace_seconds": 0}, "stop_grace_seconds must be a number in (0, 300]"),
+    ({"keras": "legacy"}, "keras must be one of 2, 3 (got 'legacy'); set it in invoke.yaml (tfcluster.keras)"),
+    ({"keras": 4}, "keras must be one of 2, 3 (got 4)"),
 ])
 def test_bad_values_name_the_key(overrides, message):
     with pytest.raises(ConfigError) as error:
         config.load({}, **overrides)
     assert message in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_keras_defaults_to_2_and_reads_yaml_numbers():
+    assert config.load({}).keras == "2"
+    assert config.load({"keras": 3}).keras == "3"  # `keras: 3` in invoke.yaml is a YAML int.
 
 
 def test_unknown_yaml_key_lists_valid_keys():

@@ -121,7 +121,7 @@ def test_firewall_ssh_only_from_operator_and_tf_port_by_tag():
     tf_rule = firewalls["tf_between_members"]
     assert tf_rule["source_tags"] == ["${local.tag}"] and tf_rule["target_tags"] == ["${local.tag}"]
     assert "source_ranges" not in tf_rule
-    assert one(tf_rule["allow"])["ports"] == ["${tostring(var.tf_port)}"]
+    assert one(tf_rule["allow"])["ports"] == ["${tostring(var.tf_port)}", "${tostring(var.oracle_port)}"]
     network = resources("google_compute_network")["cluster"]
     assert network["auto_create_subnetworks"] is False
 

@@ -17,6 +17,9 @@ from tfcluster.errors import ConfigError
 BACKENDS = ("local", "ssh", "gcp")
 IDLE_ACTIONS = ("stop", "delete")
 TERMINATION_ACTIONS = ("STOP", "DELETE")
+# Which Keras `tf.keras` means for a --script: "2" is tf_keras (TF_USE_LEGACY_KERAS=1), "3" is Keras 3.
+# Named by major version, as TensorFlow's release notes do ("to keep Keras 2, install tf_keras").
+KERAS_VERSIONS = ("2", "3")
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 # On Google Cloud the name also makes the VM service account id "<name>-vm", which must be 6 to 30
 # characters matching [a-z][-a-z0-9]*[a-z0-9] (IAM: projects.serviceAccounts.create, accountId), and
@@ -50,6 +53,9 @@ class Settings:
     python: str = ""
     # TFRecord folder for the bundled trainer; empty means the built-in synthetic set.
     data_dir: str = ""
+    # What tf.keras is for a --script: "2" (tf_keras; Keras 3's fit fails under multi-worker
+    # MirroredStrategy, keras-team/keras#20585) or "3" (Keras 3, for custom loops with strategy.run).
+    keras: str = "2"
     # Restarts after a failed attempt; each resumes from the last checkpoint.
     retries: int = 0
     # Seconds a stopping worker gets between SIGTERM and SIGKILL.
@@ -65,6 +71,8 @@ class Settings:
     trust_new_hosts: bool = False
     # ssh backend: TensorFlow gRPC port on every host.
     tf_port: int = 23456
+    # ssh/gcp: `tune`'s oracle port on the chief's machine (local clusters take a free one).
+    oracle_port: int = 23457
     # ssh backend: folder (relative to the login's home, or absolute) for runs, code and data.
     remote_dir: str = ".tfcluster-remote"
     # gcp: project ID and zone (the zone must offer the GPU).
@@ -162,6 +170,10 @@ def validate(values: Mapping[str, Any]) -> Settings:
     tf_port = parse_int("tf_port", values["tf_port"], 1)
     if tf_port > 65535:
         raise ConfigError(f"tf_port must be between 1 and 65535 (got {tf_port})")
+    oracle_port = parse_int("oracle_port", values["oracle_port"], 1)
+    if oracle_port > 65535 or oracle_port == tf_port:
+        raise ConfigError(f"oracle_port must be between 1 and 65535 and differ from tf_port {tf_port} "
+                          f"(got {oracle_port})")
     idle_action = str(values["idle_action"]).lower()
     if idle_action not in IDLE_ACTIONS:
         raise ConfigError(f"idle_action must be one of {', '.join(IDLE_ACTIONS)} (got {values['idle_action']!r})")
@@ -196,7 +208,12 @@ def validate(values: Mapping[str, Any]) -> Settings:
         ready_timeout = 0.0
     if ready_timeout <= 0:
         raise ConfigError(f"ready_timeout_seconds must be a positive number (got {values['ready_timeout_seconds']!r})")
+    keras = str(values["keras"]).strip()
+    if keras not in KERAS_VERSIONS:
+        raise ConfigError(f"keras must be one of {', '.join(KERAS_VERSIONS)} (got {values['keras']!r}); "
+                          f"set it in {_flag_hint('keras')}")
     return Settings(
+        keras=keras,
         project=str(values["project"] or ""),
         zone=str(values["zone"] or ""),
         gpu=gpu,
@@ -219,6 +236,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         known_hosts=str(values["known_hosts"] or ""),
         trust_new_hosts=parse_bool("trust_new_hosts", values["trust_new_hosts"]),
         tf_port=tf_port,
+        oracle_port=oracle_port,
         remote_dir=str(values["remote_dir"] or ".tfcluster-remote"),
         cluster=cluster,
         backend=backend,

@@ -43,13 +43,21 @@ class WorkerPlan:
     env: dict[str, str]
     # Run folder on the host.
     run_root: str
+    # For processes that are not a TF_CONFIG task (tune's oracle and tuners): the name used
+    # for files and the console ("" = the host's) and the role shown beside it ("" = the task).
+    label: str = ""
+    role: str = ""
+    # Folder the program starts in ("" = run_root).
+    workdir: str = ""
 
     @property
     def name(self) -> str:
-        return self.host.record.name
+        return self.label or self.host.record.name
 
     @property
     def task(self) -> str:
+        if self.role:
+            return self.role
         task_type, task_index = tfconfig.task_of(self.index)
         return f"{task_type}:{task_index}"
 
@@ -167,7 +175,7 @@ def _worker_status(plan: WorkerPlan, attempt: int) -> WorkerStatus:
 def start_attempt(plans: list[WorkerPlan], attempt: int) -> None:
     """Write every wrapper first, then start them all, each step on all hosts at once."""
     def write(plan: WorkerPlan) -> None:
-        script = render_wrapper(plan, attempt, plan.run_root).encode()
+        script = render_wrapper(plan, attempt, plan.workdir or plan.run_root).encode()
         plan.host.write_file(plan.path(attempt, "sh"), script, 0o700)
 
     def start(plan: WorkerPlan) -> None:

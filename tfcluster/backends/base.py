@@ -85,7 +85,8 @@ class Backend:
         raise NotImplementedError
 
     def preflight(self, cluster: ClusterState, hosts: list[WorkerHost], need_tensorflow: bool) -> None:
-        """Check every host before anything starts; raise one error naming every failure."""
+        """Check every host before anything starts; raise one error naming every failure.
+        ``need_tensorflow``: also tf_keras, because tf.keras resolves to it (TF_USE_LEGACY_KERAS=1)."""
         raise NotImplementedError
 
     def stage(self, cluster: ClusterState, hosts: list[WorkerHost], run_id: str, payload: "Payload") -> "Staged":
@@ -142,6 +143,15 @@ class Backend:
         """Per worker name: when the hypervisor stops the machine (epoch seconds), None if never.
         Default: empty, no machine has one."""
         return {}
+
+    def require_modules(self, cluster: ClusterState, hosts: list[WorkerHost], modules: list[str]) -> None:
+        """Check that the hosts' interpreter imports ``modules``; one error naming every host that
+        cannot. Default: the workers run this machine's interpreter, which has the project's
+        dependencies."""
+
+    def gather(self, hosts: list[WorkerHost], run_id: str, folder: str, local_run_dir: Path) -> None:
+        """Merge ``folder`` (relative to each host's run folder) from every host into the local
+        run folder, hosts[0] last (its files win). Default: the hosts' run folder is the local one."""
 
 
 @dataclass

@@ -6,8 +6,9 @@ import time
 
 from tfcluster import launch, ui
 from tfcluster.backends import Backend
-from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster, run_or_latest,
-                                       run_state)
+from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
+                                       run_or_latest, run_state, stop_processes)
+from tfcluster.commands.tune_plans import attempt_of
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError
 from tfcluster.state import StateStore
@@ -47,7 +48,7 @@ def logs(settings: Settings, worker: int | None, follow: bool, run_id: str | Non
     while True:
         _print_new_lines(follower)
         current = store.load_run(run.run_id) or run
-        state = run_state(current, [launch.worker_status(plan, attempt) for plan in plans])
+        state = run_state(current, [launch.worker_status(plan, attempt_of(current, plan)) for plan in plans])
         if not follow or (state != "running" and current.attempts == attempt):
             _print_new_lines(follower, flush=True)
             if follow:
@@ -74,7 +75,7 @@ def stop_active_run(settings: Settings, store: StateStore, cluster, backend: Bac
         return None
     run, plans = active
     with console.status(f"Stopping run {run.run_id}..."):
-        launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
+        stop_processes(plans, run, settings.stop_grace_seconds)
     run.outcome, run.ended_at = "stopped", time.time()
     store.save_run(run)
     console.print(f"[green]✓[/] Run {run.run_id} stopped; no worker is left running.")

@@ -129,6 +129,7 @@ class SshBackend(Backend):
     # ------------------------------------------------------------ preflight
 
     def preflight(self, cluster, hosts: list[SshHost], need_tensorflow: bool) -> None:
+        # need_tensorflow: tf.keras resolves to tf_keras (TF_USE_LEGACY_KERAS=1), so check it too.
         modules = "tensorflow, tf_keras" if need_tensorflow else "tensorflow"
 
         def check(host: SshHost) -> None:
@@ -145,6 +146,18 @@ class SshBackend(Backend):
 
         in_parallel(hosts, check, lambda h: f"{h.record.name} ({h.record.address})", "preflight")
         check_tf_port_mesh(hosts)
+
+    def require_modules(self, cluster, hosts: list[SshHost], modules: list[str]) -> None:
+        def check(host: SshHost) -> None:
+            code, _, err = host.connection.run(
+                shlex.join([host.python, "-c", f"import {', '.join(modules)}"]), timeout=120)
+            if code != 0:
+                last = (err.strip().splitlines() or ["not found"])[-1]
+                raise ClusterError(f"`{host.python} -c 'import {', '.join(modules)}'` failed ({last}); "
+                                   f"install it there (pip install {' '.join(m.replace('_', '-') for m in modules)}) "
+                                   "or set --python to an interpreter that has it")
+
+        in_parallel(hosts, check, lambda h: f"{h.record.name} ({h.record.address})", "preflight")
 
     # ------------------------------------------------------------ staging
 
@@ -239,6 +252,25 @@ class SshBackend(Backend):
         with tarfile.open(fileobj=sink, mode="r:gz") as tar:
             tar.extractall(local_run_dir, filter="data")
         return str(local_run_dir / "output" / "model")
+
+    def gather(self, hosts: list[SshHost], run_id: str, folder: str, local_run_dir: Path) -> None:
+        """One tar stream per host; hosts[0] (the oracle's, with every trial.json) extracts last."""
+        def fetch(host: SshHost) -> bytes | None:
+            sink = io.BytesIO()
+            code, _, err = host.connection.run(
+                f"cd {shlex.quote(host.run_root(run_id))} && if [ -d {shlex.quote(folder)} ]; then "
+                f"tar -czf - {shlex.quote(folder)}; fi", timeout=600, sink=sink)
+            if code != 0:
+                raise ClusterError(f"fetching {folder}/ failed: {err.strip()}")
+            return sink.getvalue() or None
+
+        archives = in_parallel(hosts, fetch, lambda h: f"{h.record.name} ({h.record.address})",
+                               f"gathering {folder}/")
+        local_run_dir.mkdir(parents=True, exist_ok=True)
+        for archive in [*archives[1:], archives[0]]:
+            if archive:
+                with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+                    tar.extractall(local_run_dir, filter="data")
 
     # ------------------------------------------------------------ idle watchdog
 
