@@ -3,11 +3,29 @@ google-cloud-compute sends and receives, for the few calls tfcluster makes.
 
 State lives in ``FakeCompute``; tests and the fake terraform change it through
 ``/_fake/...`` endpoints (as the real control plane would change by itself).
+
+Behaviours modelled, with their sources:
+- Errors use Google's JSON error shape (https://cloud.google.com/apis/design/errors): code,
+  message, errors[].reason and, for a disabled API, details[] with a google.rpc.ErrorInfo whose
+  reason is SERVICE_DISABLED and metadata.service the API (google-api-core parses these in
+  google/api_core/exceptions.py, format_http_response_error).
+- A stopped VM (TERMINATED) loses scheduling.maxRunDuration and, unless SPOT, its
+  instanceTerminationAction (https://cloud.google.com/compute/docs/instances/limit-vm-runtime);
+  instances.setScheduling puts them back.
+- A start gives a new ephemeral external IP; the internal IP stays
+  (https://cloud.google.com/compute/docs/ip-addresses#ephemeraladdress).
+- A deleted instance answers 404 notFound (instances.get reference).
+- Rate limits answer 429 with reason rateLimitExceeded
+  (https://cloud.google.com/compute/api-quota#rate_limits).
+- Operations come back DONE at once: with api_endpoint overridden, google-cloud-compute would
+  poll zoneOperations at the real host (google/cloud/compute_v1/services/zone_operations), which
+  this world cannot reach; PENDING -> RUNNING -> DONE needs the name-based world.
 """
 
 from __future__ import annotations
 
 import json
+from datetime import datetime, timezone
 import re
 import threading
 from dataclasses import dataclass, field
@@ -24,8 +42,19 @@ class FakeCompute:
     region_quotas: dict = field(default_factory=lambda: {"us-west1": {"NVIDIA_T4_GPUS": (8.0, 0.0),
                                                                       "NVIDIA_V100_GPUS": (4.0, 0.0)}})
     project_quotas: dict = field(default_factory=lambda: {"GPUS_ALL_REGIONS": (16.0, 0.0)})
-    # name -> {"zone", "labels", "status", "guest": {path: value}, "metadata": {...}}
+    # name -> {"zone", "labels", "status", "guest": {path: value}, "metadata": {...}, "internal_ip",
+    #          "external_ip", "max_run_seconds", "termination_action", "spot"}
     instances: dict = field(default_factory=dict)
+    # Other resources `invoke down` must find gone: kind -> names (disks, addresses, firewalls,
+    # subnetworks, networks), kept in step by the fake terraform.
+    others: dict = field(default_factory=lambda: {kind: set() for kind in
+                                                  ("disks", "addresses", "firewalls", "subnetworks", "networks")})
+    # The project has not enabled the Compute Engine API: every call answers 403 SERVICE_DISABLED.
+    service_disabled: bool = False
+    # The next N API calls answer 429 rateLimitExceeded.
+    rate_limited_calls: int = 0
+    # The new ephemeral external IP each instance gets at its next start (name -> address).
+    next_external_ip: dict = field(default_factory=dict)
     requests: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -35,13 +64,78 @@ def _error(code: int, message: str) -> tuple[int, dict]:
                             "errors": [{"message": message, "domain": "global", "reason": "notFound"}]}}
 
 
+def _service_disabled(project: str) -> tuple[int, dict]:
+    message = (f"Compute Engine API has not been used in project {project} before or it is disabled. Enable it "
+               f"by visiting https://console.developers.google.com/apis/api/compute.googleapis.com/overview?"
+               f"project={project} then retry.")
+    return 403, {"error": {"code": 403, "message": message, "status": "PERMISSION_DENIED",
+                           "errors": [{"message": message, "domain": "usageLimits", "reason": "accessNotConfigured"}],
+                           "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "SERVICE_DISABLED",
+                                        "domain": "googleapis.com",
+                                        "metadata": {"service": "compute.googleapis.com", "consumer": f"projects/{project}"}}]}}
+
+
+def _operation(path: str, project: str, zone: str, kind: str) -> tuple[int, dict]:
+    return 200, {"kind": "compute#operation", "name": f"operation-{kind}-{abs(hash(path)) % 10**9}",
+                 "operationType": kind, "status": "DONE", "progress": 100,
+                 "targetLink": f"https://compute.googleapis.com{path}", "zone": f"projects/{project}/zones/{zone}"}
+
+
+def _instance_json(state: FakeCompute, name: str, zone: str) -> dict:
+    instance = state.instances[name]
+    metadata = instance.setdefault("metadata", {})
+    access = [{"kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT", "name": "external-nat",
+               "natIP": instance["external_ip"]}] if instance.get("external_ip") and instance["status"] == "RUNNING" else []
+    scheduling = {"provisioningModel": "SPOT" if instance.get("spot") else "STANDARD"}
+    if instance.get("max_run_seconds"):
+        scheduling["maxRunDuration"] = {"seconds": str(instance["max_run_seconds"])}
+    if instance.get("termination_action"):
+        scheduling["instanceTerminationAction"] = instance["termination_action"]
+    return {"kind": "compute#instance", "name": name, "status": instance["status"],
+            "labels": instance.get("labels", {}), "zone": f"projects/{state.project}/zones/{zone}",
+            "creationTimestamp": instance.get("created", "2026-11-22T05:00:00.000-08:00"),
+            "lastStartTimestamp": instance.get("started", "2026-11-22T05:00:00.000-08:00"),
+            "networkInterfaces": [{"kind": "compute#networkInterface", "name": "nic0",
+                                   "networkIP": instance.get("internal_ip", ""), "accessConfigs": access}],
+            "scheduling": scheduling,
+            "metadata": {"kind": "compute#metadata", "fingerprint": instance.get("fingerprint", "ZmluZ2VyMQ=="),
+                         "items": [{"key": k, "value": v} for k, v in sorted(metadata.items())]}}
+
+
+def stop_instance(state: FakeCompute, name: str) -> None:
+    """What a stop (the watchdog's halt, a deadline, a preemption) does to the instance record."""
+    with state.lock:
+        instance = state.instances[name]
+        instance["status"] = "TERMINATED"
+        instance["max_run_seconds"] = None  # Cleared by the stop (limit-vm-runtime).
+        if not instance.get("spot"):
+            instance["termination_action"] = None
+        instance["external_ip"] = None  # An ephemeral address is released.
+
+
 def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | None,
           headers: dict) -> tuple[int, dict]:
     state.requests.append({"method": method, "path": path, "query": query, "authorization":
-                           headers.get("Authorization", "")})
+                           headers.get("Authorization", ""), "body": body})
+    if not path.startswith("/_fake/"):
+        if state.service_disabled:
+            return _service_disabled(state.project)
+        if state.rate_limited_calls > 0:
+            state.rate_limited_calls -= 1
+            return 429, {"error": {"code": 429, "message": "Rate Limit Exceeded", "status": "RESOURCE_EXHAUSTED",
+                                   "errors": [{"message": "Rate Limit Exceeded", "domain": "usageLimits",
+                                               "reason": "rateLimitExceeded"}]}}
+    if path == "/_fake/others" and method == "POST":
+        with state.lock:
+            for kind, names in body.items():
+                state.others[kind] = set(names)
+        return 200, {}
     if path == "/_fake/instances" and method == "POST":
         with state.lock:
             state.instances[body["name"]] = {"status": "RUNNING", "guest": {}, **body}
+        return 200, {}
+    if path == "/_fake/stop" and method == "POST":
+        stop_instance(state, body["name"])
         return 200, {}
     if path == "/_fake/guest" and method == "POST":
         with state.lock:
@@ -51,6 +145,16 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
         with state.lock:
             state.instances.pop(body["name"], None)
         return 200, {}
+    match = re.fullmatch(BASE + r"(?:/zones/[^/]+|/regions/[^/]+|/global)/(?P<kind>disks|addresses|firewalls|"
+                         r"subnetworks|networks)", path)
+    if match and method == "GET":
+        items = [{"kind": f"compute#{match['kind'][:-1]}", "name": name, "labels": {}}
+                 for name in sorted(state.others.get(match["kind"], ()))]
+        if match["kind"] == "disks":  # Boot disks carry the cluster label (instances.tf).
+            items = [dict(item, labels={"tfcluster-cluster": item["name"].rsplit("-", 1)[0]}) for item in items]
+            label = re.fullmatch(r"labels\.([a-z0-9_-]+)=([a-z0-9_-]+)", query.get("filter", [""])[0])
+            items = [item for item in items if not label or item["labels"].get(label[1]) == label[2]]
+        return 200, {"kind": f"compute#{match['kind'][:-1]}List", "items": items}
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/acceleratorTypes", path)
     if match and method == "GET":
         zone = match["zone"]
@@ -95,22 +199,14 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
                           "creationTimestamp": instance.get("created", "2026-11-22T05:00:00.000-08:00"),
                           "lastStartTimestamp": instance.get("started", "2026-11-22T05:00:00.000-08:00")})
         return 200, {"kind": "compute#instanceList", "items": items}
-    match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)(?P<verb>/setMetadata|/start)?",
-                         path)
+    match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)"
+                         "(?P<verb>/setMetadata|/start|/setScheduling|/resume)?", path)
     if match and match["name"] not in state.instances and method in ("GET", "POST"):
-        return _error(404, f"instance {match['name']} not found")
+        return _error(404, f"The resource 'projects/{match['project']}/zones/{match['zone']}/instances/"
+                           f"{match['name']}' was not found")
     if match and method == "GET" and not match["verb"]:
-        instance = state.instances[match["name"]]
-        metadata = instance.setdefault("metadata", {})
-        return 200, {"kind": "compute#instance", "name": match["name"], "status": instance["status"],
-                     "labels": instance.get("labels", {}),
-                     "creationTimestamp": instance.get("created", "2026-11-22T05:00:00.000-08:00"),
-                     "lastStartTimestamp": instance.get("started", "2026-11-22T05:00:00.000-08:00"),
-                     "scheduling": {"maxRunDuration": {"seconds": str(instance.get("max_run_seconds", 43200))},
-                                    "instanceTerminationAction": "STOP"},
-                     "metadata": {"kind": "compute#metadata", "fingerprint": instance.get("fingerprint", "ZmluZ2VyMQ=="),
-                                  "items": [{"key": k, "value": v} for k, v in sorted(metadata.items())]}}
-    if match and method == "POST" and match["verb"] in ("/setMetadata", "/start"):
+        return 200, _instance_json(state, match["name"], match["zone"])
+    if match and method == "POST" and match["verb"]:
         instance = state.instances[match["name"]]
         with state.lock:
             if match["verb"] == "/setMetadata":
@@ -119,13 +215,22 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
                                                                    "metadata fingerprint.", "errors": []}}
                 instance["metadata"] = {item["key"]: item["value"] for item in body.get("items", [])}
                 instance["fingerprint"] = f"ZmluZ2Vy{len(state.requests)}"
-            else:
+            elif match["verb"] == "/setScheduling":
+                instance["max_run_seconds"] = int((body.get("maxRunDuration") or {}).get("seconds") or 0) or None
+                instance["termination_action"] = body.get("instanceTerminationAction") or None
+            elif match["verb"] == "/resume":
+                if instance["status"] != "SUSPENDED":
+                    return 400, {"error": {"code": 400, "message": "Instance is not suspended.",
+                                           "errors": [{"reason": "badRequest", "message": "not suspended"}]}}
                 instance["status"] = "RUNNING"
-        operation = {"kind": "compute#operation", "name": f"operation-{len(state.requests)}",
-                     "operationType": match["verb"][1:], "status": "DONE", "progress": 100,
-                     "targetLink": f"https://compute.googleapis.com{path}",
-                     "zone": f"projects/{match['project']}/zones/{match['zone']}"}
-        return 200, operation
+            else:  # start: a new ephemeral external IP; the boot script then reports readiness.
+                if instance["status"] == "TERMINATED":
+                    instance["external_ip"] = state.next_external_ip.pop(match["name"], instance.get("internal_ip"))
+                    instance["started"] = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
+                    nonce = instance.get("metadata", {}).get("tfcluster-boot-nonce", "")
+                    instance["guest"]["tfcluster/ready"] = f"{nonce}:ok"
+                instance["status"] = "RUNNING"
+        return _operation(path, match["project"], match["zone"], match["verb"][1:])
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/operations/(?P<op>[^/]+)(/wait)?", path)
     if match:
         return 200, {"kind": "compute#operation", "name": match["op"], "status": "DONE", "progress": 100}

@@ -13,6 +13,12 @@ attributes appear (hostkeys/ssh-ed25519, tfcluster/ready). Environment:
     FAKE_TF_FAIL_APPLY  if set, `apply` fails once with a real-looking error
     FAKE_TF_LEAVE       a VM name that `destroy` fails to remove
     FAKE_TF_LOG         file that records every invocation
+    STORAGE_EMULATOR_HOST  gcp-storage-emulator holding the cluster bucket (optional)
+
+Like the google provider, `destroy` refuses a bucket that still holds objects unless
+`force_destroy = true` was applied (resource_storage_bucket.go: "Error trying to delete bucket
+... containing objects without `force_destroy` set to true"); `-target=ADDR` limits apply to the
+named resources; `state rm ADDR` makes destroy leave a resource alone.
 """
 
 import json
@@ -28,6 +34,20 @@ def post(path: str, body: dict) -> None:
     urllib.request.urlopen(request, timeout=5).close()
 
 
+def storage_bucket(name: str):
+    """The cluster bucket in the storage emulator, or None when no emulator is configured."""
+    if not os.environ.get("STORAGE_EMULATOR_HOST"):
+        return None
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    return storage.Client(project="demo-project", credentials=AnonymousCredentials()).bucket(name)
+
+
+def bucket_name(variables: dict) -> str:
+    return f"{variables['project']}-{variables['cluster_name']}-a1b2c3"
+
+
 def main(argv: list[str]) -> int:
     chdir = Path(argv[0].split("=", 1)[1])
     action, args = argv[1], argv[2:]
@@ -41,6 +61,18 @@ def main(argv: list[str]) -> int:
         print("Terraform has been successfully initialized!")
         return 0
     variables = json.loads((chdir / "terraform.tfvars.json").read_text())
+    targets = [arg.split("=", 1)[1] for arg in args if arg.startswith("-target=")]
+    previous = json.loads(state_file.read_text()) if state_file.exists() else {}
+    if action == "state" and args[:1] == ["rm"]:
+        previous.setdefault("forgotten", []).append(args[-1])
+        state_file.write_text(json.dumps(previous))
+        print(f"Removed {args[-1]}\nSuccessfully removed 1 resource instance(s).")
+        return 0
+    if action == "apply" and targets and all("storage_bucket" in t for t in targets):
+        previous["force_destroy"] = bool(variables.get("bucket_force_destroy"))
+        state_file.write_text(json.dumps(previous))
+        print("Apply complete! Resources: 0 added, 1 changed, 0 destroyed.")
+        return 0
     if action == "apply":
         marker = chdir / ".failed-once"
         if os.environ.get("FAKE_TF_FAIL_APPLY") and not marker.exists():
@@ -53,21 +85,39 @@ def main(argv: list[str]) -> int:
         ready = os.environ.get("FAKE_TF_READY", "").split(",")
         with open(os.environ["FAKE_TF_AUTHORIZED"], "a") as authorized:
             authorized.write(variables["ssh_public_key"] + "\n")
-        instances = []
+        instances = list(previous.get("instances", []))
+        wanted = {int(t.split("[")[1].rstrip("]")) for t in targets if t.startswith("google_compute_instance.")}
         for index in range(variables["workers"]):
+            if targets and index not in wanted:
+                continue
             name = f"{variables['cluster_name']}-{index}"
             labels = {"tfcluster-cluster": variables["cluster_name"],
                       "tfcluster-role": "chief" if index == 0 else "worker"}
-            post("/_fake/instances", {"name": name, "zone": variables["zone"], "labels": labels})
+            post("/_fake/instances", {
+                "name": name, "zone": variables["zone"], "labels": labels, "internal_ip": hosts[index],
+                "external_ip": hosts[index], "max_run_seconds": variables["max_run_hours"] * 3600,
+                "termination_action": variables["termination_action"], "spot": variables["spot"],
+                "metadata": {"tfcluster-boot-nonce": variables.get("boot_nonce", ""),
+                             "tfcluster-idle-minutes": str(variables["idle_minutes"])}})
             post("/_fake/guest", {"name": name, "path": "hostkeys/" + keys[index].split()[0],
                                   "value": keys[index].split()[1]})
             value = ready[index] if index < len(ready) and ready[index] else "ok"
             if value != "none":  # As startup/startup.sh publishes it: "<boot nonce>:<state>".
                 post("/_fake/guest", {"name": name, "path": "tfcluster/ready",
                                       "value": f"{variables.get('boot_nonce', '')}:{value}"})
-            instances.append({"name": name, "zone": f"projects/{variables['project']}/zones/{variables['zone']}",
-                              "internal_ip": hosts[index], "external_ip": hosts[index]})
-        state_file.write_text(json.dumps({"instances": instances, "variables": variables}))
+            record = {"name": name, "zone": f"projects/{variables['project']}/zones/{variables['zone']}",
+                      "internal_ip": hosts[index], "external_ip": hosts[index]}
+            instances = [i for i in instances if i["name"] != name] + [record]
+        instances.sort(key=lambda i: int(i["name"].rsplit("-", 1)[1]))
+        cluster = variables["cluster_name"]
+        post("/_fake/others", {"disks": [i["name"] for i in instances], "firewalls": [
+            f"{cluster}-ssh-from-operator", f"{cluster}-tf-between-members"], "subnetworks": [f"{cluster}-subnet"],
+            "networks": [f"{cluster}-net"], "addresses": []})
+        bucket = storage_bucket(bucket_name(variables))
+        if bucket is not None and not bucket.exists():
+            bucket.create()
+        state_file.write_text(json.dumps({**previous, "instances": instances, "variables": variables,
+                                          "force_destroy": bool(variables.get("bucket_force_destroy"))}))
         print(f"Apply complete! Resources: {9 + 2 * len(instances)} added, 0 changed, 0 destroyed.")
         return 0
     if action == "output":
@@ -90,9 +140,23 @@ def main(argv: list[str]) -> int:
         return 0
     if action == "destroy":
         if state_file.exists():
-            for instance in json.loads(state_file.read_text())["instances"]:
+            state = json.loads(state_file.read_text())
+            bucket = storage_bucket(bucket_name(state["variables"]))
+            keep_bucket = "google_storage_bucket.cluster" in state.get("forgotten", [])
+            if bucket is not None and not keep_bucket and bucket.exists():
+                if list(bucket.list_blobs(max_results=1)) and not state.get("force_destroy"):
+                    print(f"╷\n│ Error: Error trying to delete bucket {bucket.name} containing objects without "
+                          "`force_destroy` set to true\n│\n╵", file=sys.stderr)
+                    return 1
+                for blob in bucket.list_blobs():
+                    blob.delete()
+                bucket.delete()
+            for instance in state["instances"]:
                 if instance["name"] != os.environ.get("FAKE_TF_LEAVE"):
                     post("/_fake/delete", {"name": instance["name"]})
+            leave = os.environ.get("FAKE_TF_LEAVE")
+            post("/_fake/others", {"disks": [leave] if leave else [], "firewalls": [], "subnetworks": [],
+                                   "networks": [], "addresses": []})
             state_file.unlink()
         print("Destroy complete! Resources: 0 destroyed.")
         return 0

@@ -70,12 +70,16 @@ class TestHost:
 class HostLab:
     """N hosts with a shared client key and a known_hosts file that lists them all."""
 
-    def __init__(self, root: Path, count: int, tag: str = "tc", client_alive: bool = True):
+    def __init__(self, root: Path, count: int, tag: str = "tc", client_alive: bool = True,
+                 listen_all: bool = False):
         """``client_alive=False`` leaves sshd's ClientAliveInterval at its default (off), as on most
         hosts: sshd then never notices on its own that a client behind a cut link is gone."""
         self.root = root
         self.tag = tag
         self.client_alive = client_alive
+        # sshd on every address of its namespace, so an address added later (a VM's new
+        # ephemeral IP) reaches it too.
+        self.listen_all = listen_all
         self.hosts: list[TestHost] = []
         self.root.mkdir(parents=True, exist_ok=True)
         self.client_key = root / "id_ed25519"
@@ -108,7 +112,7 @@ class HostLab:
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key))
         config = host_dir / "sshd_config"
         config.write_text("\n".join([
-            f"HostKey {host_key}", f"PidFile {host_dir / 'sshd.pid'}", f"ListenAddress {address}",
+            f"HostKey {host_key}", f"PidFile {host_dir / 'sshd.pid'}", f"ListenAddress {'0.0.0.0' if self.listen_all else address}",
             f"AuthorizedKeysFile {self.authorized_keys}", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "PermitRootLogin yes",
             "Subsystem sftp internal-sftp", "ClientAliveInterval 5" if self.client_alive else "", "MaxStartups 100:30:200",

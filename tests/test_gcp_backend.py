@@ -4,6 +4,7 @@ VMs played by real sshd hosts in network namespaces (the SSH half is the real ss
 from __future__ import annotations
 
 import json
+import subprocess
 import stat
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from tests.conftest import REPO, Cli
 from tests.fake_compute import FakeComputeServer
+from tests.fake_compute import stop_instance
 from tests.hostlab import SUBNET, HostLab, available
 from tfcluster.backends import gcp
 from tfcluster.errors import ConfigError, HostErrors
@@ -119,8 +121,30 @@ needs_hosts = pytest.mark.skipif(available() is not None, reason=f"test hosts: {
 
 
 @pytest.fixture
-def gcp_cli(tmp_path, fake_compute, synthetic_data):
-    lab = HostLab(tmp_path / "lab", 2, tag="tg")
+def storage_emulator():
+    """gcp-storage-emulator on loopback, for the cluster bucket (the fake terraform creates it)."""
+    from gcp_storage_emulator.server import create_server
+
+    from tfcluster.backends.local import free_ports
+
+    port = free_ports(1)[0]
+    server = create_server("127.0.0.1", port, in_memory=True)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+def bucket_of(emulator: str, name: str):
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    return storage.Client(project="demo-project", credentials=AnonymousCredentials(),
+                          client_options={"api_endpoint": emulator}).bucket(name)
+
+
+@pytest.fixture
+def gcp_cli(tmp_path, fake_compute, synthetic_data, storage_emulator):
+    lab = HostLab(tmp_path / "lab", 2, tag="tg", listen_all=True)
     wrapper = tmp_path / "terraform"
     wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {REPO / 'tests' / 'fake_terraform.py'} \"$@\"\n")
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
@@ -146,7 +170,9 @@ def gcp_cli(tmp_path, fake_compute, synthetic_data):
         "INVOKE_TFCLUSTER_PYTHON": sys.executable,
         "INVOKE_TFCLUSTER_REMOTE_DIR": str(tmp_path / "remote"),
         "INVOKE_TFCLUSTER_READY_TIMEOUT_SECONDS": "20",
+        "STORAGE_EMULATOR_HOST": storage_emulator,
     })
+    cli.storage = storage_emulator
     yield cli
     if cli.cluster() is not None:
         cli.run("down", timeout=120)
@@ -194,8 +220,10 @@ def test_up_status_down(gcp_cli):
 
     down = gcp_cli.run("down", timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
-    assert "verified with instances.list (label tfcluster-cluster=default): no instance is left" in down.stdout
+    assert "verified through the Compute API (label tfcluster-cluster=default and name prefix default-): " \
+        "nothing left that bills by the hour" in down.stdout
     assert terraform_calls(gcp_cli)[-1] == "destroy"
+    assert not bucket_of(gcp_cli.storage, "demo-project-default-a1b2c3").exists()  # It was empty.
     assert gcp_cli.compute.state.instances == {}
     assert gcp_cli.cluster() is None
 
@@ -206,11 +234,11 @@ def test_down_reports_an_instance_that_survived_destroy(gcp_cli):
     gcp_cli.env["FAKE_TF_LEAVE"] = "default-1"
     down = gcp_cli.run("down", timeout=120)
     assert down.returncode == 2
-    assert "instances still exist after destroy: default-1" in down.stderr
-    assert "gcloud compute instances delete default-1 --zone us-west1-b" in down.stderr
+    assert "still there after destroy: instance default-1, disk default-1; delete them" in down.stderr
     assert gcp_cli.cluster() is not None  # Kept, so `down` can be retried.
     gcp_cli.env.pop("FAKE_TF_LEAVE")
     gcp_cli.compute.state.instances.pop("default-1")
+    gcp_cli.compute.state.others["disks"] = set()
 
 
 @needs_hosts
@@ -228,7 +256,9 @@ def test_failed_apply_is_resumed_or_torn_down(gcp_cli):
     gcp_cli.env["FAKE_TF_FAIL_APPLY"] = "1"
     first = gcp_cli.run("up", timeout=60)
     assert first.returncode == 2
-    assert "terraform apply failed: Error: Error creating instance: googleapi: Error 403: Quota" in first.stderr
+    # Google's error inside terraform's output becomes the fix, not a raw provider line.
+    assert "error: terraform apply: quota NVIDIA_T4_GPUS is exhausted in project demo-project; request " \
+        "more in the console" in first.stderr
     assert "Traceback" not in first.stderr
     assert gcp_cli.cluster()["status"] == "provisioning"  # Remembered, not forgotten while billing.
     second = gcp_cli.run("up", timeout=180)
@@ -305,16 +335,95 @@ def test_idle_control_status_and_restart_of_stopped_vms(gcp_cli):
     assert "stop at 2100-01-01" in status.stdout or "stop at 2099-12-31" in status.stdout
     assert status.stdout.count("7m00s") >= 2  # Idle for 420 s on both VMs.
 
-    # The watchdog stopped both VMs overnight: `up` starts them again, creating nothing.
-    for vm in instances.values():
-        vm["status"] = "TERMINATED"
+    # The watchdog stopped both VMs overnight. Compute Engine cleared their deadline and released
+    # their external IPs; their old "ok" still sits in the guest attributes.
+    lab = gcp_cli.lab
+    new_ips = []
+    for index, host in enumerate(lab.hosts):  # The hosts answer on a second address, as after a start.
+        new_ips.append(f"{SUBNET}.{60 + index}")
+        subprocess.run(["ip", "-n", host.netns, "addr", "add", f"{new_ips[-1]}/24", "dev", "eth0"], check=True)
+    gcp_cli.compute.state.next_external_ip = {f"default-{i}": ip for i, ip in enumerate(new_ips)}
+    old_nonces = {name: vm["guest"]["tfcluster/ready"] for name, vm in instances.items()}
+    for name in list(instances):
+        stop_instance(gcp_cli.compute.state, name)
+    assert all(vm["max_run_seconds"] is None for vm in instances.values())
     calls_before = terraform_calls(gcp_cli)
+    mark = len(gcp_cli.compute.state.requests)
     again = gcp_cli.run("up", timeout=120)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "starting 2 stopped VM(s): default-0, default-1 (nothing is re-created)" in again.stdout
-    assert terraform_calls(gcp_cli) == calls_before
+    assert "starting 2 stopped VM(s): default-0, default-1; the hypervisor deadline (12 h, STOP) is set again " \
+        "first" in again.stdout
+    assert terraform_calls(gcp_cli) == calls_before  # Nothing re-created, no apply that could stop VMs.
     assert all(vm["status"] == "RUNNING" for vm in instances.values())
-    starts = [r["path"] for r in gcp_cli.compute.state.requests if r["path"].endswith("/start")]
-    assert sorted(starts) == [f"/compute/v1/projects/demo-project/zones/us-west1-b/instances/default-{i}/start"
-                              for i in (0, 1)]
+    assert all(vm["max_run_seconds"] == 12 * 3600 and vm["termination_action"] == "STOP" for vm in instances.values())
+    for index in (0, 1):
+        verbs = [r["path"].rsplit("/", 1)[1] for r in gcp_cli.compute.state.requests[mark:]
+                 if f"/instances/default-{index}/" in r["path"] and r["method"] == "POST"]
+        assert verbs.index("setMetadata") < verbs.index("setScheduling") < verbs.index("start"), verbs
+    # Readiness took only this boot's nonce, and the new addresses were saved and used.
+    for name, vm in instances.items():
+        assert vm["guest"]["tfcluster/ready"] != old_nonces[name]
+        assert vm["guest"]["tfcluster/ready"] == vm["metadata"]["tfcluster-boot-nonce"] + ":ok"
+    assert [h["ssh_address"] for h in gcp_cli.cluster()["hosts"]] == new_ips
     assert all(vm["metadata"]["tfcluster-idle-minutes"] == "30" for vm in instances.values())  # --off undone.
+    status = gcp_cli.run("status")
+    assert status.returncode == 0 and ("(in 11h59m" in status.stdout or "(in 12h00m" in status.stdout), status.stdout
+    assert "unreachable" not in status.stdout
+    script = gcp_cli.state_dir.parent / "hello.py"
+    script.write_text("print('HELLO')\n")
+    train = gcp_cli.run("train", "--script", str(script), timeout=120)  # Over SSH to the new addresses.
+    assert train.returncode == 0 and train.stdout.count("HELLO") == 2, train.stdout + train.stderr
+
+
+@needs_hosts
+def test_deleted_vm_is_shown_skipped_and_recreated(gcp_cli):
+    assert gcp_cli.run("up", timeout=180).returncode == 0
+    gcp_cli.compute.state.instances.pop("default-1")  # The idle action `delete` ran on it.
+    status = gcp_cli.run("status")
+    assert status.returncode == 0, status.stderr
+    assert "DELETED (`invoke up` re-creates it)" in status.stdout and "Traceback" not in status.stderr
+    idle = gcp_cli.run("idle", "--minutes", "9")
+    assert idle.returncode == 0, idle.stderr
+    assert "skipped deleted VM(s) default-1: `invoke up` re-creates them" in idle.stdout
+    again = gcp_cli.run("up", timeout=180)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "re-creating 1 deleted VM(s): default-1" in again.stdout
+    apply = [call for call in map(json.loads, gcp_cli.log.read_text().splitlines()) if call[0] == "apply"][-1]
+    assert "-target=google_compute_instance.worker[1]" in apply
+    assert "-target=google_compute_instance_iam_member.watchdog[1]" in apply
+    assert not any(arg.startswith("-target=google_compute_instance.worker[0]") for arg in apply)
+    assert gcp_cli.compute.state.instances["default-1"]["status"] == "RUNNING"
+
+
+@needs_hosts
+def test_down_keeps_a_bucket_with_results_and_deletes_it_when_asked(gcp_cli):
+    assert gcp_cli.run("up", timeout=180).returncode == 0
+    bucket = bucket_of(gcp_cli.storage, "demo-project-default-a1b2c3")
+    bucket.blob("runs/r1/model/model.keras").upload_from_string(b"x" * 3_000_000)
+    down = gcp_cli.run("down", timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert ["state", "rm", "-no-color", "google_storage_bucket.cluster"] in [
+        json.loads(line) for line in gcp_cli.log.read_text().splitlines()]
+    assert "kept bucket gs://demo-project-default-a1b2c3: 1 objects, 0.00 GB" in down.stdout
+    assert "gcloud storage rm --recursive gs://demo-project-default-a1b2c3" in down.stdout
+    assert "nothing left that bills by the hour" in down.stdout
+    assert bucket.exists() and gcp_cli.compute.state.instances == {} and gcp_cli.cluster() is None
+
+    assert gcp_cli.run("up", timeout=180).returncode == 0
+    gone = gcp_cli.run("down", "--delete-bucket", timeout=120)
+    assert gone.returncode == 0, gone.stdout + gone.stderr
+    calls = [json.loads(line) for line in gcp_cli.log.read_text().splitlines()]
+    assert ["apply", "-input=false", "-auto-approve", "-no-color", "-target=google_storage_bucket.cluster"] in calls
+    assert "deleting bucket gs://demo-project-default-a1b2c3 with its 1 objects" in gone.stdout
+    assert not bucket.exists()
+
+
+@needs_hosts
+def test_google_errors_are_one_line_with_the_fix(gcp_cli):
+    gcp_cli.compute.state.service_disabled = True
+    up = gcp_cli.run("up", timeout=60)
+    assert up.returncode == 2 and "Traceback" not in up.stderr
+    assert up.stderr.strip().splitlines() == [
+        "error: up: the compute.googleapis.com API is not enabled in project demo-project: enable it with "
+        "`gcloud services enable compute.googleapis.com --project demo-project`, then re-run the same command"]
+    assert gcp_cli.cluster() is None

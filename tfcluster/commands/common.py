@@ -12,7 +12,8 @@ console = ui.console
 
 
 def backend_named(name: str, store: StateStore) -> Backend:
-    return get_backend(name, store, announce=lambda text: console.print(f"[yellow]![/] {text}"))
+    # soft_wrap: an announced command stays on one line, copyable.
+    return get_backend(name, store, announce=lambda text: console.print(f"[yellow]![/] {text}", soft_wrap=True))
 
 
 def require_cluster(store: StateStore) -> ClusterState:

@@ -166,41 +166,44 @@ class GcpBackend(SshBackend):
 
     def set_idle(self, cluster, idle_minutes: int, action: str) -> None:
         """Change the watchdog settings in every VM's metadata; each reads them on its next poll."""
-        api = self._api(cluster)
-        changes = {"tfcluster-idle-minutes": str(idle_minutes), "tfcluster-idle-action": action}
-        present = [r.instance for r in cluster.hosts if api.instance_or_none(cluster.zone, r.instance) is not None]
-        gone = [r.instance for r in cluster.hosts if r.instance not in present]
-        if gone:
-            self._announce(f"skipped deleted VM(s) {', '.join(gone)}: `invoke up` re-creates them")
-        in_parallel(present, lambda name: api.set_metadata(cluster.zone, name, changes), str,
-                    "changing the idle watchdog")
+        with translated(cluster.project, "idle"):
+            api = self._api(cluster)
+            changes = {"tfcluster-idle-minutes": str(idle_minutes), "tfcluster-idle-action": action}
+            present = [r.instance for r in cluster.hosts if api.instance_or_none(cluster.zone, r.instance) is not None]
+            gone = [r.instance for r in cluster.hosts if r.instance not in present]
+            if gone:
+                self._announce(f"skipped deleted VM(s) {', '.join(gone)}: `invoke up` re-creates them")
+            in_parallel(present, lambda name: api.set_metadata(cluster.zone, name, changes), str,
+                        "changing the idle watchdog")
 
     def watchdog_status(self, cluster) -> dict[str, dict | None]:
-        api = self._api(cluster)
+        with translated(cluster.project, "status"):
+            api = self._api(cluster)
 
-        def read(record) -> dict | None:
-            raw = (api.guest_attributes(cluster.zone, record.instance, "tfcluster/") or {}).get("watchdog")
-            return json.loads(raw) if raw else None
+            def read(record) -> dict | None:
+                raw = (api.guest_attributes(cluster.zone, record.instance, "tfcluster/") or {}).get("watchdog")
+                return json.loads(raw) if raw else None
 
-        return dict(zip([r.name for r in cluster.hosts],
-                        in_parallel(cluster.hosts, read, lambda r: r.instance, "reading watchdog status")))
+            return dict(zip([r.name for r in cluster.hosts],
+                            in_parallel(cluster.hosts, read, lambda r: r.instance, "reading watchdog status")))
 
     def hypervisor_deadlines(self, cluster) -> dict[str, float | None]:
         """When max_run_duration stops each running VM: its last start plus the duration."""
-        from datetime import datetime
+        with translated(cluster.project, "status"):
+            from datetime import datetime
 
-        api = self._api(cluster)
-        deadlines = {}
-        for record in cluster.hosts:
-            instance = api.instance_or_none(cluster.zone, record.instance)
-            if instance is None:
-                deadlines[record.name] = None
-                continue
-            seconds = instance.scheduling.max_run_duration.seconds
-            started = instance.last_start_timestamp or instance.creation_timestamp
-            deadlines[record.name] = (datetime.fromisoformat(started).timestamp() + seconds
-                                      if instance.status == "RUNNING" and seconds and started else None)
-        return deadlines
+            api = self._api(cluster)
+            deadlines = {}
+            for record in cluster.hosts:
+                instance = api.instance_or_none(cluster.zone, record.instance)
+                if instance is None:
+                    deadlines[record.name] = None
+                    continue
+                seconds = instance.scheduling.max_run_duration.seconds
+                started = instance.last_start_timestamp or instance.creation_timestamp
+                deadlines[record.name] = (datetime.fromisoformat(started).timestamp() + seconds
+                                          if instance.status == "RUNNING" and seconds and started else None)
+            return deadlines
 
     def refresh(self, cluster, settings) -> None:
         """`up` on an existing cluster: bring back VMs the watchdog, the deadline or Google stopped,
@@ -219,24 +222,25 @@ class GcpBackend(SshBackend):
 
     def vm_rows(self, cluster, settings) -> list[VmRow]:
         """Each VM's state, uptime and cost so far, from instances.list."""
-        api = ComputeApi(cluster.project)
-        cost = hourly_cost(settings.machine_type, gpu_type(settings.gpu), settings.gpu_count,
-                           settings.boot_disk_gb, 1, settings.spot)
-        rows = []
-        listed = api.list_cluster(cluster.zone, cluster.name)
-        names = {vm.name for vm in listed}
-        rows += [VmRow(name=r.instance, status="DELETED (`invoke up` re-creates it)", uptime_seconds=0.0,
-                       cost_so_far=0.0) for r in cluster.hosts if r.instance not in names]
-        for vm in listed:
-            started = vm.last_start_timestamp or vm.creation_timestamp
-            uptime = 0.0
-            if vm.status == "RUNNING" and started:
-                from datetime import datetime
+        with translated(cluster.project, "status"):
+            api = ComputeApi(cluster.project)
+            cost = hourly_cost(settings.machine_type, gpu_type(settings.gpu), settings.gpu_count,
+                               settings.boot_disk_gb, 1, settings.spot)
+            rows = []
+            listed = api.list_cluster(cluster.zone, cluster.name)
+            names = {vm.name for vm in listed}
+            rows += [VmRow(name=r.instance, status="DELETED (`invoke up` re-creates it)", uptime_seconds=0.0,
+                           cost_so_far=0.0) for r in cluster.hosts if r.instance not in names]
+            for vm in listed:
+                started = vm.last_start_timestamp or vm.creation_timestamp
+                uptime = 0.0
+                if vm.status == "RUNNING" and started:
+                    from datetime import datetime
 
-                uptime = max(0.0, time.time() - datetime.fromisoformat(started).timestamp())
-            rows.append(VmRow(name=vm.name, status=vm.status, uptime_seconds=uptime,
-                              cost_so_far=cost["per_vm"] * uptime / 3600))
-        return rows
+                    uptime = max(0.0, time.time() - datetime.fromisoformat(started).timestamp())
+                rows.append(VmRow(name=vm.name, status=vm.status, uptime_seconds=uptime,
+                                  cost_so_far=cost["per_vm"] * uptime / 3600))
+            return rows
 
     def teardown(self, cluster, keep: bool, delete_bucket: bool = False) -> None:
         """Destroy everything that bills by the hour, then prove it through the Compute API.

@@ -35,7 +35,7 @@ def explain(text: str, project: str, reason: str = "", service: str = "", status
             or "it is disabled" in lowered:
         service = service or (re.search(r"([a-z]+\.googleapis\.com)", text) or [None, "compute.googleapis.com"])[1]
         return f"the {service} API is not enabled in project {project}: {_enable(service, project)}"
-    if reason in ("quotaExceeded", "QUOTA_EXCEEDED") or re.search(r"quota '?[A-Z_]+'? exceeded", text, re.I):
+    if reason in ("quotaExceeded", "QUOTA_EXCEEDED") or re.search(r"quota '?[A-Z0-9_]+'? exceeded", text, re.I):
         metric = re.search(r"[Qq]uota '?([A-Z_0-9]+)'?", text)
         name = metric[1] if metric else "the quota in the message"
         return (f"quota {name} is exhausted in project {project}; request more in the console (IAM & Admin > "
