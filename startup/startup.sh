@@ -1,46 +1,34 @@
 #!/bin/bash
 # tfcluster boot script: Compute Engine runs it as root on every boot (metadata startup-script).
 # Idempotent: the Python environment is built once per TensorFlow version, everything else
-# is re-checked on each boot. Readiness goes to the guest attribute tfcluster/ready: "ok",
-# or "error: <what failed>" that `invoke up` shows next to the VM's name.
+# is re-checked on each boot. Readiness goes to the guest attribute tfcluster/ready as
+# "<nonce>:<state>": the nonce `invoke up` wrote into the metadata just before this boot (guest
+# attributes survive a stop, so an old "ok" must not pass), and "starting", "ok" or
+# "error: <what failed>", which `invoke up` shows next to the VM's name.
+#
+# Order matters for cost: the idle watchdog is installed and running before anything slow or
+# fragile (pip, the driver). While this script works it holds a marker file that the watchdog
+# counts as activity for at most tfcluster-boot-grace-minutes (default 45), so a slow first boot
+# is not stopped and a hung one does not bill forever. A failure leaves the watchdog running.
 set -uo pipefail
 
 TF_VERSION="2.21.0"
 ROOT=/opt/tfcluster
 VENV="$ROOT/venv"
+MARKER=/run/tfcluster/booting
 MD=http://metadata.google.internal/computeMetadata/v1
 
 md() { curl -fsS -H 'Metadata-Flavor: Google' "$MD/$1"; }
-ready() { curl -fsS -X PUT -H 'Metadata-Flavor: Google' --data "$1" "$MD/instance/guest-attributes/tfcluster/ready" >/dev/null; }
+NONCE=$(md instance/attributes/tfcluster-boot-nonce 2>/dev/null || true)
+ready() { curl -fsS -X PUT -H 'Metadata-Flavor: Google' --data "$NONCE:$1" "$MD/instance/guest-attributes/tfcluster/ready" >/dev/null; }
 fail() { echo "tfcluster startup: $*" >&2; ready "error: $*"; exit 1; }
 
+mkdir -p "$ROOT" /run/tfcluster
+touch "$MARKER"
+trap 'rm -f "$MARKER"' EXIT
 ready "starting"
-mkdir -p "$ROOT"
 
-# 1. Python environment with a pinned TensorFlow GPU build (once per version).
-stamp="$VENV/.installed-tensorflow-$TF_VERSION"
-if [ ! -f "$stamp" ]; then
-  python3 -m venv "$VENV" || fail "python3 -m venv failed; the image needs python3-venv"
-  "$VENV/bin/pip" install -q --upgrade pip || fail "pip upgrade failed (no route to PyPI?)"
-  "$VENV/bin/pip" install -q "tensorflow[and-cuda]==$TF_VERSION" "tf-keras==$TF_VERSION" \
-    "tensorboard==$TF_VERSION" pillow numpy google-cloud-storage \
-    || fail "pip install tensorflow[and-cuda]==$TF_VERSION failed"
-  touch "$stamp"
-fi
-chmod -R a+rX "$ROOT"
-
-# 2. The driver and GPU are visible (the image installs the driver on first boot).
-if [ "$(md instance/attributes/install-nvidia-driver 2>/dev/null)" = "True" ]; then
-  deadline=$((SECONDS + 900))
-  until nvidia-smi -L >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$deadline" ] || fail "nvidia-smi finds no GPU after 15 minutes: the NVIDIA driver did not load"
-    sleep 10
-  done
-  "$VENV/bin/python" -c 'import sys, tensorflow as tf; sys.exit(0 if tf.config.list_physical_devices("GPU") else 1)' \
-    || fail "TensorFlow $TF_VERSION sees no GPU although nvidia-smi does (CUDA libraries?)"
-fi
-
-# 3. The idle watchdog, delivered through metadata, restarted by systemd if it ever exits.
+# 1. The idle watchdog, delivered through metadata, restarted by systemd if it ever exits.
 md instance/attributes/tfcluster-watchdog > "$ROOT/watchdog.py.new" || fail "metadata tfcluster-watchdog is missing"
 mv "$ROOT/watchdog.py.new" "$ROOT/watchdog.py"
 cat > /etc/systemd/system/tfcluster-watchdog.service <<UNIT
@@ -50,7 +38,7 @@ After=network-online.target
 Wants=network-online.target
 
 [Service]
-ExecStart=/usr/bin/python3 $ROOT/watchdog.py --gce --state-dir /var/lib/tfcluster
+ExecStart=/usr/bin/python3 $ROOT/watchdog.py --gce --state-dir /var/lib/tfcluster --boot-marker $MARKER
 Restart=always
 RestartSec=5
 
@@ -60,5 +48,45 @@ UNIT
 systemctl daemon-reload || fail "systemctl daemon-reload failed"
 systemctl enable tfcluster-watchdog.service >/dev/null 2>&1
 systemctl restart tfcluster-watchdog.service || fail "the idle watchdog did not start"
+
+# 2. Python environment with a pinned TensorFlow build (once per version). The image's system
+# Python may lack venv (Ubuntu ships it as python3-venv): install it, waiting for the apt lock
+# that the image's own first-boot jobs may hold, and try once more.
+apt_install() {
+  local deadline=$((SECONDS + 600))
+  while fuser /var/lib/dpkg/lock-frontend /var/lib/apt/lists/lock >/dev/null 2>&1; do
+    [ "$SECONDS" -lt "$deadline" ] || return 1
+    sleep 5
+  done
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null 2>&1; }
+}
+stamp="$VENV/.installed-tensorflow-$TF_VERSION-tuner"
+if [ ! -f "$stamp" ]; then
+  if ! venv_error=$(python3 -m venv "$VENV" 2>&1); then
+    rm -rf "$VENV"
+    apt_install python3-venv || fail "python3 -m venv failed and python3-venv could not be installed: $(echo "$venv_error" | tail -n 1)"
+    venv_error=$(python3 -m venv "$VENV" 2>&1) || fail "python3 -m venv failed: $(echo "$venv_error" | tail -n 1)"
+  fi
+  extra=""
+  [ "$(md instance/attributes/install-nvidia-driver 2>/dev/null)" = "True" ] && extra="[and-cuda]"
+  "$VENV/bin/pip" install -q --upgrade pip || fail "pip upgrade failed (no route to PyPI?)"
+  "$VENV/bin/pip" install -q "tensorflow$extra==$TF_VERSION" "tf-keras==$TF_VERSION" \
+    "tensorboard==$TF_VERSION" "keras-tuner>=1.4.7,<1.5" pillow numpy google-cloud-storage \
+    || fail "pip install tensorflow$extra==$TF_VERSION failed"
+  touch "$stamp"
+fi
+chmod -R a+rX "$ROOT"
+
+# 3. The driver and GPU are visible (the image installs the driver on first boot).
+if [ "$(md instance/attributes/install-nvidia-driver 2>/dev/null)" = "True" ]; then
+  deadline=$((SECONDS + 900))
+  until nvidia-smi -L >/dev/null 2>&1; do
+    [ "$SECONDS" -lt "$deadline" ] || fail "nvidia-smi finds no GPU after 15 minutes: the NVIDIA driver did not load"
+    sleep 10
+  done
+  "$VENV/bin/python" -c 'import sys, tensorflow as tf; sys.exit(0 if tf.config.list_physical_devices("GPU") else 1)' \
+    || fail "TensorFlow $TF_VERSION sees no GPU although nvidia-smi does (CUDA libraries?)"
+fi
 
 ready "ok"

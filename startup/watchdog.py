@@ -8,7 +8,9 @@ Every poll (at most 60 s apart) it reads its settings afresh, so a change from t
 (`invoke idle`) applies without recreating anything, runs each probe, and decides:
 
 - busy while any enabled probe sees activity: a tfcluster training process, an interactive
-  SSH session (a pts whose parent is sshd), or GPU utilisation above a threshold;
+  SSH session (a pts whose parent is sshd), or GPU utilisation above a threshold; and, always,
+  while the boot script is still working (its marker file exists), for at most
+  ``boot_grace_minutes`` after it started, so a hung install cannot keep a VM billing;
 - idle time starts when the machine stops being busy and resets on any activity and after a
   reboot (the kernel's boot id changes);
 - after ``idle_minutes`` idle it logs the decision with the probe readings, then acts:
@@ -55,6 +57,8 @@ class Settings:
     probes: tuple[str, ...] = PROBE_SETS["jobs_and_ssh"]
     # GPU utilisation (percent) above which the gpu probe reports busy.
     gpu_threshold: float = 10.0
+    # The boot script counts as activity for at most this long after it started.
+    boot_grace_minutes: float = 45.0
 
 
 def parse_settings(raw: dict) -> Settings:
@@ -78,6 +82,10 @@ def parse_settings(raw: dict) -> Settings:
         settings.probes = tuple(names)
     if raw.get("gpu_threshold") not in (None, ""):
         settings.gpu_threshold = float(raw["gpu_threshold"])
+    if raw.get("boot_grace_minutes") not in (None, ""):
+        settings.boot_grace_minutes = float(raw["boot_grace_minutes"])
+        if not 0 <= settings.boot_grace_minutes <= 1440:
+            raise ValueError(f"boot_grace_minutes must be between 0 and 1440 (got {raw['boot_grace_minutes']})")
     return settings
 
 
@@ -133,6 +141,18 @@ def probe_ssh(proc: Path = Path("/proc")) -> bool:
     return False
 
 
+def probe_boot(marker: Path | None, grace_seconds: float, clock: Callable[[], float] = time.time) -> bool | None:
+    """The boot script is still working (its marker exists) and started less than the grace ago;
+    None where no marker is watched (own hosts)."""
+    if marker is None:
+        return None
+    try:
+        started = marker.stat().st_mtime
+    except FileNotFoundError:
+        return False
+    return clock() - started < grace_seconds
+
+
 def probe_gpu(threshold: float, nvidia_smi: str | None = None) -> bool | None:
     """GPU utilisation above ``threshold`` percent on any GPU; None where there is no GPU."""
     binary = nvidia_smi or shutil.which("nvidia-smi")
@@ -175,7 +195,9 @@ class IdleTracker:
         if boot_id and boot_id != self.boot_id:
             # A reboot: idleness counts from now, whatever the state file said.
             self.boot_id, self.idle_since = boot_id, None
-        busy = any(readings.get(name) is True for name in settings.probes)
+        # The boot script's reading counts whatever probes are configured: it is not a probe of
+        # use but of a machine that is not ready yet.
+        busy = any(readings.get(name) is True for name in (*settings.probes, "boot"))
         if busy:
             self.idle_since = None
             return Decision(True, 0.0, False, None, readings)
@@ -240,6 +262,7 @@ class Gce:
             "action": self.attribute("tfcluster-idle-action"),
             "probes": self.attribute("tfcluster-idle-probes"),
             "gpu_threshold": self.attribute("tfcluster-gpu-threshold"),
+            "boot_grace_minutes": self.attribute("tfcluster-boot-grace-minutes"),
         })
 
     def delete_self(self) -> str:
@@ -324,6 +347,8 @@ class Watchdog:
             "gpu": lambda: probe_gpu(settings.gpu_threshold, self.args.nvidia_smi),
         }
         readings = read_probes(settings, probes, self.log)
+        marker = Path(self.args.boot_marker) if self.args.boot_marker else None
+        readings["boot"] = probe_boot(marker, settings.boot_grace_minutes * 60, self.tracker.clock)
         decision = self.tracker.observe(readings, settings, boot_id())
         self._save("state.json", {"boot_id": self.tracker.boot_id, "idle_since": self.tracker.idle_since})
         status = {**asdict(decision), "idle_minutes": settings.idle_minutes, "action": settings.action,
@@ -358,6 +383,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--poll-seconds", type=float, default=30.0, help=f"at most {MAX_POLL_SECONDS}")
     parser.add_argument("--action-command", help="shell command to run instead of stop/delete")
     parser.add_argument("--nvidia-smi", help="path of nvidia-smi (default: from PATH)")
+    parser.add_argument("--boot-marker", help="file the boot script holds while it works (counts as activity)")
     args = parser.parse_args(argv)
     if not 0 < args.poll_seconds <= MAX_POLL_SECONDS:
         parser.error(f"--poll-seconds must be in (0, {MAX_POLL_SECONDS}]")

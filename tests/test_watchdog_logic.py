@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 
 import pytest
@@ -120,3 +121,30 @@ def test_gpu_probe_skips_without_nvidia_smi_and_reads_utilisation(tmp_path, monk
     fake.chmod(0o755)
     assert watchdog.probe_gpu(10, str(fake)) is True
     assert watchdog.probe_gpu(50, str(fake)) is False
+
+
+def test_a_working_boot_script_counts_as_activity_for_a_bounded_time(tmp_path):
+    """The watchdog runs before the install; a slow first boot is not idleness, a hung one is."""
+    clock = Clock(5000.0)
+    marker = tmp_path / "booting"
+    marker.touch()
+    os.utime(marker, (clock.now, clock.now))
+    settings = watchdog.Settings(idle_minutes=10, action="stop", boot_grace_minutes=45)
+    tracker = watchdog.IdleTracker(clock, boot_id="b")
+
+    def observe():
+        readings = {**IDLE, "boot": watchdog.probe_boot(marker, settings.boot_grace_minutes * 60, clock)}
+        return tracker.observe(readings, settings, "b")
+
+    clock.now += 44 * 60
+    assert observe().busy is True  # Still installing after 44 minutes: not idle.
+    clock.now += 2 * 60
+    assert observe().busy is False  # Past the grace: a hung install is idleness like any other...
+    clock.now += 10 * 60
+    assert observe().act is True  # ...and the VM is stopped 10 idle minutes later.
+    marker.unlink()  # The boot script finished (or failed) and removed its marker.
+    assert watchdog.probe_boot(marker, 2700, clock) is False
+    assert watchdog.probe_boot(None, 2700, clock) is None  # Own hosts watch no marker.
+    assert watchdog.parse_settings({"boot_grace_minutes": "5"}).boot_grace_minutes == 5
+    with pytest.raises(ValueError, match="boot_grace_minutes must be between 0 and 1440"):
+        watchdog.parse_settings({"boot_grace_minutes": "-1"})
