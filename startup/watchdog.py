@@ -230,12 +230,12 @@ def read_probes(settings: Settings, probes: dict[str, Callable[[], bool | None]]
 
 
 class Gce:
-    """The metadata server and the Compute API, with endpoints overridable for tests."""
+    """The metadata server (GCE_METADATA_HOST, as Google's own libraries read it) and the Compute API."""
 
-    def __init__(self, metadata_host: str | None = None, compute_api: str | None = None):
+    COMPUTE_API = "https://compute.googleapis.com"
+
+    def __init__(self, metadata_host: str | None = None):
         self.metadata = f"http://{metadata_host or os.environ.get('GCE_METADATA_HOST', 'metadata.google.internal')}"
-        self.compute_api = (compute_api or os.environ.get("TFCLUSTER_COMPUTE_API",
-                                                          "https://compute.googleapis.com")).rstrip("/")
 
     def get(self, path: str, timeout: float = 5) -> str:
         request = urllib.request.Request(f"{self.metadata}/computeMetadata/v1/{path}",
@@ -271,7 +271,7 @@ class Gce:
         project = self.get("project/project-id")
         zone = self.get("instance/zone").rsplit("/", 1)[-1]
         name = self.get("instance/name")
-        url = f"{self.compute_api}/compute/v1/projects/{project}/zones/{zone}/instances/{name}"
+        url = f"{self.COMPUTE_API}/compute/v1/projects/{project}/zones/{zone}/instances/{name}"
         request = urllib.request.Request(url, method="DELETE", headers={"Authorization": f"Bearer {token}"})
         with urllib.request.urlopen(request, timeout=30) as response:
             operation = json.loads(response.read().decode() or "{}")

@@ -47,9 +47,15 @@ class Cli:
                     "COLUMNS": "200", "TF_CPP_MIN_LOG_LEVEL": "2"}
         if data_dir is not None:
             self.env["INVOKE_TFCLUSTER_DATA_DIR"] = str(data_dir)
+        # Runs the CLI in another world (tests/world: Google's names on local stand-ins).
+        self.prefix: list[str] = []
+
+    def enter(self, world) -> None:
+        self.prefix = world.prefix()
+        self.env.update(world.env())
 
     def argv(self, *args: str) -> list[str]:
-        return [sys.executable, "-m", "invoke", *args]
+        return [*self.prefix, sys.executable, "-m", "invoke", *args]
 
     def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         return subprocess.run(self.argv(*args), cwd=REPO, env=self.env, capture_output=True,
@@ -90,3 +96,16 @@ def events_of(log_text: str) -> list[dict]:
     from trainer import events
 
     return [e for e in (events.parse(line) for line in log_text.splitlines()) if e]
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    """Google's names on local stand-ins (tests/world), for this process and the CLIs it starts."""
+    from tests.world.names import GoogleWorld
+
+    google = GoogleWorld(tmp_path / "world")
+    for key, value in google.env().items():
+        monkeypatch.setenv(key, value)
+    with google.resolving():
+        yield google
+    google.close()

@@ -247,7 +247,11 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
 
 
 class FakeComputeServer:
-    def __init__(self, state: FakeCompute | None = None):
+    """Plain HTTP on an ephemeral loopback port (the test's control door), and, given ``tls``
+    (address, certfile, keyfile), the same API over HTTPS on that address's port 443, where the
+    names compute.googleapis.com and oauth2.googleapis.com point in the test world."""
+
+    def __init__(self, state: FakeCompute | None = None, tls: tuple[str, str, str] | None = None):
         self.state = state or FakeCompute()
         state_ref = self.state
 
@@ -255,7 +259,22 @@ class FakeComputeServer:
             def _serve(self):
                 parsed = urlparse(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
-                body = json.loads(self.rfile.read(length) or b"null") if length else None
+                raw = self.rfile.read(length) if length else b""
+                if parsed.path == "/token":
+                    # oauth2.googleapis.com/token: the grant google-auth sends for a service-account
+                    # key (https://developers.google.com/identity/protocols/oauth2/service-account).
+                    state_ref.requests.append({"method": "POST", "path": "/token", "query": {}, "body": None,
+                                               "authorization": ""})
+                    code, payload = 200, {"access_token": "ya29.test-world", "expires_in": 3600,
+                                          "token_type": "Bearer"}
+                    data = json.dumps(payload).encode()
+                    self.send_response(code)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
+                body = json.loads(raw or b"null") if raw else None
                 code, payload = route(state_ref, self.command, parsed.path, parse_qs(parsed.query), body,
                                       dict(self.headers))
                 data = json.dumps(payload).encode()
@@ -271,13 +290,25 @@ class FakeComputeServer:
                 pass
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
+        self.servers = [self.server]
+        if tls is not None:
+            import ssl
+
+            address, certfile, keyfile = tls
+            secure = ThreadingHTTPServer((address, 443), Handler)
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(certfile, keyfile)
+            secure.socket = context.wrap_socket(secure.socket, server_side=True)
+            self.servers.append(secure)
+        self.threads = [threading.Thread(target=server.serve_forever, daemon=True) for server in self.servers]
+        for thread in self.threads:
+            thread.start()
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.server.server_address[1]}"
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        for server in self.servers:
+            server.shutdown()
+            server.server_close()

@@ -13,7 +13,7 @@ attributes appear (hostkeys/ssh-ed25519, tfcluster/ready). Environment:
     FAKE_TF_FAIL_APPLY  if set, `apply` fails once with a real-looking error
     FAKE_TF_LEAVE       a VM name that `destroy` fails to remove
     FAKE_TF_LOG         file that records every invocation
-    STORAGE_EMULATOR_HOST  gcp-storage-emulator holding the cluster bucket (optional)
+    FAKE_STORAGE        gcp-storage-emulator's own URL, holding the cluster bucket (optional)
 
 Like the google provider, `destroy` refuses a bucket that still holds objects unless
 `force_destroy = true` was applied (resource_storage_bucket.go: "Error trying to delete bucket
@@ -36,12 +36,13 @@ def post(path: str, body: dict) -> None:
 
 def storage_bucket(name: str):
     """The cluster bucket in the storage emulator, or None when no emulator is configured."""
-    if not os.environ.get("STORAGE_EMULATOR_HOST"):
+    if not os.environ.get("FAKE_STORAGE"):
         return None
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
 
-    return storage.Client(project="demo-project", credentials=AnonymousCredentials()).bucket(name)
+    return storage.Client(project="demo-project", credentials=AnonymousCredentials(),
+                          client_options={"api_endpoint": os.environ["FAKE_STORAGE"]}).bucket(name)
 
 
 def bucket_name(variables: dict) -> str:

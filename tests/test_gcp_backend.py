@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, Cli
-from tests.fake_compute import FakeComputeServer
 from tests.fake_compute import stop_instance
 from tests.hostlab import SUBNET, HostLab, available
 from tfcluster.backends import gcp
@@ -20,14 +19,14 @@ from tfcluster.errors import ConfigError, HostErrors
 
 
 @pytest.fixture
-def fake_compute():
-    server = FakeComputeServer()
-    yield server
-    server.close()
+def fake_compute(world):
+    """The Compute stand-in behind compute.googleapis.com in the test world."""
+    return world.compute
 
 
 def api_for(server) -> gcp.ComputeApi:
-    return gcp.ComputeApi(server.state.project, endpoint=server.endpoint)
+    """The real client with the operator's (throwaway) key, reaching compute.googleapis.com."""
+    return gcp.ComputeApi(server.state.project)
 
 
 # ---------------------------------------------------------------- units against the fake API
@@ -120,20 +119,6 @@ def test_outputs_parse_and_cost_estimate():
 needs_hosts = pytest.mark.skipif(available() is not None, reason=f"test hosts: {available()}")
 
 
-@pytest.fixture
-def storage_emulator():
-    """gcp-storage-emulator on loopback, for the cluster bucket (the fake terraform creates it)."""
-    from gcp_storage_emulator.server import create_server
-
-    from tfcluster.backends.local import free_ports
-
-    port = free_ports(1)[0]
-    server = create_server("127.0.0.1", port, in_memory=True)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
-
-
 def bucket_of(emulator: str, name: str):
     from google.auth.credentials import AnonymousCredentials
     from google.cloud import storage
@@ -143,7 +128,7 @@ def bucket_of(emulator: str, name: str):
 
 
 @pytest.fixture
-def gcp_cli(tmp_path, fake_compute, synthetic_data, storage_emulator):
+def gcp_cli(tmp_path, world, fake_compute, synthetic_data):
     lab = HostLab(tmp_path / "lab", 2, tag="tg", listen_all=True)
     wrapper = tmp_path / "terraform"
     wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {REPO / 'tests' / 'fake_terraform.py'} \"$@\"\n")
@@ -155,8 +140,7 @@ def gcp_cli(tmp_path, fake_compute, synthetic_data, storage_emulator):
     cli.compute = fake_compute
     cli.env.update({
         "TFCLUSTER_TERRAFORM": str(wrapper),
-        "TFCLUSTER_COMPUTE_ENDPOINT": fake_compute.endpoint,
-        "FAKE_COMPUTE": fake_compute.endpoint,
+        "FAKE_COMPUTE": fake_compute.endpoint,  # The stand-in's own control door, for the fake terraform.
         "FAKE_TF_HOSTS": ",".join(h.address for h in lab.hosts),
         "FAKE_TF_HOSTKEYS": ",".join(h.host_key_public for h in lab.hosts),
         "FAKE_TF_AUTHORIZED": str(lab.authorized_keys),
@@ -170,9 +154,10 @@ def gcp_cli(tmp_path, fake_compute, synthetic_data, storage_emulator):
         "INVOKE_TFCLUSTER_PYTHON": sys.executable,
         "INVOKE_TFCLUSTER_REMOTE_DIR": str(tmp_path / "remote"),
         "INVOKE_TFCLUSTER_READY_TIMEOUT_SECONDS": "20",
-        "STORAGE_EMULATOR_HOST": storage_emulator,
+        "FAKE_STORAGE": world.storage_url,
     })
-    cli.storage = storage_emulator
+    cli.enter(world)
+    cli.storage = world.storage_url
     yield cli
     if cli.cluster() is not None:
         cli.run("down", timeout=120)
@@ -300,7 +285,6 @@ def test_missing_terraform_and_credentials(tmp_path, synthetic_data, fake_comput
     cli.env.update({"TFCLUSTER_TERRAFORM": str(wrapper), "HOME": str(tmp_path), "CLOUDSDK_CONFIG": str(tmp_path),
                     "NO_GCE_CHECK": "True"})
     cli.env.pop("GOOGLE_APPLICATION_CREDENTIALS", None)
-    cli.env.pop("TFCLUSTER_COMPUTE_ENDPOINT", None)
     no_credentials = cli.run("up", timeout=60)
     assert no_credentials.returncode == 2
     assert "error: no Google Cloud credentials; run `gcloud auth application-default login`" in no_credentials.stderr

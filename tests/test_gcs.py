@@ -1,9 +1,9 @@
-"""Cloud Storage transfers with the real google-cloud-storage client against gcp-storage-emulator."""
+"""Cloud Storage transfers with the real google-cloud-storage client and the operator's credentials,
+against gcp-storage-emulator behind storage.googleapis.com in the test world (tests/world)."""
 
 from __future__ import annotations
 
 import json
-import socket
 
 import pytest
 
@@ -15,17 +15,9 @@ BUCKET = "demo-project-default-a1b2c3"
 
 
 @pytest.fixture
-def emulator(monkeypatch):
-    from gcp_storage_emulator.server import create_server
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = create_server("127.0.0.1", port, in_memory=True, default_bucket=BUCKET)
-    server.start()
-    monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"http://127.0.0.1:{port}")
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+def emulator(world):
+    gcs.client("demo-project").create_bucket(BUCKET)
+    return world
 
 
 def test_upload_then_download_round_trip(emulator, synthetic_data, tmp_path):
@@ -48,6 +40,7 @@ def test_bad_url_is_one_clear_line():
 
 
 def test_invoke_data_uploads_and_pull_downloads(emulator, cli, tmp_path):
+    cli.enter(emulator)
     settings = Settings(state_dir=str(cli.state_dir))
     store = StateStore(settings)
     store.save_cluster(ClusterState(name="default", backend="gcp", hosts=[], project="demo-project",

@@ -16,7 +16,6 @@ import paramiko
 import pytest
 
 from tests.conftest import REPO, wait_for
-from tests.fake_compute import FakeComputeServer
 from tests.fake_metadata import FakeMetadataServer
 from tests.hostlab import HostLab, available
 
@@ -145,8 +144,8 @@ def test_settings_change_applies_without_restart(start_watchdog):
     wait_for(lambda: acted_times(dog), 30, what="the action once enabled")
 
 
-def test_delete_action_calls_the_compute_api_with_the_metadata_token(tmp_path):
-    compute = FakeComputeServer()
+def test_delete_action_calls_the_compute_api_with_the_metadata_token(tmp_path, world):
+    compute = world.compute  # Behind compute.googleapis.com: the watchdog reaches it by name.
     compute.state.instances["demo-0"] = {"zone": "us-west1-b", "labels": {}, "status": "RUNNING", "guest": {}}
     metadata = FakeMetadataServer({
         "instance/service-accounts/default/token": json.dumps(
@@ -158,9 +157,9 @@ def test_delete_action_calls_the_compute_api_with_the_metadata_token(tmp_path):
         "instance/attributes/tfcluster-idle-action": "delete",
         "instance/attributes/tfcluster-idle-probes": "jobs",
     })
-    dog = RunningWatchdog([sys.executable, str(WATCHDOG), "--gce", "--state-dir", str(tmp_path / "state"),
-                           "--poll-seconds", str(POLL)], tmp_path / "state",
-                          env={"GCE_METADATA_HOST": metadata.host, "TFCLUSTER_COMPUTE_API": compute.endpoint})
+    dog = RunningWatchdog([*world.prefix(), sys.executable, str(WATCHDOG), "--gce", "--state-dir",
+                           str(tmp_path / "state"), "--poll-seconds", str(POLL)], tmp_path / "state",
+                          env={"GCE_METADATA_HOST": metadata.host, "SSL_CERT_FILE": str(world.ca)})
     try:
         deletes = lambda: [r for r in compute.state.requests if r["method"] == "DELETE"]  # noqa: E731
         wait_for(deletes, 30, what="the DELETE call")
@@ -176,4 +175,3 @@ def test_delete_action_calls_the_compute_api_with_the_metadata_token(tmp_path):
     finally:
         dog.stop()
         metadata.close()
-        compute.close()

@@ -3,7 +3,6 @@ readiness from guest attributes, host keys published by the guest agent."""
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Callable
 
@@ -17,19 +16,11 @@ LABEL = "tfcluster-cluster"
 class ComputeApi:
     """The few Compute Engine calls tfcluster makes, through google-cloud-compute (REST)."""
 
-    def __init__(self, project: str, endpoint: str | None = None):
+    def __init__(self, project: str):
         from google.cloud import compute_v1
 
         self.project = project
-        endpoint = endpoint or os.environ.get("TFCLUSTER_COMPUTE_ENDPOINT")
-        options = {"api_endpoint": endpoint} if endpoint else None
-        if endpoint:
-            from google.auth.credentials import AnonymousCredentials
-
-            credentials = AnonymousCredentials()
-        else:
-            credentials = default_credentials()
-        kwargs = {"transport": "rest", "client_options": options, "credentials": credentials}
+        kwargs = {"transport": "rest", "credentials": default_credentials()}
         self.client_kwargs = kwargs
         self.compute_v1 = compute_v1
         self.accelerators = compute_v1.AcceleratorTypesClient(**kwargs)

@@ -1,12 +1,11 @@
 """Cloud Storage transfers with google-cloud-storage, in parallel.
 
-The client honours STORAGE_EMULATOR_HOST (tests use gcp-storage-emulator); TensorFlow's own
-tf.io.gfile does not, which is why the laptop side uses this client.
+The laptop side uses google-cloud-storage with the operator's credentials; the VMs use
+TensorFlow's own gs:// client with theirs.
 """
 
 from __future__ import annotations
 
-import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -26,10 +25,6 @@ def split_url(url: str) -> tuple[str, str]:
 def client(project: str | None = None):
     from google.cloud import storage
 
-    if os.environ.get("STORAGE_EMULATOR_HOST"):
-        from google.auth.credentials import AnonymousCredentials
-
-        return storage.Client(project=project or "emulator", credentials=AnonymousCredentials())
     from tfcluster.backends.gcp.compute import default_credentials
 
     return storage.Client(project=project, credentials=default_credentials())
