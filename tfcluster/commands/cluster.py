@@ -30,6 +30,7 @@ def up(settings: Settings) -> ClusterState:
         backend.refresh(existing, settings)
         console.print(f"Cluster [bold]{existing.name}[/] is already up: {existing.workers} "
                       f"{existing.backend} workers. Nothing re-created.")
+        _pre_pull(store, backend, existing, settings.image)
         return existing
     with console.status(f"Creating {settings.backend} cluster '{settings.cluster}' "
                         f"with {settings.workers} workers..."):
@@ -37,9 +38,22 @@ def up(settings: Settings) -> ClusterState:
         store.save_cluster(cluster)
     console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is up: {cluster.workers} "
                   f"{cluster.backend} workers ({', '.join(h.endpoint for h in cluster.hosts)}).")
+    _pre_pull(store, backend_named(cluster.backend, store), cluster, settings.image)
     console.print("  Next: invoke train --workers N   (state: "
                   f"{store.cluster_file})")
     return cluster
+
+
+def _pre_pull(store: StateStore, backend: Backend, cluster: ClusterState, image: str) -> None:
+    """With an image configured, pull it on every host now, so the first `train` does not wait."""
+    if not image:
+        return
+    with console.status(f"Pulling {image} on every host..."):
+        outcomes = backend.pre_pull(cluster, image)
+    cluster.image = image
+    store.save_cluster(cluster)
+    console.print(f"[green]✓[/] Image {image}: pulled on {outcomes.count('pulled')} host(s), "
+                  f"already present on {outcomes.count('present')}.")
 
 
 def status(settings: Settings) -> dict:
@@ -151,7 +165,19 @@ def down(settings: Settings, keep: bool = False) -> None:
     if leftovers:
         raise ClusterError(f"could not end {len(leftovers)} process(es) of cluster '{cluster.name}': "
                            f"{'; '.join(leftovers)}; kill them by hand, then run `invoke down` again")
+    _remove_containers(backend, cluster)
     backend.teardown(cluster, keep)
     store.remove_cluster()
     console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is down: verified that no worker "
-                  f"process is left. Run results stay in {store.runs_dir}.")
+                  f"process or container is left. Run results stay in {store.runs_dir}.")
+
+
+def _remove_containers(backend: Backend, cluster: ClusterState) -> None:
+    """`docker rm --force` any container labelled with the cluster id, then prove none is left."""
+    if any(backend.leftover_containers(cluster).values()):
+        backend.remove_containers(cluster)
+    left = {host: names for host, names in backend.leftover_containers(cluster).items() if names}
+    if left:
+        listed = "; ".join(f"{host}: {', '.join(names)}" for host, names in left.items())
+        raise ClusterError(f"containers of cluster '{cluster.name}' are still there ({listed}); remove "
+                           "them with `docker rm --force NAME`, then run `invoke down` again")

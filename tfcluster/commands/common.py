@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tfcluster import launch, ui
+from tfcluster import container, launch, ui
 from tfcluster.backends import Backend, get_backend
 from tfcluster.errors import ClusterError
 from tfcluster.state import ClusterState, RunRecord, StateStore
@@ -35,7 +35,8 @@ def active_run(store: StateStore, cluster: ClusterState) -> tuple[RunRecord, lis
 def plans_for(store: StateStore, cluster: ClusterState, run: RunRecord,
                env: dict[str, str] | None = None) -> list[launch.WorkerPlan]:
     hosts = backend_for_cluster(store, cluster).hosts(cluster)[: run.workers]
-    return launch.build_plans(hosts, run.run_id, run.command, env or {})
+    image = container.ContainerSpec(run.image, run.mounts) if run.image else None
+    return launch.build_plans(hosts, run.run_id, run.command, env or {}, image)
 
 
 def backend_for_cluster(store: StateStore, cluster: ClusterState):

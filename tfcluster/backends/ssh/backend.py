@@ -112,12 +112,19 @@ class SshBackend(Backend):
 
     # ------------------------------------------------------------ preflight
 
-    def preflight(self, cluster, hosts: list[SshHost], need_tensorflow: bool) -> None:
+    def preflight(self, cluster, hosts: list[SshHost], need_tensorflow: bool, image: str = "") -> None:
         modules = "tensorflow, tf_keras" if need_tensorflow else "tensorflow"
+        if image:  # Python and TensorFlow come from the image; the host needs Docker.
+            from tfcluster.backends import docker
+
+            docker.preflight(hosts, image, modules.split(", "))
 
         def check(host: SshHost) -> None:
-            code, _, err = host.connection.run(
-                shlex.join([host.python, "-c", f"import {modules}"]), timeout=120)
+            if image:
+                code, err = 0, ""
+            else:
+                code, _, err = host.connection.run(
+                    shlex.join([host.python, "-c", f"import {modules}"]), timeout=120)
             if code != 0:
                 last = (err.strip().splitlines() or ["not found"])[-1]
                 raise ClusterError(f"`{host.python} -c 'import {modules}'` failed ({last}); install them "
@@ -165,7 +172,9 @@ class SshBackend(Backend):
         env = {"PYTHONPATH": "{run_root}/code"}
         if data is not None:
             env["TFCLUSTER_DATA_DIR"] = "{run_root}/data"
-        return Staged(argv=argv + list(payload.args), env=env,
+        # code/ and data/ link into the cluster's folder: a container must see all of it.
+        mounts = ["{remote_root}"]
+        return Staged(argv=argv + list(payload.args), env=env, mounts=mounts,
                       uploaded={h.record.name: bool(u) for h, u in zip(hosts, uploaded)})
 
     # ------------------------------------------------------------ retries and results

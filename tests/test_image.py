@@ -1,0 +1,265 @@
+"""`--image`: workers inside a container image, with real Docker (tests/imagelab.py).
+
+No remote registry is reachable here: the images are built locally (debootstrapped Debian 12 +
+tensorflow-cpu + tf-keras from the package index, cached), and the registry is Debian's
+docker-registry on loopback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests import imagelab
+from tests.conftest import events_of, wait_for
+from tfcluster.backends.local import free_ports, processes_with_env
+from tfcluster.container import LABEL_CLUSTER
+
+_reason = imagelab.ensure_dockerd()
+pytestmark = pytest.mark.skipif(_reason is not None, reason=f"docker: {_reason}")
+
+
+@pytest.fixture(scope="session")
+def images() -> tuple[str, str]:
+    """(image with TensorFlow, image with Python only), built or imported once."""
+    imagelab.build()
+    return imagelab.TF_IMAGE, imagelab.PYTHON_IMAGE
+
+
+def containers(cli, running_only: bool = False) -> list[str]:
+    """Names of the containers that carry the test cluster's id."""
+    cluster = cli.cluster()
+    if cluster is None:
+        return []
+    argv = ["docker", "ps", "--filter", f"label={LABEL_CLUSTER}={cluster['cluster_id']}", "--format", "{{.Names}}"]
+    if not running_only:
+        argv.insert(2, "--all")
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.split()
+
+
+@pytest.fixture
+def icli(cli):
+    """The CLI fixture, plus removal of any container a failed test left behind."""
+    ids = []
+    yield cli
+    for path in (cli.state_dir / "clusters").glob("*.json") if (cli.state_dir / "clusters").exists() else []:
+        ids.append(json.loads(path.read_text())["cluster_id"])
+    for cluster_id in ids:
+        imagelab.remove_containers(f"{LABEL_CLUSTER}={cluster_id}")
+
+
+def test_three_workers_train_inside_the_image(icli, images):
+    tf_image, _ = images
+    assert icli.run("up", "--workers", "3").returncode == 0
+    launcher = icli.popen("train", "--image", tf_image, "--", "--epochs", "2")
+    try:
+        seen = wait_for(lambda: len(containers(icli, running_only=True)) == 3 and containers(icli), 240,
+                        what="three worker containers")
+        output, _ = launcher.communicate(timeout=600)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, output
+    run_dir, run = icli.latest_run()
+    assert sorted(seen) == [f"tfc-{run_dir.name}-w{i}-a1" for i in range(3)]
+    assert run["outcome"] == "succeeded" and run["image"] == tf_image
+    assert run["summary"]["replicas_in_sync"] == 3
+    # The program ran on the image's Python (the launcher's venv is not in the image).
+    assert run["command"][0] == "python3"
+    model = run_dir / "output" / "model"
+    assert (model / "model.keras").is_file() and (model / "saved_model").is_dir()
+    tasks = {(e["task_type"], e["task_id"]) for i in range(3)
+             for e in events_of((run_dir / f"worker-{i}.log").read_text()) if e["event"] == "strategy"}
+    assert tasks == {("chief", 0), ("worker", 0), ("worker", 1)}
+    # The environment went through an owner-only env file; TF_CONFIG is in it.
+    env_file = run_dir / "worker-1.attempt1.env"
+    assert env_file.stat().st_mode & 0o777 == 0o600
+    assert '"task": {"type": "worker", "index": 0}' in env_file.read_text()
+    assert containers(icli) == []  # --rm: nothing stays after a clean exit.
+
+
+def test_killed_container_fails_fast_then_retry_resumes(icli, images):
+    tf_image, _ = images
+    assert icli.run("up", "--workers", "3").returncode == 0
+    launcher = icli.popen("train", "--image", tf_image, "--retries", "1", "--", "--epochs", "4")
+    try:
+        run_dir = wait_for(lambda: icli.runs() and icli.runs()[-1], 60, what="run folder")
+        chief_log = run_dir / "worker-0.log"
+        wait_for(lambda: chief_log.exists() and any(e["event"] == "epoch_end" for e in events_of(chief_log.read_text())),
+                 300, what="first epoch on the chief")
+        victim = f"tfc-{run_dir.name}-w2-a1"
+        subprocess.run(["docker", "kill", victim], check=True, capture_output=True)
+        killed_at = time.time()
+        # While attempt 2 runs, nothing of attempt 1 is left.
+        wait_for(lambda: (run_dir / "worker-0.attempt2.sh").exists(), 60, what="attempt 2")
+        assert not [name for name in containers(icli) if name.endswith("-a1")]
+        output, _ = launcher.communicate(timeout=600)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, output
+    assert "worker-2 (worker:1 on 127.0.0.1" in output and "was killed by SIGKILL (exit 137)" in output
+    assert (run_dir / "worker-0.attempt2.sh").stat().st_mtime - killed_at < 30
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["attempts"] == 2 and run["outcome"] == "succeeded"
+    assert run["summary"]["resumed_at"]["2"] > 1 and run["summary"]["last_epoch"] == 4
+    assert containers(icli) == []
+
+
+SLEEPER = """
+import os, time
+print("worker", os.environ["TFCLUSTER_WORKER_INDEX"], "up", flush=True)
+time.sleep(600)
+"""
+
+
+def test_stop_and_down_remove_every_container(icli, images, tmp_path):
+    tf_image, _ = images
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    assert icli.run("up", "--workers", "3").returncode == 0
+    cluster_id = icli.cluster()["cluster_id"]
+    for ender in ("stop", "down"):
+        launcher = icli.popen("train", "--image", tf_image, "--script", str(script))
+        try:
+            wait_for(lambda: len(containers(icli, running_only=True)) == 3, 180, what="three containers")
+            run_dir = icli.runs()[-1]
+            wait_for(lambda: all((run_dir / f"worker-{i}.attempt1.pid").exists() for i in range(3)), 30,
+                     what="PID files")
+            ended = icli.run(ender, timeout=120)
+            assert ended.returncode == 0, ended.stdout + ended.stderr
+            assert not subprocess.run(["docker", "ps", "--all", "--quiet", "--filter",
+                                       f"label={LABEL_CLUSTER}={cluster_id}"],
+                                      capture_output=True, text=True).stdout.split()
+            assert processes_with_env(f"TFCLUSTER_CLUSTER_ID={cluster_id}") == []
+            launcher.wait(timeout=60)
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+    assert "no worker process or container is left" in ended.stdout
+    assert icli.cluster() is None
+
+
+def test_ctrl_c_removes_the_containers(icli, images, tmp_path):
+    tf_image, _ = images
+    script = tmp_path / "sleeper.py"
+    script.write_text(SLEEPER)
+    assert icli.run("up", "--workers", "2").returncode == 0
+    launcher = icli.popen("train", "--image", tf_image, "--script", str(script))
+    wait_for(lambda: len(containers(icli, running_only=True)) == 2, 180, what="two containers")
+    run_dir = icli.runs()[-1]
+    wait_for(lambda: all((run_dir / f"worker-{i}.attempt1.pid").exists() for i in range(2)), 30, what="PID files")
+    launcher.send_signal(signal.SIGINT)
+    output, _ = launcher.communicate(timeout=120)
+    assert launcher.returncode == 1 and "no worker is left running" in output
+    assert containers(icli) == []
+
+
+def test_preflight_names_the_host_and_the_fix(icli, images, tmp_path):
+    tf_image, python_image = images
+    assert icli.run("up", "--workers", "2").returncode == 0
+
+    def one_error(*args, env=None) -> str:
+        saved = dict(icli.env)
+        icli.env.update(env or {})
+        try:
+            result = icli.run("train", *args, timeout=300)
+        finally:
+            icli.env.clear()
+            icli.env.update(saved)
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "Traceback" not in result.stderr and not icli.runs()
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1, result.stderr
+        return lines[0]
+
+    # A machine without Docker (no docker program on the PATH the launcher and the workers see).
+    no_docker = tmp_path / "bin"
+    no_docker.mkdir()
+    line = one_error("--image", tf_image, env={"PATH": str(no_docker)})
+    assert line.startswith("error: image preflight failed on 1 host(s): worker-0 (127.0.0.1): "
+                           "Docker is not installed; install it")
+    # An image without TensorFlow.
+    line = one_error("--image", python_image)
+    assert "worker-0 (127.0.0.1): python3 in image " + python_image + " cannot import tensorflow, tf_keras" in line
+    assert "No module named 'tensorflow'" in line and "pip install tensorflow tf-keras" in line
+    # An image that is neither here nor pullable.
+    line = one_error("--image", "127.0.0.1:9/absent/trainer:1")
+    assert "image 127.0.0.1:9/absent/trainer:1 is not on this host and cannot be pulled" in line
+    # A malformed reference never reaches Docker.
+    assert "image must be an image reference" in one_error("--image", "Not An Image")
+    assert containers(icli) == [] and not subprocess.run(
+        ["docker", "ps", "-aq", "--filter", "label=tfcluster.run=preflight"], capture_output=True, text=True).stdout.split()
+
+
+@pytest.fixture
+def registry(tmp_path):
+    """Debian's docker-registry on a free loopback port, storage in the test's folder."""
+    if shutil.which("docker-registry") is None:
+        pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
+    port = free_ports(1)[0]
+    config = tmp_path / "registry.yml"
+    config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'registry'}\n"
+                      f"http:\n  addr: 127.0.0.1:{port}\n")
+    process = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+
+    def answers() -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    try:
+        wait_for(answers, 20, what="docker-registry")
+        yield f"127.0.0.1:{port}"
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def test_image_build_pushes_and_up_pre_pulls(icli, images, registry, tmp_path):
+    _, python_image = images
+    context = tmp_path / "ctx"
+    context.mkdir()
+    (context / "marker.txt").write_text("built by invoke image build\n")
+    (context / "Dockerfile").write_text(f"FROM {python_image}\nCOPY marker.txt /marker.txt\n")
+    built = icli.run("image", "build", "--dockerfile", str(context / "Dockerfile"), "--tag", "trainer:1",
+                     "--registry", f"{registry}/tfc", timeout=600)
+    assert built.returncode == 0, built.stdout + built.stderr
+    reference = f"{registry}/tfc/trainer:1"
+    assert f"Pushed {reference}" in built.stdout
+    with urllib.request.urlopen(f"http://{registry}/v2/tfc/trainer/tags/list", timeout=5) as response:
+        assert json.load(response)["tags"] == ["1"]
+
+    # Gone from this machine: `up --image` pulls it back from the registry.
+    subprocess.run(["docker", "rmi", reference], check=True, capture_output=True)
+    try:
+        up = icli.run("up", "--workers", "2", "--image", reference, timeout=300)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "pulled on 1 host(s), already present on 0" in up.stdout
+        marker = subprocess.run(["docker", "run", "--rm", "--entrypoint", "cat", reference, "/marker.txt"],
+                                capture_output=True, text=True)
+        assert marker.stdout == "built by invoke image build\n"
+        assert icli.cluster()["image"] == reference
+        again = icli.run("up", "--workers", "2", "--image", reference)
+        assert "pulled on 0 host(s), already present on 1" in again.stdout
+    finally:
+        subprocess.run(["docker", "rmi", reference], capture_output=True)
+
+    # A registry that does not answer: one line, with the fix.
+    failed = icli.run("image", "build", "--dockerfile", str(context / "Dockerfile"), "--tag", "trainer:2",
+                      "--registry", "127.0.0.1:9/tfc", timeout=600)
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr
+    assert failed.stderr.strip().startswith("error: docker push 127.0.0.1:9/tfc/trainer:2 failed (")
+    subprocess.run(["docker", "rmi", "127.0.0.1:9/tfc/trainer:2"], capture_output=True)
