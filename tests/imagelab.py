@@ -27,8 +27,9 @@ DATA_ROOT = "/var/lib/tfcluster-docker"
 PIDFILE = "/var/run/tfcluster-dockerd.pid"
 MIRROR = "http://deb.debian.org/debian"
 DEBS = ["python3"]
-# Pinned to what the launcher's own environment runs (pyproject.toml).
-WHEELS = ["tensorflow-cpu==2.21.0", "tf-keras==2.21.0", "numpy==2.4.6", "pillow==13.0.0"]
+# Pinned to what the launcher's own environment runs (pyproject.toml); the bundled trainer
+# writes TensorBoard summaries, and tensorflow-cpu 2.21 no longer pulls tensorboard in.
+WHEELS = ["tensorflow-cpu==2.21.0", "tf-keras==2.21.0", "tensorboard==2.21.0", "numpy==2.4.6", "pillow==13.0.0"]
 PYTHON_ABI = "3.11"  # Debian 12's python3.
 SITE = "usr/local/lib/python3.11/dist-packages"  # On Debian's python3 sys.path.
 

@@ -64,6 +64,12 @@ def test_three_workers_train_inside_the_image(icli, images):
     try:
         seen = wait_for(lambda: len(containers(icli, running_only=True)) == 3 and containers(icli), 240,
                         what="three worker containers")
+        # The PID the launcher watches is the container's first process, in its own PID namespace,
+        # and it carries TFCLUSTER_RUN_ID: what the VM watchdog's job probe looks for in /proc.
+        pid_file = icli.runs()[-1] / "worker-0.attempt1.pid"
+        pid = int(wait_for(lambda: pid_file.exists() and pid_file.read_text().strip(), 60, what="PID file"))
+        assert os.readlink(f"/proc/{pid}/ns/pid") != os.readlink("/proc/self/ns/pid")
+        assert any(item.startswith(b"TFCLUSTER_RUN_ID=") for item in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0"))
         output, _ = launcher.communicate(timeout=600)
     finally:
         if launcher.poll() is None:
@@ -190,8 +196,8 @@ def test_preflight_names_the_host_and_the_fix(icli, images, tmp_path):
                            "Docker is not installed; install it")
     # An image without TensorFlow.
     line = one_error("--image", python_image)
-    assert "worker-0 (127.0.0.1): python3 in image " + python_image + " cannot import tensorflow, tf_keras" in line
-    assert "No module named 'tensorflow'" in line and "pip install tensorflow tf-keras" in line
+    assert "worker-0 (127.0.0.1): python3 in image " + python_image + " cannot import tensorflow, tf_keras, tensorboard" in line
+    assert "No module named 'tensorflow'" in line and "pip install tensorflow tf-keras tensorboard" in line
     # An image that is neither here nor pullable.
     line = one_error("--image", "127.0.0.1:9/absent/trainer:1")
     assert "image 127.0.0.1:9/absent/trainer:1 is not on this host and cannot be pulled" in line
@@ -263,3 +269,79 @@ def test_image_build_pushes_and_up_pre_pulls(icli, images, registry, tmp_path):
     assert failed.returncode == 2 and "Traceback" not in failed.stderr
     assert failed.stderr.strip().startswith("error: docker push 127.0.0.1:9/tfc/trainer:2 failed (")
     subprocess.run(["docker", "rmi", "127.0.0.1:9/tfc/trainer:2"], capture_output=True)
+
+
+class LoopbackHosts:
+    """sshd hosts on distinct loopback addresses (127.<NET>.0.10, .11, ...) in this machine's own
+    network namespace, so `docker run --network host` gives each worker its host's address.
+    (The namespace hosts of tests/hostlab.py cannot: Docker's host network is the daemon's.)"""
+
+    def __init__(self, root: Path, count: int):
+        from tests.hostlab import NET, sh
+
+        root.mkdir(parents=True, exist_ok=True)
+        self.key = root / "id_ed25519"
+        sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.key))
+        self.known_hosts = root / "known_hosts"
+        Path("/run/sshd").mkdir(exist_ok=True)
+        self.entries, self.processes, lines = [], [], []
+        for index in range(count):
+            address = f"127.{NET}.0.{10 + index}"
+            port = free_ports(1, address)[0]
+            host_key = root / f"h{index}_key"
+            sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key))
+            config = root / f"h{index}_sshd_config"
+            config.write_text("\n".join([
+                f"HostKey {host_key}", f"PidFile {root / f'h{index}.pid'}", f"ListenAddress {address}:{port}",
+                f"AuthorizedKeysFile {self.key}.pub", "PasswordAuthentication no", "UsePAM no",
+                "StrictModes no", "PermitRootLogin yes", "Subsystem sftp internal-sftp", "MaxSessions 100", ""]))
+            self.processes.append(subprocess.Popen(["/usr/sbin/sshd", "-D", "-f", str(config), "-E",
+                                                    str(root / f"h{index}.log")]))
+            public = Path(f"{host_key}.pub").read_text().split()
+            lines.append(f"[{address}]:{port} {public[0]} {public[1]}\n")
+            self.entries.append(f"{address}:{port}")
+        self.known_hosts.write_text("".join(lines))
+        for entry in self.entries:
+            address, port = entry.split(":")
+            wait_for(lambda: _answers(address, int(port)), 10, what=f"sshd on {entry}")
+
+    def stop(self) -> None:
+        for process in self.processes:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def _answers(address: str, port: int) -> bool:
+    try:
+        with socket.create_connection((address, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not Path("/usr/sbin/sshd").exists() or os.geteuid() != 0, reason="needs root and sshd")
+def test_three_ssh_hosts_train_in_containers(icli, images, tmp_path):
+    tf_image, _ = images
+    hosts = LoopbackHosts(tmp_path / "hosts", 3)
+    try:
+        icli.env.update({
+            "INVOKE_TFCLUSTER_BACKEND": "ssh", "INVOKE_TFCLUSTER_HOSTS": ",".join(hosts.entries),
+            "INVOKE_TFCLUSTER_SSH_KEY": str(hosts.key), "INVOKE_TFCLUSTER_KNOWN_HOSTS": str(hosts.known_hosts),
+            "INVOKE_TFCLUSTER_PYTHON": "/usr/bin/python3",  # Without TensorFlow: the image has it.
+            "INVOKE_TFCLUSTER_REMOTE_DIR": str(tmp_path / "remote"),
+        })
+        up = icli.run("up", "--image", tf_image, timeout=300)
+        assert up.returncode == 0, up.stdout + up.stderr
+        assert "already present on 3" in up.stdout.replace("\n", " ")
+        result = icli.run("train", "--", "--epochs", "1", timeout=900)  # The image `up` pulled.
+        assert result.returncode == 0, result.stdout + result.stderr
+        run_dir, run = icli.latest_run()
+        assert run["image"] == tf_image and run["summary"]["replicas_in_sync"] == 3
+        assert (run_dir / "output" / "model" / "model.keras").is_file()  # Fetched from the chief's host.
+        # Each worker's TensorFlow server listened on its own host's address.
+        endpoints = [h["address"] for h in icli.cluster()["hosts"]]
+        assert endpoints == [entry.split(":")[0] for entry in hosts.entries]
+        down = icli.run("down", timeout=120)
+        assert down.returncode == 0 and "no worker process or container is left" in down.stdout
+    finally:
+        hosts.stop()

@@ -82,6 +82,12 @@ def check_python(host: WorkerHost, image: str, modules: list[str]) -> None:
                        f"`pip install {' '.join(m.replace('_', '-') for m in modules)}` in it")
 
 
+def required_modules(bundled_trainer: bool) -> list[str]:
+    """What python3 in the image must import: the bundled trainer also writes TensorBoard logs
+    with tf_keras (tensorflow 2.21 no longer installs tensorboard by itself)."""
+    return ["tensorflow", "tf_keras", "tensorboard"] if bundled_trainer else ["tensorflow"]
+
+
 def preflight(hosts: list[WorkerHost], image: str, modules: list[str]) -> None:
     """Docker, the image and TensorFlow in it, on every machine at once; one error naming each failure."""
     def check(host: WorkerHost) -> None:

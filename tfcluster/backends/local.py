@@ -196,7 +196,7 @@ class LocalBackend(Backend):
         if image:
             from tfcluster.backends import docker
 
-            docker.preflight(hosts, image, ["tensorflow", "tf_keras"] if need_tensorflow else ["tensorflow"])
+            docker.preflight(hosts, image, docker.required_modules(need_tensorflow))
         busy = [f"{host.record.name} ({host.record.endpoint})" for host in hosts
                 if host.port_in_use(host.record.tf_port)]
         if busy:

@@ -125,7 +125,7 @@ class GcpBackend(SshBackend):
                                python=settings.python or VM_PYTHON, project=settings.project,
                                zone=settings.zone, bucket=outputs.bucket, registry=outputs.registry)
         self._resolve_roots(cluster, settings.remote_dir)
-        self.preflight(cluster, self.hosts(cluster), need_tensorflow=True)
+        self.preflight(cluster, self.hosts(cluster), need_tensorflow=True, image=settings.image)
         return cluster
 
     def stage(self, cluster, hosts, run_id: str, payload):

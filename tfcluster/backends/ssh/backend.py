@@ -65,7 +65,7 @@ class SshBackend(Backend):
         cluster = ClusterState(name=settings.cluster, backend=self.name, hosts=records,
                                ssh_user=settings.ssh_user, ssh_key=str(key_file), python=python)
         self._resolve_roots(cluster, settings.remote_dir)
-        self.preflight(cluster, self.hosts(cluster), need_tensorflow=True)
+        self.preflight(cluster, self.hosts(cluster), need_tensorflow=True, image=settings.image)
         if settings.install_watchdog:
             self.install_watchdog(cluster, settings.idle_minutes, settings.idle_action)
             self._announce(f"safety: idle watchdog halts each host after {settings.idle_minutes} idle minutes "
@@ -117,7 +117,7 @@ class SshBackend(Backend):
         if image:  # Python and TensorFlow come from the image; the host needs Docker.
             from tfcluster.backends import docker
 
-            docker.preflight(hosts, image, modules.split(", "))
+            docker.preflight(hosts, image, docker.required_modules(need_tensorflow))
 
         def check(host: SshHost) -> None:
             if image:
