@@ -273,9 +273,12 @@ def test_image_build_pushes_and_up_pre_pulls(icli, images, registry, tmp_path):
 
 
 class LoopbackHosts:
-    """sshd hosts on distinct loopback addresses (127.<NET>.0.10, .11, ...) in this machine's own
-    network namespace, so `docker run --network host` gives each worker its host's address.
-    (The namespace hosts of tests/hostlab.py cannot: Docker's host network is the daemon's.)"""
+    """sshd hosts in this machine's own network namespace, so that `docker run --network host`
+    (the daemon's network) is the network the hosts' workers share. The namespace hosts of
+    tests/hostlab.py cannot serve: a container there would get the daemon's network, not the
+    host's. All on one loopback address (127.<NET>.0.10), one sshd port each: TensorFlow's gRPC
+    server binds its port on every address, so workers sharing a network need distinct ports,
+    which the ssh backend gives to hosts with the same address."""
 
     def __init__(self, root: Path, count: int):
         from tests.hostlab import NET, sh
@@ -286,9 +289,8 @@ class LoopbackHosts:
         self.known_hosts = root / "known_hosts"
         Path("/run/sshd").mkdir(exist_ok=True)
         self.entries, self.processes, lines = [], [], []
-        for index in range(count):
-            address = f"127.{NET}.0.{10 + index}"
-            port = free_ports(1, address)[0]
+        address = f"127.{NET}.0.10"
+        for index, port in enumerate(free_ports(count, address)):
             host_key = root / f"h{index}_key"
             sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(host_key))
             config = root / f"h{index}_sshd_config"
@@ -339,9 +341,10 @@ def test_three_ssh_hosts_train_in_containers(icli, images, tmp_path):
         run_dir, run = icli.latest_run()
         assert run["image"] == tf_image and run["summary"]["replicas_in_sync"] == 3
         assert (run_dir / "output" / "model" / "model.keras").is_file()  # Fetched from the chief's host.
-        # Each worker's TensorFlow server listened on its own host's address.
-        endpoints = [h["address"] for h in icli.cluster()["hosts"]]
-        assert endpoints == [entry.split(":")[0] for entry in hosts.entries]
+        # Each worker reached over its own sshd, with its own TensorFlow port.
+        records = icli.cluster()["hosts"]
+        assert [r["ssh_port"] for r in records] == [int(e.split(":")[1]) for e in hosts.entries]
+        assert len({r["tf_port"] for r in records}) == 3
         down = icli.run("down", timeout=120)
         assert down.returncode == 0 and "no worker process or container is left" in down.stdout
     finally:
