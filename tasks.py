@@ -81,18 +81,44 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
     "project": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
     "retries": "restart everything up to K times after a failure, resuming from the checkpoint",
     "dry_run": "print each worker's command and TF_CONFIG, start nothing",
+    "keras": "with --script: what tf.keras is, 2 (default: tf_keras, because Keras 3's model.fit fails "
+             "under MultiWorkerMirroredStrategy with 2+ workers, keras-team/keras#20585) or 3 (Keras 3: "
+             "train with a custom loop and strategy.run, which works)",
+    "verbose": "show every worker line, TensorFlow's start-up noise included (the logs always have it)",
     "cluster": "cluster name (default: default)",
     "image": "run each worker in this container image (default: tfcluster.image, or the one `up` pulled)",
 })
 @_user_errors
 def train(c, workers: Optional[int] = None, script: Optional[str] = None,
           project: Optional[str] = None, retries: Optional[int] = None, dry_run: bool = False,
-          cluster: Optional[str] = None, image: Optional[str] = None):
+          keras: Optional[str] = None, verbose: bool = False, cluster: Optional[str] = None,
+          image: Optional[str] = None):
     """Train on the cluster; arguments after `--` go to the trainer (e.g. -- --epochs 5)."""
-    settings = _settings(c, cluster=cluster)
+    settings = _settings(c, cluster=cluster, keras=keras)
     commands.train(settings, commands.TrainRequest(
         workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
-        retries=retries, dry_run=dry_run, image=image))
+        retries=retries, dry_run=dry_run, keras=keras, verbose=verbose, image=image))
+
+
+@task(help={
+    "workers": "tuners to run, one per worker, 1..cluster size (default: all)",
+    "script": "your own Keras Tuner script instead of the bundled search (trainer/tune.py)",
+    "project": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
+    "max_trials": "trials in the search (default: the trainer's 10, or what the script sets)",
+    "retries": "restart dead processes up to K times; a tuner's unfinished trial is handed out again",
+    "oracle_port": "ssh/gcp: the oracle's port on the chief's machine (default 23457)",
+    "dry_run": "print each process's command and environment, start nothing",
+    "cluster": "cluster name (default: default)",
+})
+@_user_errors
+def tune(c, workers: Optional[int] = None, script: Optional[str] = None, project: Optional[str] = None,
+         max_trials: Optional[int] = None, retries: Optional[int] = None, oracle_port: Optional[int] = None,
+         dry_run: bool = False, cluster: Optional[str] = None):
+    """Search hyperparameters: the oracle beside the chief, one tuner per worker (-- ARGS to every process)."""
+    settings = _settings(c, cluster=cluster, oracle_port=oracle_port)
+    commands.tune(settings, commands.TuneRequest(
+        workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
+        max_trials=max_trials, retries=retries, dry_run=dry_run))
 
 
 @task(help={"cluster": "cluster name (default: default)"})
@@ -182,5 +208,5 @@ def image(c, action, dockerfile: str = "Dockerfile", tag: Optional[str] = None,
     commands.build_image(_settings(c, cluster=cluster, registry=registry), dockerfile, tag, context)
 
 
-ns = Collection(up, train, status, logs, stop, down, data, idle, pull, tensorboard, image)
+ns = Collection(up, train, tune, status, logs, stop, down, data, idle, pull, tensorboard, image)
 ns.configure({"tfcluster": config.DEFAULTS})

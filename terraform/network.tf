@@ -31,7 +31,7 @@ resource "google_compute_firewall" "ssh_from_operator" {
   }
 }
 
-# The TensorFlow port only between members of the cluster (tag to tag).
+# The TensorFlow port and `invoke tune`'s oracle port only between members of the cluster (tag to tag).
 resource "google_compute_firewall" "tf_between_members" {
   name        = "${var.cluster_name}-tf-between-members"
   network     = google_compute_network.cluster.id
@@ -41,6 +41,6 @@ resource "google_compute_firewall" "tf_between_members" {
 
   allow {
     protocol = "tcp"
-    ports    = [tostring(var.tf_port)]
+    ports    = [tostring(var.tf_port), tostring(var.oracle_port)]
   }
 }

@@ -20,8 +20,8 @@ variable "cluster_name" {
   description = "Name of the cluster; prefixes every resource and labels them tfcluster-cluster=<name>."
   type        = string
   validation {
-    condition     = can(regex("^[a-z][a-z0-9-]{0,20}$", var.cluster_name))
-    error_message = "cluster_name must be lowercase letters, digits and hyphens, starting with a letter, at most 21 characters."
+    condition     = can(regex("^[a-z][a-z0-9-]{1,19}[a-z0-9]$", var.cluster_name))
+    error_message = "cluster_name must be 3 to 21 lowercase letters, digits and hyphens, starting with a letter and not ending with a hyphen (it names the service account and the network tag)."
   }
 }
 
@@ -106,6 +106,16 @@ variable "tf_port" {
   validation {
     condition     = var.tf_port >= 1024 && var.tf_port <= 65535
     error_message = "tf_port must be between 1024 and 65535."
+  }
+}
+
+variable "oracle_port" {
+  description = "Keras Tuner oracle port of `invoke tune` on the chief VM, opened only between the cluster's VMs."
+  type        = number
+  default     = 23457
+  validation {
+    condition     = var.oracle_port >= 1024 && var.oracle_port <= 65535 && var.oracle_port != var.tf_port
+    error_message = "oracle_port must be between 1024 and 65535 and differ from tf_port."
   }
 }
 

@@ -70,9 +70,12 @@ class TestHost:
 class HostLab:
     """N hosts with a shared client key and a known_hosts file that lists them all."""
 
-    def __init__(self, root: Path, count: int, tag: str = "tc"):
+    def __init__(self, root: Path, count: int, tag: str = "tc", client_alive: bool = True):
+        """``client_alive=False`` leaves sshd's ClientAliveInterval at its default (off), as on most
+        hosts: sshd then never notices on its own that a client behind a cut link is gone."""
         self.root = root
         self.tag = tag
+        self.client_alive = client_alive
         self.hosts: list[TestHost] = []
         self.root.mkdir(parents=True, exist_ok=True)
         self.client_key = root / "id_ed25519"
@@ -108,7 +111,7 @@ class HostLab:
             f"HostKey {host_key}", f"PidFile {host_dir / 'sshd.pid'}", f"ListenAddress {address}",
             f"AuthorizedKeysFile {self.authorized_keys}", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "PermitRootLogin yes",
-            "Subsystem sftp internal-sftp", "ClientAliveInterval 5", "MaxStartups 100:30:200",
+            "Subsystem sftp internal-sftp", "ClientAliveInterval 5" if self.client_alive else "", "MaxStartups 100:30:200",
             "MaxSessions 100", ""]))
         hostname = f"{self.tag}-h{index}"
         sshd = subprocess.Popen(

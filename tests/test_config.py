@@ -22,12 +22,19 @@ def test_defaults_and_precedence():
     ({"cluster": "Bad Name"}, "cluster must be lowercase letters"),
     ({"retries": -1}, "retries must be >= 0 (got -1)"),
     ({"stop_grace_seconds": 0}, "stop_grace_seconds must be a number in (0, 300]"),
+    ({"keras": "legacy"}, "keras must be one of 2, 3 (got 'legacy'); set it in invoke.yaml (tfcluster.keras)"),
+    ({"keras": 4}, "keras must be one of 2, 3 (got 4)"),
 ])
 def test_bad_values_name_the_key(overrides, message):
     with pytest.raises(ConfigError) as error:
         config.load({}, **overrides)
     assert message in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_keras_defaults_to_2_and_reads_yaml_numbers():
+    assert config.load({}).keras == "2"
+    assert config.load({"keras": 3}).keras == "3"  # `keras: 3` in invoke.yaml is a YAML int.
 
 
 def test_unknown_yaml_key_lists_valid_keys():
@@ -117,3 +124,32 @@ def test_trainer_rejects_bad_arguments(synthetic_data, capsys):
     with pytest.raises(SystemExit):
         task.parse_args(["--data-dir", "/nonexistent"])
     assert "has no manifest.json" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ({"cluster": "ab"}, "cluster must be 3 to 21 characters on gcp"),
+    ({"cluster": "a" * 22}, "cluster must be 3 to 21 characters on gcp"),
+    ({"cluster": "exp-"}, "not ending with a dash (got 'exp-')"),
+    ({"gpu": "t4", "gpu_count": 8}, "gpu_count must be one of 1, 2, 4 for nvidia-tesla-t4 on N1 (got 8)"),
+    ({"gpu": "v100", "gpu_count": 1, "machine_type": "n1-standard-16"},
+     "machine_type n1-standard-16 (16 vCPUs, 60 GB) is too large for 1 x nvidia-tesla-v100: Google allows "
+     "at most 12 vCPUs and 78 GB"),
+    ({"gpu": "t4", "gpu_count": 1, "machine_type": "n1-highmem-64"}, "at most 48 vCPUs and 312 GB"),
+])
+def test_gcp_refuses_what_google_would_refuse(overrides, message):
+    with pytest.raises(ConfigError) as error:
+        config.load({"backend": "gcp"}, **overrides)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_gcp_accepts_the_shapes_google_offers():
+    assert config.load({"backend": "gcp", "cluster": "exp", "machine_type": "n1-standard-8"}).gpu_count == 1
+    assert config.load({"backend": "gcp", "gpu": "v100", "gpu_count": 8, "machine_type": "n1-highmem-96"})
+    assert config.load({"backend": "local", "cluster": "x"}).cluster == "x"  # Other backends keep the old rule.
+
+
+def test_gcp_cluster_name_rule_matches_the_terraform_module():
+    from tests.test_terraform import parse
+
+    block = next(v["cluster_name"] for v in parse("variables.tf")["variable"] if "cluster_name" in v)
+    assert f'regex("{config.GCP_CLUSTER_NAME}", var.cluster_name)' in block["validation"][0]["condition"]

@@ -1,7 +1,7 @@
 """The house rules of the package: imports flow one way, and a wheel holds every subpackage.
 
 Layers, top to bottom: tasks.py → tfcluster.commands → tfcluster.launch and tfcluster.backends →
-tfcluster.{state, config, errors, tfconfig, ui}. Every import counts, including the ones inside
+tfcluster.{state, config, errors, tfconfig, tflog, ui}. Every import counts, including the ones inside
 functions (a lazy import is still a dependency).
 """
 
@@ -18,7 +18,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "tfcluster"
-BOTTOM = {"tfcluster.state", "tfcluster.config", "tfcluster.errors", "tfcluster.tfconfig", "tfcluster.ui",
+BOTTOM = {"tfcluster.state", "tfcluster.config", "tfcluster.errors", "tfcluster.tfconfig", "tfcluster.tflog",
+          "tfcluster.ui",
           "tfcluster.container"}
 
 

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import hcl2
 import pytest
@@ -22,9 +23,9 @@ TF = REPO / "terraform"
 OPTIONS = SerializationOptions(strip_string_quotes=True, explicit_blocks=False)
 
 
-def parse(name: str) -> dict:
-    with open(TF / name) as handle:
-        return hcl2.load(handle, serialization_options=OPTIONS)
+def parse(name: str, directory: Path = TF, options: SerializationOptions = OPTIONS) -> dict:
+    with open(directory / name) as handle:
+        return hcl2.load(handle, serialization_options=options)
 
 
 def resources(kind: str) -> dict:
@@ -120,7 +121,7 @@ def test_firewall_ssh_only_from_operator_and_tf_port_by_tag():
     tf_rule = firewalls["tf_between_members"]
     assert tf_rule["source_tags"] == ["${local.tag}"] and tf_rule["target_tags"] == ["${local.tag}"]
     assert "source_ranges" not in tf_rule
-    assert one(tf_rule["allow"])["ports"] == ["${tostring(var.tf_port)}"]
+    assert one(tf_rule["allow"])["ports"] == ["${tostring(var.tf_port)}", "${tostring(var.oracle_port)}"]
     network = resources("google_compute_network")["cluster"]
     assert network["auto_create_subnetworks"] is False
 

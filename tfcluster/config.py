@@ -17,7 +17,26 @@ from tfcluster.errors import ConfigError
 BACKENDS = ("local", "ssh", "gcp")
 IDLE_ACTIONS = ("stop", "delete")
 TERMINATION_ACTIONS = ("STOP", "DELETE")
+# Which Keras `tf.keras` means for a --script: "2" is tf_keras (TF_USE_LEGACY_KERAS=1), "3" is Keras 3.
+# Named by major version, as TensorFlow's release notes do ("to keep Keras 2, install tf_keras").
+KERAS_VERSIONS = ("2", "3")
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
+# On Google Cloud the name also makes the VM service account id "<name>-vm", which must be 6 to 30
+# characters matching [a-z][-a-z0-9]*[a-z0-9] (IAM: projects.serviceAccounts.create, accountId), and
+# the network tag "tfcluster-<name>", which must end with a letter or digit (RFC 1035 labels:
+# https://cloud.google.com/vpc/docs/add-remove-network-tags). terraform/variables.tf validates
+# cluster_name with this same pattern; tests/test_config.py checks that the two agree.
+GCP_CLUSTER_NAME = r"^[a-z][a-z0-9-]{1,19}[a-z0-9]$"
+# Most vCPUs and GB of memory an N1 VM may have with N GPUs of a model attached, from Google's
+# "GPU machine types" page, N1 general-purpose section: https://cloud.google.com/compute/docs/gpus
+# (T4: 1, 2 or 4 GPUs; V100: 1, 2, 4 or 8).
+N1_GPU_LIMITS = {
+    ("nvidia-tesla-t4", 1): (48, 312), ("nvidia-tesla-t4", 2): (48, 312), ("nvidia-tesla-t4", 4): (96, 624),
+    ("nvidia-tesla-v100", 1): (12, 78), ("nvidia-tesla-v100", 2): (24, 156),
+    ("nvidia-tesla-v100", 4): (48, 312), ("nvidia-tesla-v100", 8): (96, 624),
+}
+# GB of memory per vCPU of the predefined N1 families (https://cloud.google.com/compute/docs/general-purpose-machines#n1_machines).
+N1_MEMORY_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
 
 
 @dataclass(frozen=True)
@@ -34,6 +53,9 @@ class Settings:
     python: str = ""
     # TFRecord folder for the bundled trainer; empty means the built-in synthetic set.
     data_dir: str = ""
+    # What tf.keras is for a --script: "2" (tf_keras; Keras 3's fit fails under multi-worker
+    # MirroredStrategy, keras-team/keras#20585) or "3" (Keras 3, for custom loops with strategy.run).
+    keras: str = "2"
     # Restarts after a failed attempt; each resumes from the last checkpoint.
     retries: int = 0
     # Seconds a stopping worker gets between SIGTERM and SIGKILL.
@@ -49,6 +71,8 @@ class Settings:
     trust_new_hosts: bool = False
     # ssh backend: TensorFlow gRPC port on every host.
     tf_port: int = 23456
+    # ssh/gcp: `tune`'s oracle port on the chief's machine (local clusters take a free one).
+    oracle_port: int = 23457
     # ssh backend: folder (relative to the login's home, or absolute) for runs, code and data.
     remote_dir: str = ".tfcluster-remote"
     # gcp: project ID and zone (the zone must offer the GPU).
@@ -164,6 +188,10 @@ def validate(values: Mapping[str, Any]) -> Settings:
     tf_port = parse_int("tf_port", values["tf_port"], 1)
     if tf_port > 65535:
         raise ConfigError(f"tf_port must be between 1 and 65535 (got {tf_port})")
+    oracle_port = parse_int("oracle_port", values["oracle_port"], 1)
+    if oracle_port > 65535 or oracle_port == tf_port:
+        raise ConfigError(f"oracle_port must be between 1 and 65535 and differ from tf_port {tf_port} "
+                          f"(got {oracle_port})")
     idle_action = str(values["idle_action"]).lower()
     if idle_action not in IDLE_ACTIONS:
         raise ConfigError(f"idle_action must be one of {', '.join(IDLE_ACTIONS)} (got {values['idle_action']!r})")
@@ -187,6 +215,8 @@ def validate(values: Mapping[str, Any]) -> Settings:
     gpu_count = parse_int("gpu_count", values["gpu_count"], 0)
     if gpu_count not in (0, 1, 2, 4, 8):
         raise ConfigError(f"gpu_count must be one of 0, 1, 2, 4, 8 (got {gpu_count})")
+    if backend == "gcp":
+        _check_gcp_names_and_shape(cluster, machine_type, gpu, gpu_count)
     operator_cidr = str(values["operator_cidr"] or "")
     if operator_cidr.endswith("/0"):
         raise ConfigError("operator_cidr must not open SSH to the world (got a /0); use your IP as A.B.C.D/32")
@@ -196,7 +226,12 @@ def validate(values: Mapping[str, Any]) -> Settings:
         ready_timeout = 0.0
     if ready_timeout <= 0:
         raise ConfigError(f"ready_timeout_seconds must be a positive number (got {values['ready_timeout_seconds']!r})")
+    keras = str(values["keras"]).strip()
+    if keras not in KERAS_VERSIONS:
+        raise ConfigError(f"keras must be one of {', '.join(KERAS_VERSIONS)} (got {values['keras']!r}); "
+                          f"set it in {_flag_hint('keras')}")
     return Settings(
+        keras=keras,
         project=str(values["project"] or ""),
         zone=str(values["zone"] or ""),
         gpu=gpu,
@@ -221,6 +256,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         known_hosts=str(values["known_hosts"] or ""),
         trust_new_hosts=parse_bool("trust_new_hosts", values["trust_new_hosts"]),
         tf_port=tf_port,
+        oracle_port=oracle_port,
         remote_dir=str(values["remote_dir"] or ".tfcluster-remote"),
         cluster=cluster,
         backend=backend,
@@ -231,3 +267,27 @@ def validate(values: Mapping[str, Any]) -> Settings:
         retries=parse_int("retries", values["retries"], 0),
         stop_grace_seconds=grace,
     )
+
+
+def _check_gcp_names_and_shape(cluster: str, machine_type: str, gpu: str, gpu_count: int) -> None:
+    """Refuse what Google would refuse, before anything is created."""
+    if not re.match(GCP_CLUSTER_NAME, cluster):
+        raise ConfigError(f"cluster must be 3 to 21 characters on gcp: lowercase letters, digits and dashes, "
+                          f"starting with a letter and not ending with a dash (got {cluster!r}); Google builds "
+                          "the service account id and network tag from it")
+    if gpu_count == 0:
+        return
+    model = {"t4": "nvidia-tesla-t4", "v100": "nvidia-tesla-v100"}.get(gpu, gpu)
+    limits = N1_GPU_LIMITS.get((model, gpu_count))
+    if limits is None:
+        counts = sorted(count for name, count in N1_GPU_LIMITS if name == model)
+        raise ConfigError(f"gpu_count must be one of {', '.join(map(str, counts))} for {model} on N1 "
+                          f"(got {gpu_count})")
+    _, family, size = machine_type.split("-")
+    vcpus, memory = int(size), N1_MEMORY_PER_VCPU[family] * int(size)
+    max_vcpus, max_memory = limits
+    if vcpus > max_vcpus or memory > max_memory:
+        raise ConfigError(f"machine_type {machine_type} ({vcpus} vCPUs, {memory:g} GB) is too large for "
+                          f"{gpu_count} x {model}: Google allows at most {max_vcpus} vCPUs and {max_memory} GB "
+                          "with that many; pick a smaller N1 type or attach more GPUs "
+                          "(https://cloud.google.com/compute/docs/gpus)")

@@ -43,15 +43,23 @@ class WorkerPlan:
     env: dict[str, str]
     # Run folder on the host.
     run_root: str
+    # For processes that are not a TF_CONFIG task (tune's oracle and tuners): the name used
+    # for files and the console ("" = the host's) and the role shown beside it ("" = the task).
+    label: str = ""
+    role: str = ""
+    # Folder the program starts in ("" = run_root).
+    workdir: str = ""
     # Set when the program runs inside a container image (`train --image`).
     container: container.ContainerSpec | None = None
 
     @property
     def name(self) -> str:
-        return self.host.record.name
+        return self.label or self.host.record.name
 
     @property
     def task(self) -> str:
+        if self.role:
+            return self.role
         task_type, task_index = tfconfig.task_of(self.index)
         return f"{task_type}:{task_index}"
 
@@ -183,7 +191,7 @@ def start_attempt(plans: list[WorkerPlan], attempt: int) -> None:
     def write(plan: WorkerPlan) -> None:
         if plan.container is not None:  # Owner-only: the environment may hold secrets.
             plan.host.write_file(plan.path(attempt, "env"), container.env_file(plan.env), 0o600)
-        script = render_wrapper(plan, attempt, plan.run_root).encode()
+        script = render_wrapper(plan, attempt, plan.workdir or plan.run_root).encode()
         plan.host.write_file(plan.path(attempt, "sh"), script, 0o700)
 
     def start(plan: WorkerPlan) -> None:

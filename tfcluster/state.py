@@ -104,6 +104,13 @@ class RunRecord:
     ended_at: float | None = None
     # Summary the launcher gathered from the workers' events.
     summary: dict[str, Any] = field(default_factory=dict)
+    # "train" or "tune" (a hyperparameter search: an oracle beside the chief, one tuner per worker).
+    kind: str = "train"
+    # tune: the oracle's TCP port on the chief's machine.
+    oracle_port: int = 0
+    # Per process name, its current attempt where it differs from ``attempts`` (tune restarts
+    # a dead tuner alone).
+    attempt_of: dict[str, int] = field(default_factory=dict)
     # Container image the workers run in ("" = none), and host folders mounted into it.
     image: str = ""
     mounts: list[str] = field(default_factory=list)

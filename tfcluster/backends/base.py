@@ -74,6 +74,9 @@ class Backend:
     """
 
     name: str = "?"
+    # Whether the machines stay after `down` (your own hosts): then what tfcluster left on a host
+    # that cannot be reached stays there, and `down` must say so instead of claiming it clean.
+    hosts_outlive_cluster: bool = False
 
     # ------------------------------------------------------------ required
 
@@ -88,6 +91,7 @@ class Backend:
     def preflight(self, cluster: ClusterState, hosts: list[WorkerHost], need_tensorflow: bool,
                   image: str = "") -> None:
         """Check every host before anything starts; raise one error naming every failure.
+        ``need_tensorflow``: also tf_keras, because tf.keras resolves to it (TF_USE_LEGACY_KERAS=1).
         With ``image``, Python and TensorFlow are checked inside that image instead."""
         raise NotImplementedError
 
@@ -141,6 +145,11 @@ class Backend:
         """`up` on a cluster that exists: bring stopped machines back and restore the configured
         idle settings. Default: nothing can have stopped, so nothing to do."""
 
+    def reachability(self, cluster: ClusterState) -> dict[str, str | None]:
+        """Per worker name: None when its machine answers, else why not (within a short deadline).
+        Default: empty, the machines are this one."""
+        return {}
+
     def vm_rows(self, cluster: ClusterState, settings: Settings) -> list[VmRow]:
         """One row per cloud VM with its state and cost so far. Default: no VMs that bill."""
         return []
@@ -158,6 +167,15 @@ class Backend:
         """Per worker name: when the hypervisor stops the machine (epoch seconds), None if never.
         Default: empty, no machine has one."""
         return {}
+
+    def require_modules(self, cluster: ClusterState, hosts: list[WorkerHost], modules: list[str]) -> None:
+        """Check that the hosts' interpreter imports ``modules``; one error naming every host that
+        cannot. Default: the workers run this machine's interpreter, which has the project's
+        dependencies."""
+
+    def gather(self, hosts: list[WorkerHost], run_id: str, folder: str, local_run_dir: Path) -> None:
+        """Merge ``folder`` (relative to each host's run folder) from every host into the local
+        run folder, hosts[0] last (its files win). Default: the hosts' run folder is the local one."""
 
 
 @dataclass

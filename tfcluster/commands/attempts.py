@@ -8,7 +8,7 @@ import time
 
 from rich.status import Status
 
-from tfcluster import launch, ui
+from tfcluster import launch, tflog, ui
 from tfcluster.commands.common import console
 from tfcluster.config import Settings
 from tfcluster.errors import TrainingFailed
@@ -16,8 +16,10 @@ from tfcluster.state import RunRecord, StateStore
 
 
 def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
-                  plans: list[launch.WorkerPlan]) -> RunRecord:
+                 plans: list[launch.WorkerPlan], verbose: bool = False) -> RunRecord:
+    """``verbose`` prints every worker line; otherwise TensorFlow's known noise is folded."""
     progress = launch.Progress()
+    cause: str | None = None  # A known failure's cause and fix, from the failed workers' logs.
     started = time.time()
     failure: launch.AttemptResult | None = None
     # Ctrl-C sets a flag that the follow loop checks each tick, instead of raising
@@ -32,10 +34,10 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
                 console.print(f"[yellow]↻ Retrying: attempt {attempt} of {run.retries + 1}, "
                               "resuming from the last checkpoint[/]")
                 backend.before_retry([plan.host for plan in plans], run.run_id)
-            failure = _one_attempt(settings, plans, attempt, progress, interrupted.is_set)
+            failure = _one_attempt(settings, plans, attempt, progress, interrupted.is_set, verbose)
             if failure is None or failure.interrupted:
                 break
-            _report_failure(failure, plans)
+            cause = _report_failure(failure, plans, verbose)
             launch.stop_attempt(plans, attempt, settings.stop_grace_seconds)
             if interrupted.is_set():
                 break
@@ -63,20 +65,34 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
     if failure is not None:
         plan, status = failure.failures[0]
         raise TrainingFailed(f"run {run.run_id} failed: {plan.name} ({plan.task}) {status.describe()}"
-                             f" after {run.attempts} attempt(s); see `invoke logs --worker {plan.index}`")
+                             f" after {run.attempts} attempt(s); "
+                             + (f"{cause}; " if cause else "") + f"see `invoke logs --worker {plan.index}`")
     return run
 
 
-def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progress, should_stop):
+def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progress, should_stop,
+                 verbose: bool):
     waiting = Status(f"Starting {len(plans)} workers (attempt {attempt})...", console=console)
     waiting.start()
     spinning = True
+    folds = {plan.index: tflog.StartupFold() for plan in plans}
+
+    def announce(plan):
+        """The worker's folded start-up noise as one dim line, once, before its first real output."""
+        fold = folds[plan.index]
+        if fold.hidden and not fold.announced:
+            fold.announced = True
+            console.print(ui.prefixed(plan.index, plan.name, fold.summary()), style="dim", soft_wrap=True)
 
     def on_line(plan, line):
+        if not verbose and folds[plan.index].hides(line):
+            return
+        announce(plan)
         console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
 
     def on_event(plan, event):
         nonlocal spinning
+        announce(plan)
         progress.update(plan, event, attempt)
         if plan.index != 0:
             return
@@ -106,16 +122,28 @@ def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progr
     finally:
         if spinning:
             waiting.stop()
+    for plan in plans:
+        announce(plan)  # Workers that printed nothing but noise.
     return None if result.ok else result
 
 
-def _report_failure(result: launch.AttemptResult, plans) -> None:
+def _report_failure(result: launch.AttemptResult, plans, verbose: bool) -> str | None:
+    """Print each failed worker's log tail (without TensorFlow's noise unless verbose) and,
+    once, a known cause with its fix; return that cause."""
+    causes = []
     for plan, status in result.failures:
         console.print(f"[bold red]✗ {plan.name} ({plan.task} on {plan.host.record.endpoint}) "
                       f"{status.describe()}.[/] Last lines of its log:")
-        for line in launch.log_tail(plan):
+        lines = launch.log_tail(plan, lines=2000)
+        for line in (lines if verbose else tflog.without_noise(lines))[-15:]:
             console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
+        keras = "3" if plan.env.get("TF_USE_LEGACY_KERAS") == "0" else "2"
+        causes.append(tflog.diagnose(lines, keras))
+    cause = next((found for found in causes if found), None)
+    if cause:
+        console.print(f"[bold yellow]Cause:[/] {cause}", soft_wrap=True)
     console.print("[red]Stopping the other workers (fail fast)...[/]")
+    return cause
 
 
 def _finish(store, run: RunRecord, outcome: str, progress: launch.Progress, started: float) -> None:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import shlex
 import time
 
 from tfcluster import tfconfig, ui
 from tfcluster.backends import Backend
-from tfcluster.commands.common import (active_run, backend_for_cluster, backend_named, console,
+from tfcluster.commands.common import (backend_for_cluster, backend_named, console,
                                        require_cluster, run_state, run_statuses)
-from tfcluster.commands.runs import stop
+from tfcluster.commands.runs import stop_active_run
+from tfcluster.commands.tune_plans import read_book
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
 from tfcluster.state import ClusterState, StateStore
@@ -59,13 +62,18 @@ def _pre_pull(store: StateStore, backend: Backend, cluster: ClusterState, image:
 def status(settings: Settings) -> dict:
     store = StateStore(settings)
     cluster = require_cluster(store)
+    backend = backend_for_cluster(store, cluster)
+    # Probed first and all at once: a host that does not answer is then known to be gone, and
+    # every later look at it this command makes fails at once instead of waiting again.
+    reachable = backend.reachability(cluster) if cluster.status == "up" else {}
     table = ui.table(f"Cluster {cluster.name} ({cluster.backend}), up since {ui.when(cluster.created_at)}",
-                     ["worker", "task", "TF endpoint"])
+                     ["worker", "task", "TF endpoint"] + (["host"] if reachable else []))
     for index, host in enumerate(cluster.hosts):
         task_type, task_index = tfconfig.task_of(index)
-        table.add_row(f"[{ui.worker_colour(index)}]{host.name}[/]", f"{task_type}:{task_index}", host.endpoint)
+        answer = [f"[red]{reachable[host.name]}[/]" if reachable.get(host.name) else "ok"] if reachable else []
+        table.add_row(f"[{ui.worker_colour(index)}]{host.name}[/]", f"{task_type}:{task_index}", host.endpoint,
+                      *answer)
     console.print(table)
-    backend = backend_for_cluster(store, cluster)
     rows = backend.vm_rows(cluster, settings) if cluster.status == "up" else []
     if rows:
         vms = ui.table("VMs", ["VM", "state", "uptime", "cost so far"])
@@ -77,7 +85,7 @@ def status(settings: Settings) -> dict:
     if run is None:
         console.print("No run yet. Start one with: invoke train")
         return {"cluster": cluster.name, "run": None}
-    pairs = run_statuses(store, cluster, run)
+    pairs = run_statuses(store, cluster, run, backend)
     state = run_state(run, [s for _, s in pairs])
     colour = {"running": "yellow", "succeeded": "green"}.get(state, "red")
     table = ui.table(f"Run {run.run_id}: [{colour}]{state}[/], attempt {run.attempts} of "
@@ -87,6 +95,9 @@ def status(settings: Settings) -> dict:
         table.add_row(f"[{ui.worker_colour(plan.index)}]{plan.name}[/]", worker.state,
                       str(worker.pid or "-"), "-" if worker.exit_code is None else str(worker.exit_code))
     console.print(table)
+    if run.kind == "tune":
+        book = read_book([plan for plan, _ in pairs])
+        console.print(f"trials: {book.progress()}" + (f" (of {book.max_trials})" if book.max_trials else ""))
     if run.summary.get("metrics"):
         console.print("final metrics: " + ui.format_metrics(run.summary["metrics"]))
     if run.summary.get("keras_path"):
@@ -147,29 +158,48 @@ def idle(settings: Settings, minutes: int | None, off: bool) -> int:
 
 
 def down(settings: Settings, keep: bool = False) -> None:
+    """Stop the run, end every process of the cluster, remove what it created. Always finishes
+    on own hosts: one that cannot be reached is named with what stays on it."""
     store = StateStore(settings)
     cluster = store.load_cluster()
     if cluster is None:
         console.print(f"Cluster '{settings.cluster}' is not up. Nothing to do.")
         return
-    if active_run(store, cluster):
-        stop(settings)
     backend = backend_for_cluster(store, cluster)
-    leftovers = backend.leftover_processes(cluster)
+    gone = {}
+    if backend.hosts_outlive_cluster and cluster.hosts:
+        gone = {name: why for name, why in backend.reachability(cluster).items() if why}
+    stop_active_run(settings, store, cluster, backend)
+    reachable = dataclasses.replace(cluster, hosts=[h for h in cluster.hosts if h.name not in gone])
+    leftovers = backend.leftover_processes(reachable)
     if leftovers:
-        backend.kill_leftovers(cluster)
+        backend.kill_leftovers(reachable)
         deadline = time.monotonic() + 10
         while leftovers and time.monotonic() < deadline:
             time.sleep(0.1)
-            leftovers = backend.leftover_processes(cluster)
+            leftovers = backend.leftover_processes(reachable)
     if leftovers:
         raise ClusterError(f"could not end {len(leftovers)} process(es) of cluster '{cluster.name}': "
                            f"{'; '.join(leftovers)}; kill them by hand, then run `invoke down` again")
-    _remove_containers(backend, cluster)
-    backend.teardown(cluster, keep)
+    _remove_containers(backend, reachable)
+    backend.teardown(reachable, keep)
     store.remove_cluster()
-    console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is down: verified that no worker "
-                  f"process or container is left. Run results stay in {store.runs_dir}.")
+    for record in cluster.hosts:
+        if record.name in gone:
+            _print_left_on_host(cluster, record, gone[record.name])
+    checked = "verified that no worker process or container is left" if not gone else (
+        f"verified on the {len(reachable.hosts)} host(s) that answered; {len(gone)} could not be cleaned (above)")
+    console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is down: {checked}. "
+                  f"Run results stay in {store.runs_dir}.")
+
+
+def _print_left_on_host(cluster: ClusterState, record, why: str) -> None:
+    marker = f"TFCLUSTER_CLUSTER_ID={cluster.cluster_id}"
+    cleanup = (f"grep -l -a -x -z {marker} /proc/[0-9]*/environ | cut -d/ -f3 | xargs -r kill -9; "
+               f"rm -rf {shlex.quote(record.remote_root)}")
+    console.print(f"[yellow]![/] could not clean {record.name} ({record.address}): {why}. Its run folder "
+                  f"and any process of cluster '{cluster.name}' stay there; when it is back, run there: "
+                  f"{cleanup}", soft_wrap=True)
 
 
 def _remove_containers(backend: Backend, cluster: ClusterState) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from tfcluster import container, launch, ui
 from tfcluster.backends import Backend, get_backend
+from tfcluster.commands.tune_plans import attempt_of, build_tune_plans
 from tfcluster.errors import ClusterError
 from tfcluster.state import ClusterState, RunRecord, StateStore
 
@@ -21,20 +22,23 @@ def require_cluster(store: StateStore) -> ClusterState:
     return cluster
 
 
-def active_run(store: StateStore, cluster: ClusterState) -> tuple[RunRecord, list] | None:
+def active_run(store: StateStore, cluster: ClusterState,
+               backend: Backend | None = None) -> tuple[RunRecord, list] | None:
     run = store.latest_run()
     if run is None or run.outcome is not None or run.attempts == 0:
         return None
-    plans = plans_for(store, cluster, run)
-    statuses = [launch.worker_status(plan, run.attempts) for plan in plans]
+    plans = plans_for(store, cluster, run, backend=backend)
+    statuses = [launch.worker_status(plan, attempt_of(run, plan)) for plan in plans]
     if any(status.state in (launch.RUNNING, launch.STARTING) for status in statuses):
         return run, plans
     return None
 
 
 def plans_for(store: StateStore, cluster: ClusterState, run: RunRecord,
-               env: dict[str, str] | None = None) -> list[launch.WorkerPlan]:
-    hosts = backend_for_cluster(store, cluster).hosts(cluster)[: run.workers]
+              env: dict[str, str] | None = None, backend: Backend | None = None) -> list[launch.WorkerPlan]:
+    hosts = (backend or backend_for_cluster(store, cluster)).hosts(cluster)[: run.workers]
+    if run.kind == "tune":  # Enough to find every process's files; env and ports only matter at start.
+        return build_tune_plans(hosts, run.run_id, run.command, env or {}, run.oracle_port, "")
     image = container.ContainerSpec(run.image, run.mounts) if run.image else None
     return launch.build_plans(hosts, run.run_id, run.command, env or {}, image)
 
@@ -43,9 +47,19 @@ def backend_for_cluster(store: StateStore, cluster: ClusterState):
     return backend_named(cluster.backend, store)
 
 
-def run_statuses(store, cluster, run) -> list[tuple[launch.WorkerPlan, launch.WorkerStatus]]:
-    plans = plans_for(store, cluster, run)
-    return [(plan, launch.worker_status(plan, max(run.attempts, 1))) for plan in plans]
+def run_statuses(store, cluster, run,
+                 backend: Backend | None = None) -> list[tuple[launch.WorkerPlan, launch.WorkerStatus]]:
+    plans = plans_for(store, cluster, run, backend=backend)
+    return [(plan, launch.worker_status(plan, attempt_of(run, plan))) for plan in plans]
+
+
+def stop_processes(plans: list[launch.WorkerPlan], run: RunRecord, grace_seconds: float) -> None:
+    """stop_attempt for every process at its own attempt (tune restarts tuners one by one)."""
+    by_attempt: dict[int, list[launch.WorkerPlan]] = {}
+    for plan in plans:
+        by_attempt.setdefault(attempt_of(run, plan), []).append(plan)
+    for attempt, group in by_attempt.items():
+        launch.stop_attempt(group, attempt, grace_seconds)
 
 
 def run_state(run: RunRecord, statuses: list[launch.WorkerStatus]) -> str:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import time
 
 from tfcluster import launch, ui
-from tfcluster.commands.common import (active_run, console, plans_for, require_cluster, run_or_latest,
-                                       run_state)
+from tfcluster.backends import Backend
+from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
+                                       run_or_latest, run_state, stop_processes)
+from tfcluster.commands.tune_plans import attempt_of
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError
 from tfcluster.state import StateStore
@@ -46,7 +48,7 @@ def logs(settings: Settings, worker: int | None, follow: bool, run_id: str | Non
     while True:
         _print_new_lines(follower)
         current = store.load_run(run.run_id) or run
-        state = run_state(current, [launch.worker_status(plan, attempt) for plan in plans])
+        state = run_state(current, [launch.worker_status(plan, attempt_of(current, plan)) for plan in plans])
         if not follow or (state != "running" and current.attempts == attempt):
             _print_new_lines(follower, flush=True)
             if follow:
@@ -59,13 +61,21 @@ def logs(settings: Settings, worker: int | None, follow: bool, run_id: str | Non
 def stop(settings: Settings) -> str | None:
     store = StateStore(settings)
     cluster = require_cluster(store)
-    active = active_run(store, cluster)
-    if active is None:
+    stopped = stop_active_run(settings, store, cluster, backend_for_cluster(store, cluster))
+    if stopped is None:
         console.print("No run is active.")
+    return stopped
+
+
+def stop_active_run(settings: Settings, store: StateStore, cluster, backend: Backend) -> str | None:
+    """Stop the cluster's active run, if any, through ``backend`` (whose connections know
+    which hosts are gone already)."""
+    active = active_run(store, cluster, backend)
+    if active is None:
         return None
     run, plans = active
     with console.status(f"Stopping run {run.run_id}..."):
-        launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
+        stop_processes(plans, run, settings.stop_grace_seconds)
     run.outcome, run.ended_at = "stopped", time.time()
     store.save_run(run)
     console.print(f"[green]✓[/] Run {run.run_id} stopped; no worker is left running.")

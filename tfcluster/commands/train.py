@@ -33,6 +33,10 @@ class TrainRequest:
     retries: int | None
     # Print the plan and start nothing.
     dry_run: bool
+    # --keras as given on the command line (None: not given); Settings.keras holds the value in force.
+    keras: str | None = None
+    # Show every worker line in the console, TensorFlow's start-up noise included.
+    verbose: bool = False
     # Container image to run the workers in (None: tfcluster.image, else the one `up` pulled).
     image: str | None = None
 
@@ -84,12 +88,23 @@ def _script_and_project(request: TrainRequest) -> tuple[Path | None, Path | None
     return script, project
 
 
+def _keras_env(settings: Settings, request: TrainRequest, script: Path | None) -> dict[str, str]:
+    """TF_USE_LEGACY_KERAS for the workers. The bundled trainer always uses tf_keras; a script gets
+    tf_keras for tf.keras by default, because Keras 3's model.fit fails under MultiWorkerMirroredStrategy
+    with 2+ workers (keras-team/keras#20585), and the tutorials' scripts use tf.keras with fit."""
+    if request.keras is not None and script is None:
+        raise ConfigError("--keras goes with --script; the bundled trainer always uses tf_keras")
+    # "0" rather than unset: a TF_USE_LEGACY_KERAS=1 in the launcher's own shell must not leak in.
+    return {"TF_USE_LEGACY_KERAS": "1" if script is None or settings.keras == "2" else "0"}
+
+
 def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     store = StateStore(settings)
     cluster = require_cluster(store)
     workers = _worker_count(request.workers, cluster)
     retries = settings.retries if request.retries is None else parse_int("retries", request.retries, 0)
     script, project = _script_and_project(request)
+    keras_env = _keras_env(settings, request, script)
     backend = backend_for_cluster(store, cluster)
     hosts = backend.hosts(cluster)[:workers]
     image = parse_image("image", request.image) if request.image else (settings.image or cluster.image)
@@ -120,8 +135,12 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
         "AIP_MODEL_DIR": "{run_root}/output/model",
         "AIP_CHECKPOINT_DIR": "{run_root}/output/checkpoints",
         "AIP_TENSORBOARD_LOG_DIR": "{run_root}/output/tensorboard",
-        "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"),
+        **keras_env,
     }
+    # TensorFlow's C++ logging stays at its own default, so each worker's log is complete; the
+    # console folds the start-up noise instead (attempts.py). A level the user set is passed on.
+    if "TF_CPP_MIN_LOG_LEVEL" in os.environ:
+        common_env["TF_CPP_MIN_LOG_LEVEL"] = os.environ["TF_CPP_MIN_LOG_LEVEL"]
 
     if remote_data:
         common_env["TFCLUSTER_DATA_DIR"] = remote_data
@@ -137,7 +156,9 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
         raise ClusterError(f"a run is still active on cluster '{cluster.name}'; "
                            "watch it with `invoke logs --follow` or end it with `invoke stop`")
     with console.status(f"Preflight on {len(hosts)} {cluster.backend} host(s)..."):
-        backend.preflight(cluster, hosts, need_tensorflow=script is None, image=image)
+        # tf_keras must be importable wherever tf.keras resolves to it.
+        backend.preflight(cluster, hosts, need_tensorflow=keras_env["TF_USE_LEGACY_KERAS"] == "1",
+                          image=image)
     if data_dir == store.synthetic_data_dir:
         ensure_synthetic_data(store, sys.executable)
     with console.status("Staging code and data..."):
@@ -153,7 +174,7 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     run = RunRecord(run_id=run_id, cluster=cluster.name, workers=workers, command=staged.argv,
                     retries=retries, image=image, mounts=list(staged.mounts) if image else [])
     store.save_run(run)
-    return run_attempts(settings, store, backend, run, plans)
+    return run_attempts(settings, store, backend, run, plans, verbose=request.verbose)
 
 
 def _print_plan(plans: list[launch.WorkerPlan]) -> None:

@@ -62,6 +62,7 @@ class GcpBackend(SshBackend):
     """Terraform-provisioned GPU VMs reached with the cluster's own SSH key and pinned host keys."""
 
     name = "gcp"
+    hosts_outlive_cluster = False  # `terraform destroy` removes the VMs with whatever they hold.
 
     def workdir(self, cluster_name: str) -> Path:
         return self._store.root / "gcp" / cluster_name
@@ -71,7 +72,8 @@ class GcpBackend(SshBackend):
             "project": settings.project, "zone": settings.zone, "cluster_name": settings.cluster,
             "workers": settings.workers, "machine_type": settings.machine_type,
             "gpu_type": gpu_type(settings.gpu), "gpu_count": settings.gpu_count, "spot": settings.spot,
-            "operator_cidr": operator_cidr, "tf_port": settings.tf_port, "ssh_user": settings.gcp_ssh_user,
+            "operator_cidr": operator_cidr, "tf_port": settings.tf_port,
+            "oracle_port": settings.oracle_port, "ssh_user": settings.gcp_ssh_user,
             "ssh_public_key": public_key, "idle_minutes": settings.idle_minutes,
             "idle_action": settings.idle_action, "max_run_hours": settings.max_run_hours,
             "termination_action": settings.termination_action, "boot_disk_gb": settings.boot_disk_gb,

@@ -8,17 +8,18 @@ from __future__ import annotations
 import io
 import shlex
 import tarfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
 from tfcluster.backends.base import Backend, Staged
 from tfcluster.backends.group import in_parallel
 from tfcluster.backends.ssh import watchdog
-from tfcluster.backends.ssh.connection import SshConnection, HostAddress, parse_hosts, pin_host_key
+from tfcluster.backends.ssh.connection import HostAddress, SshConnection, parse_hosts, pin_host_key
 from tfcluster.backends.ssh.host import SshHost
 from tfcluster.backends.ssh.mesh import check_tf_port_mesh
-from tfcluster.backends.ssh.sync import make_bundle, collect_files, upload_bundle
-from tfcluster.errors import ClusterError, ConfigError, HostErrors
+from tfcluster.backends.ssh.sync import collect_files, make_bundle, upload_bundle
+from tfcluster.errors import ClusterError, ConfigError, HostErrors, HostUnreachable
 from tfcluster.state import ClusterState, HostRecord
 
 
@@ -26,6 +27,7 @@ class SshBackend(Backend):
     """Workers on the user's own hosts: one worker per host entry, reached over SSH."""
 
     name = "ssh"
+    hosts_outlive_cluster = True
 
     def __init__(self, store, announce: Callable[[str], None] = print):
         self._store = store
@@ -106,6 +108,20 @@ class SshBackend(Backend):
     def hosts(self, cluster) -> list[SshHost]:
         return [SshHost(record, self._connection(cluster, record), cluster.python) for record in cluster.hosts]
 
+    def reachability(self, cluster) -> dict[str, str | None]:
+        """One trivial command per host, all at once; a host that does not answer is marked
+        broken, so every later call this process makes to it fails at once."""
+        def probe(host: SshHost) -> str | None:
+            try:
+                host.connection.shell("true")
+            except HostUnreachable as error:
+                return f"unreachable ({error.detail})"
+            return None
+
+        hosts = self.hosts(cluster)
+        with ThreadPoolExecutor(max_workers=min(32, len(hosts) or 1)) as pool:
+            return dict(zip([h.record.name for h in hosts], pool.map(probe, hosts)))
+
     def close(self) -> None:
         for connection in self._connections.values():
             connection.close()
@@ -113,6 +129,7 @@ class SshBackend(Backend):
     # ------------------------------------------------------------ preflight
 
     def preflight(self, cluster, hosts: list[SshHost], need_tensorflow: bool, image: str = "") -> None:
+        # need_tensorflow: tf.keras resolves to tf_keras (TF_USE_LEGACY_KERAS=1), so check it too.
         modules = "tensorflow, tf_keras" if need_tensorflow else "tensorflow"
         if image:  # Python and TensorFlow come from the image; the host needs Docker.
             from tfcluster.backends import docker
@@ -136,6 +153,18 @@ class SshBackend(Backend):
 
         in_parallel(hosts, check, lambda h: f"{h.record.name} ({h.record.address})", "preflight")
         check_tf_port_mesh(hosts)
+
+    def require_modules(self, cluster, hosts: list[SshHost], modules: list[str]) -> None:
+        def check(host: SshHost) -> None:
+            code, _, err = host.connection.run(
+                shlex.join([host.python, "-c", f"import {', '.join(modules)}"]), timeout=120)
+            if code != 0:
+                last = (err.strip().splitlines() or ["not found"])[-1]
+                raise ClusterError(f"`{host.python} -c 'import {', '.join(modules)}'` failed ({last}); "
+                                   f"install it there (pip install {' '.join(m.replace('_', '-') for m in modules)}) "
+                                   "or set --python to an interpreter that has it")
+
+        in_parallel(hosts, check, lambda h: f"{h.record.name} ({h.record.address})", "preflight")
 
     # ------------------------------------------------------------ staging
 
@@ -232,6 +261,25 @@ class SshBackend(Backend):
         with tarfile.open(fileobj=sink, mode="r:gz") as tar:
             tar.extractall(local_run_dir, filter="data")
         return str(local_run_dir / "output" / "model")
+
+    def gather(self, hosts: list[SshHost], run_id: str, folder: str, local_run_dir: Path) -> None:
+        """One tar stream per host; hosts[0] (the oracle's, with every trial.json) extracts last."""
+        def fetch(host: SshHost) -> bytes | None:
+            sink = io.BytesIO()
+            code, _, err = host.connection.run(
+                f"cd {shlex.quote(host.run_root(run_id))} && if [ -d {shlex.quote(folder)} ]; then "
+                f"tar -czf - {shlex.quote(folder)}; fi", timeout=600, sink=sink)
+            if code != 0:
+                raise ClusterError(f"fetching {folder}/ failed: {err.strip()}")
+            return sink.getvalue() or None
+
+        archives = in_parallel(hosts, fetch, lambda h: f"{h.record.name} ({h.record.address})",
+                               f"gathering {folder}/")
+        local_run_dir.mkdir(parents=True, exist_ok=True)
+        for archive in [*archives[1:], archives[0]]:
+            if archive:
+                with tarfile.open(fileobj=io.BytesIO(archive), mode="r:gz") as tar:
+                    tar.extractall(local_run_dir, filter="data")
 
     # ------------------------------------------------------------ idle watchdog
 

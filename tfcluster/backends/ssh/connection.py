@@ -14,8 +14,10 @@ from __future__ import annotations
 import base64
 import hashlib
 import io
+import logging
 import os
 import select
+import shlex
 import socket
 import threading
 import time
@@ -27,9 +29,31 @@ import paramiko
 
 from tfcluster.errors import ClusterError, ConfigError, HostUnreachable
 
+# paramiko's transport thread logs tracebacks (a banner timeout, a reset link) through the
+# "paramiko" logger, which Python's last-resort handler would print on the terminal. Every
+# failure already reaches the user as one HostUnreachable line, so its records go nowhere.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+logging.getLogger("paramiko").propagate = False
+
 CONNECT_TIMEOUT = 10.0
 IO_TIMEOUT = 15.0
 KEEPALIVE_SECONDS = 5
+# The control shell (see SshConnection.shell) exits on its own after this long without a
+# command, so it cannot outlive a client that vanished behind a cut link: sshd on most hosts
+# never checks that its client is alive (ClientAliveInterval defaults to 0).
+SHELL_IDLE_SECONDS = 60
+# The client opens a fresh shell past this much idleness rather than race the shell's exit.
+SHELL_REUSE_SECONDS = SHELL_IDLE_SECONDS - 20
+# Runs as the control shell. sshd starts it as a session and group leader; a watcher in the
+# same group hangs the whole group up once the stamp file, which every command refreshes, is
+# older than the idle limit. When the client closes the channel, the inner shell reads EOF and
+# the group ends at once (no watcher left behind). POSIX sh; `date -r` is in GNU and busybox.
+CONTROL_SHELL = (
+    'stamp=$(mktemp "${TMPDIR:-/tmp}/tfcluster-shell.XXXXXX") || exit 1; export TFC_STAMP=$stamp; main=$$; '
+    '( while sleep 5; do age=$(( $(date +%s) - $(date -r "$stamp" +%s 2>/dev/null || echo 0) )); '
+    f'if [ "$age" -gt {SHELL_IDLE_SECONDS} ]; then rm -f "$stamp"; kill -s HUP -- -$main; exit; fi; done '
+    ') </dev/null >/dev/null 2>&1 & '
+    '/bin/sh; rm -f "$stamp"; kill $! 2>/dev/null; kill -s KILL -- -$main 2>/dev/null')
 TRANSIENT = (socket.timeout, TimeoutError, ConnectionError, EOFError, OSError, paramiko.SSHException)
 
 
@@ -145,6 +169,7 @@ class SshConnection:
         self.broken: str | None = None
         # A long-lived /bin/sh for small commands (see shell()).
         self._shell: paramiko.Channel | None = None
+        self._shell_used_at = 0.0
         self._shell_lock = threading.Lock()
 
     def _connect(self) -> paramiko.SSHClient:
@@ -180,8 +205,13 @@ class SshConnection:
                     f"failed ({error}); check --ssh-user and --ssh-key") from None
             except TRANSIENT as error:
                 client.close()
-                if attempt == attempts:
-                    raise HostUnreachable(self.name, str(error) or type(error).__name__) from None
+                # A timeout already waited the full connect deadline: one is enough. Quick
+                # failures (refused, reset: sshd restarting) are worth a retry with backoff.
+                timed_out = isinstance(error, (socket.timeout, TimeoutError))
+                if attempt == attempts or timed_out:
+                    detail = (f"no answer within {self.connect_timeout:.0f}s" if timed_out and not str(error)
+                              else str(error) or type(error).__name__)
+                    raise HostUnreachable(self.name, detail) from None
                 time.sleep(delay)
                 delay *= 2
         raise AssertionError("unreachable")
@@ -190,10 +220,17 @@ class SshConnection:
         if self.broken:
             raise HostUnreachable(f"{self.name}", self.broken)
         with self._lock:
+            if self.broken:  # Another thread found the host gone while this one waited.
+                raise HostUnreachable(f"{self.name}", self.broken)
             transport = self._client.get_transport() if self._client else None
             if transport is None or not transport.is_active():
                 self.close()
-                self._client = self._connect()
+                try:
+                    self._client = self._connect()
+                except HostUnreachable as error:
+                    # Later calls fail at once instead of each waiting out the connect deadline.
+                    self.broken = error.detail
+                    raise
             return self._client
 
     def sftp(self) -> paramiko.SFTPClient:
@@ -259,11 +296,16 @@ class SshConnection:
         deadline = time.monotonic() + (timeout or self.io_timeout)
         with self._shell_lock:
             try:
+                stale = time.monotonic() - self._shell_used_at > SHELL_REUSE_SECONDS
+                if self._shell is not None and stale:
+                    self._shell.close()  # About to hang itself up: don't race it.
                 if self._shell is None or self._shell.closed or self._shell.exit_status_ready():
                     self._shell = self.client().get_transport().open_session(timeout=self.connect_timeout)
                     self._shell.settimeout(0.2)
-                    self._shell.exec_command("exec /bin/sh")
-                self._shell.sendall(f"{{ {command}\n}} </dev/null 2>&1; printf '\\n{marker} %d\\n' $?\n".encode())
+                    self._shell.exec_command(f"exec /bin/sh -c {shlex.quote(CONTROL_SHELL)}")
+                self._shell_used_at = time.monotonic()
+                self._shell.sendall(f": >\"$TFC_STAMP\"; {{ {command}\n}} </dev/null 2>&1; "
+                                    f"printf '\\n{marker} %d\\n' $?\n".encode())
                 buffer = b""
                 end = f"\n{marker} ".encode()
                 while True:
