@@ -152,7 +152,7 @@ def test_stop_and_down_remove_every_container(icli, images, tmp_path):
         finally:
             if launcher.poll() is None:
                 launcher.kill()
-    assert "no worker process or container is left" in ended.stdout
+    assert "no worker process is left, nor any container" in ended.stdout
     assert icli.cluster() is None
 
 
@@ -346,6 +346,6 @@ def test_three_ssh_hosts_train_in_containers(icli, images, tmp_path):
         assert [r["ssh_port"] for r in records] == [int(e.split(":")[1]) for e in hosts.entries]
         assert len({r["tf_port"] for r in records}) == 3
         down = icli.run("down", timeout=120)
-        assert down.returncode == 0 and "no worker process or container is left" in down.stdout
+        assert down.returncode == 0 and "no worker process is left, nor any container" in down.stdout
     finally:
         hosts.stop()

@@ -187,7 +187,7 @@ def down(settings: Settings, keep: bool = False) -> None:
     for record in cluster.hosts:
         if record.name in gone:
             _print_left_on_host(cluster, record, gone[record.name])
-    checked = "verified that no worker process or container is left" if not gone else (
+    checked = "verified that no worker process is left, nor any container" if not gone else (
         f"verified on the {len(reachable.hosts)} host(s) that answered; {len(gone)} could not be cleaned (above)")
     console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is down: {checked}. "
                   f"Run results stay in {store.runs_dir}.")
