@@ -92,6 +92,11 @@ def test_three_workers_train_inside_the_image(icli, images):
     tf_config = [line.split("=", 1)[1] for line in env_file.read_text().splitlines() if line.startswith("TF_CONFIG=")]
     assert json.loads(tf_config[0])["task"] == {"type": "worker", "index": 0}
     assert containers(icli) == []  # --rm: nothing stays after a clean exit.
+    # The passed in-image check is remembered per machine and image id (later trains skip it).
+    identity = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", tf_image],
+                              capture_output=True, text=True, check=True).stdout.strip().removeprefix("sha256:")
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tfcluster" / "image-checks"
+    assert (cache / f"{identity}-tensorflow-tf_keras-tensorboard").is_file()
 
 
 def test_killed_container_fails_fast_then_retry_resumes(icli, images):

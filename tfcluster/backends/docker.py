@@ -54,10 +54,14 @@ def check_docker(host: WorkerHost) -> None:
                                "`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`")
 
 
+def image_id(host: WorkerHost, image: str) -> str | None:
+    code, out = host.run_command(["docker", "image", "inspect", "--format", "{{.Id}}", image], timeout=30)
+    return out.strip() if code == 0 and out.strip().startswith("sha256:") else None
+
+
 def ensure_image(host: WorkerHost, image: str) -> str:
     """The image is on the host, pulled if needed; returns "present" or "pulled"."""
-    code, _ = host.run_command(["docker", "image", "inspect", "--format", "{{.Id}}", image], timeout=30)
-    if code == 0:
+    if image_id(host, image):
         return "present"
     code, out = host.run_command(["docker", "pull", "--quiet", image], timeout=PULL_TIMEOUT)
     if code != 0:
@@ -65,6 +69,15 @@ def ensure_image(host: WorkerHost, image: str) -> str:
                            "build it there, or push it to a registry the host can reach "
                            "(`invoke image build --tag ... --registry ...`)")
     return "pulled"
+
+
+# Importing TensorFlow in a fresh container costs seconds on every `train`. An image id names its
+# content, so a passed check is remembered per machine (in the login's cache folder) and per id.
+CHECKS = "${XDG_CACHE_HOME:-$HOME/.cache}/tfcluster/image-checks"
+
+
+def _check_marker(identity: str, modules: list[str]) -> str:
+    return f"{CHECKS}/{identity.removeprefix('sha256:')}-{'-'.join(modules)}"
 
 
 def check_python(host: WorkerHost, image: str, modules: list[str]) -> None:
@@ -93,7 +106,13 @@ def preflight(hosts: list[WorkerHost], image: str, modules: list[str]) -> None:
     def check(host: WorkerHost) -> None:
         check_docker(host)
         ensure_image(host, image)
+        identity = image_id(host, image) or ""
+        marker = _check_marker(identity, modules) if identity else ""
+        if marker and host.run_command(["sh", "-c", f'test -f "{marker}"'], timeout=30)[0] == 0:
+            return  # This very image passed on this machine before.
         check_python(host, image, modules)
+        if marker:
+            host.run_command(["sh", "-c", f'mkdir -p "{CHECKS}" && touch "{marker}"'], timeout=30)
 
     in_parallel(distinct_hosts(hosts), check, _label, "image preflight")
 
