@@ -13,7 +13,7 @@ from typing import Optional
 from invoke import Collection, Context, Exit, task
 
 from tfcluster import commands, config
-from tfcluster.errors import TfClusterError
+from tfcluster.errors import ConfigError, TfClusterError
 
 
 def _settings(c: Context, **overrides) -> config.Settings:
@@ -50,7 +50,8 @@ def _user_errors(body):
             "operator_cidr": "gcp: only source allowed to SSH in (default: your public IP/32)",
             "idle_minutes": "idle watchdog: minutes before acting, 0 = off (default 30)",
             "idle_action": "idle watchdog: stop or delete (default stop)",
-            "max_run_hours": "gcp: hypervisor deadline in hours (default 12)"})
+            "max_run_hours": "gcp: hypervisor deadline in hours (default 12)",
+            "image": "container image the workers run in; pulled on every host now"})
 @_user_errors
 def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        cluster: Optional[str] = None, hosts: Optional[str] = None, ssh_user: Optional[str] = None,
@@ -59,7 +60,8 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        project: Optional[str] = None, zone: Optional[str] = None, gpu: Optional[str] = None,
        gpu_count: Optional[int] = None, machine_type: Optional[str] = None, spot: bool = False,
        operator_cidr: Optional[str] = None, idle_minutes: Optional[int] = None,
-       idle_action: Optional[str] = None, max_run_hours: Optional[int] = None):
+       idle_action: Optional[str] = None, max_run_hours: Optional[int] = None,
+       image: Optional[str] = None):
     """Create the cluster. Idempotent: running it twice changes nothing."""
     install_watchdog = True if idle_minutes is not None and (backend or c.config.tfcluster.backend) == "ssh" else None
     if hosts and workers is None and backend in (None, "ssh"):
@@ -70,7 +72,7 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
                           project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
                           machine_type=machine_type, spot=spot or None, operator_cidr=operator_cidr,
                           idle_minutes=idle_minutes, idle_action=idle_action,
-                          max_run_hours=max_run_hours, install_watchdog=install_watchdog))
+                          max_run_hours=max_run_hours, install_watchdog=install_watchdog, image=image))
 
 
 @task(help={
@@ -84,16 +86,18 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
              "train with a custom loop and strategy.run, which works)",
     "verbose": "show every worker line, TensorFlow's start-up noise included (the logs always have it)",
     "cluster": "cluster name (default: default)",
+    "image": "run each worker in this container image (default: tfcluster.image, or the one `up` pulled)",
 })
 @_user_errors
 def train(c, workers: Optional[int] = None, script: Optional[str] = None,
           project: Optional[str] = None, retries: Optional[int] = None, dry_run: bool = False,
-          keras: Optional[str] = None, verbose: bool = False, cluster: Optional[str] = None):
+          keras: Optional[str] = None, verbose: bool = False, cluster: Optional[str] = None,
+          image: Optional[str] = None):
     """Train on the cluster; arguments after `--` go to the trainer (e.g. -- --epochs 5)."""
     settings = _settings(c, cluster=cluster, keras=keras)
     commands.train(settings, commands.TrainRequest(
         workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
-        retries=retries, dry_run=dry_run, keras=keras, verbose=verbose))
+        retries=retries, dry_run=dry_run, keras=keras, verbose=verbose, image=image))
 
 
 @task(help={
@@ -190,5 +194,20 @@ def tensorboard(c, run: Optional[str] = None, port: int = 6006, cluster: Optiona
           pty=True)
 
 
-ns = Collection(up, train, tune, status, logs, stop, down, data, idle, pull, tensorboard)
+@task(positional=["action"], help={"action": "build (the only action)",
+                                   "dockerfile": "the Dockerfile (default: ./Dockerfile)",
+                          "tag": "NAME:VERSION, e.g. trainer:1",
+                          "context": "build context folder (default: the Dockerfile's folder)",
+                          "registry": "push to HOST[:PORT]/PATH (default: tfcluster.registry, or the gcp cluster's)",
+                          "cluster": "cluster name (default: default)"})
+@_user_errors
+def image(c, action, dockerfile: str = "Dockerfile", tag: Optional[str] = None,
+          context: Optional[str] = None, registry: Optional[str] = None, cluster: Optional[str] = None):
+    """`invoke image build`: build the trainer image here; push it to the gcp cluster's registry or --registry."""
+    if action != "build":
+        raise ConfigError(f"unknown image action {action!r}; use: invoke image build --tag NAME:VERSION")
+    commands.build_image(_settings(c, cluster=cluster, registry=registry), dockerfile, tag, context)
+
+
+ns = Collection(up, train, tune, status, logs, stop, down, data, idle, pull, tensorboard, image)
 ns.configure({"tfcluster": config.DEFAULTS})

@@ -19,7 +19,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "tfcluster"
 BOTTOM = {"tfcluster.state", "tfcluster.config", "tfcluster.errors", "tfcluster.tfconfig", "tfcluster.tflog",
-          "tfcluster.ui"}
+          "tfcluster.ui",
+          "tfcluster.container"}
 
 
 def module_name(path: Path) -> str:

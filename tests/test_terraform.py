@@ -182,3 +182,18 @@ def test_checkov_passes():
     failed = report["results"]["failed_checks"] if isinstance(report, dict) else []
     assert result.returncode == 0 and not failed, [(c["check_id"], c["resource"]) for c in failed]
     assert report["summary"]["passed"] > 20
+
+
+def test_registry_is_the_clusters_own_and_the_vms_may_only_read_it():
+    repository = resources("google_artifact_registry_repository")["images"]
+    assert repository["format"] == "DOCKER" and repository["labels"] == "${local.labels}"
+    assert repository["repository_id"] == "${var.cluster_name}-images"
+    grants = resources("google_artifact_registry_repository_iam_member")
+    assert list(grants) == ["vm_reader"]
+    assert grants["vm_reader"]["role"] == "roles/artifactregistry.reader"
+    assert grants["vm_reader"]["member"] == "serviceAccount:${google_service_account.vm.email}"
+    assert grants["vm_reader"]["repository"] == "${google_artifact_registry_repository.images.name}"
+    outputs = {}
+    for block in parse("registry.tf")["output"]:
+        outputs.update(block)
+    assert outputs["registry"]["value"].startswith("${local.region}-docker.pkg.dev/${var.project}/")

@@ -101,6 +101,10 @@ class Settings:
     ready_timeout_seconds: float = 1200.0
     # ssh: install the idle watchdog on the hosts at `up` (set by `up --idle-minutes N`).
     install_watchdog: bool = False
+    # Container image the workers run in (`train --image`); empty runs `python` on the hosts.
+    image: str = ""
+    # Registry `invoke image build` pushes to (HOST[:PORT]/PATH); gcp: the cluster's Artifact Registry.
+    registry: str = ""
 
     @property
     def state_path(self) -> Path:
@@ -127,6 +131,20 @@ def parse_int(key: str, value: Any, minimum: int) -> int:
     if number < minimum:
         raise ConfigError(f"{key} must be >= {minimum} (got {number}); set it in {_flag_hint(key)}")
     return number
+
+
+# Docker's reference grammar, simplified: [registry[:port]/]path[:tag][@digest], lowercase path.
+IMAGE_REFERENCE = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
+                             r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
+
+
+def parse_image(key: str, value: Any) -> str:
+    """An image reference such as trainer:1 or us-docker.pkg.dev/P/REPO/trainer:1 ("" = none)."""
+    image = str(value or "").strip()
+    if image and not IMAGE_REFERENCE.match(image):
+        raise ConfigError(f"{key} must be an image reference such as trainer:1 or "
+                          f"us-docker.pkg.dev/PROJECT/REPO/trainer:1 (got {value!r})")
+    return image
 
 
 def parse_bool(key: str, value: Any) -> bool:
@@ -230,6 +248,8 @@ def validate(values: Mapping[str, Any]) -> Settings:
         bucket_force_destroy=parse_bool("bucket_force_destroy", values["bucket_force_destroy"]),
         ready_timeout_seconds=ready_timeout,
         install_watchdog=parse_bool("install_watchdog", values["install_watchdog"]),
+        image=parse_image("image", values["image"]),
+        registry=str(values["registry"] or "").strip().rstrip("/"),
         hosts=str(values["hosts"] or ""),
         ssh_user=str(values["ssh_user"] or ""),
         ssh_key=str(values["ssh_key"] or ""),

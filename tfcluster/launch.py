@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from tfcluster import tfconfig
+from tfcluster import container, tfconfig
 from tfcluster.backends.base import WorkerHost
 from tfcluster.errors import HostUnreachable
 from trainer import events
@@ -49,6 +49,8 @@ class WorkerPlan:
     role: str = ""
     # Folder the program starts in ("" = run_root).
     workdir: str = ""
+    # Set when the program runs inside a container image (`train --image`).
+    container: container.ContainerSpec | None = None
 
     @property
     def name(self) -> str:
@@ -66,12 +68,15 @@ class WorkerPlan:
         return f"{self.run_root}/{self.name}.log"
 
     def path(self, attempt: int, suffix: str) -> str:
-        """Per-attempt status file: .sh, .pid (program), .pgid (wrapper group), .exit."""
+        """Per-attempt status file: .sh, .pid (program), .pgid (wrapper group), .exit, .env (image)."""
         return f"{self.run_root}/{self.name}.attempt{attempt}.{suffix}"
+
+    def container_name(self, attempt: int) -> str:
+        return container.container_name(self.env["TFCLUSTER_RUN_ID"], self.index, attempt)
 
 
 def build_plans(hosts: list[WorkerHost], run_id: str, argv: list[str],
-                env: dict[str, str]) -> list[WorkerPlan]:
+                env: dict[str, str], image: container.ContainerSpec | None = None) -> list[WorkerPlan]:
     """One plan per host; ``env`` is shared, TF_CONFIG and worker ids are added per worker."""
     endpoints = [host.record.endpoint for host in hosts]
     plans = []
@@ -84,9 +89,11 @@ def build_plans(hosts: list[WorkerHost], run_id: str, argv: list[str],
             "TFCLUSTER_WORKER_INDEX": str(index),
             "PYTHONUNBUFFERED": "1",
         }
+        spec = None if image is None else container.ContainerSpec(
+            image.image, [m.replace("{remote_root}", host.record.remote_root) for m in image.mounts])
         plans.append(WorkerPlan(index=index, host=host, tf_config=tf_config,
                                 argv=[arg.replace("{run_root}", run_root) for arg in argv],
-                                env=worker_env, run_root=run_root))
+                                env=worker_env, run_root=run_root, container=spec))
     return plans
 
 
@@ -95,15 +102,22 @@ def render_wrapper(plan: WorkerPlan, attempt: int, workdir: str) -> str:
     q = shlex.quote
     exports = "\n".join(f"export {key}={q(value)}" for key, value in sorted(plan.env.items()))
     exit_file = plan.path(attempt, "exit")
+    start = f"""{shlex.join(plan.argv)} >> {q(plan.log_path)} 2>&1 </dev/null &
+echo $! > {q(plan.path(attempt, "pid"))}
+wait $!"""
+    if plan.container is not None:
+        labels = {container.LABEL_CLUSTER: plan.env.get("TFCLUSTER_CLUSTER_ID", ""),
+                  container.LABEL_RUN: plan.env["TFCLUSTER_RUN_ID"], container.LABEL_WORKER: plan.name}
+        start = container.wrapper_start(plan.container, plan.container_name(attempt), labels,
+                                        plan.path(attempt, "env"), workdir, plan.run_root, plan.argv,
+                                        plan.log_path, plan.path(attempt, "pid"))
     return f"""#!/bin/sh
 # tfcluster: {plan.name} ({plan.task}), attempt {attempt}. Written by the launcher.
 cd {q(workdir)} || exit 97
 {exports}
 echo $$ > {q(plan.path(attempt, "pgid"))}
 echo "=== tfcluster: {plan.name} ({plan.task}) attempt {attempt} on $(hostname) ===" >> {q(plan.log_path)}
-{shlex.join(plan.argv)} >> {q(plan.log_path)} 2>&1 </dev/null &
-echo $! > {q(plan.path(attempt, "pid"))}
-wait $!
+{start}
 echo $? > {q(exit_file + ".tmp")} && mv {q(exit_file + ".tmp")} {q(exit_file)}
 """
 
@@ -175,6 +189,8 @@ def _worker_status(plan: WorkerPlan, attempt: int) -> WorkerStatus:
 def start_attempt(plans: list[WorkerPlan], attempt: int) -> None:
     """Write every wrapper first, then start them all, each step on all hosts at once."""
     def write(plan: WorkerPlan) -> None:
+        if plan.container is not None:  # Owner-only: the environment may hold secrets.
+            plan.host.write_file(plan.path(attempt, "env"), container.env_file(plan.env), 0o600)
         script = render_wrapper(plan, attempt, plan.workdir or plan.run_root).encode()
         plan.host.write_file(plan.path(attempt, "sh"), script, 0o700)
 
@@ -221,6 +237,21 @@ def stop_attempt(plans: list[WorkerPlan], attempt: int, grace_seconds: float) ->
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline and any(running(p, pid, g, True) for p, pid, g in ids):
         time.sleep(0.1)
+    remove_containers([plan for plan in plans if plan.container is not None], attempt)
+
+
+def remove_containers(plans: list[WorkerPlan], attempt: int) -> None:
+    """`docker rm --force` each worker's container by name, also when its wrapper died before
+    writing the PID; `docker rm` returns once the container is gone."""
+    def remove(plan: WorkerPlan) -> None:
+        try:
+            plan.host.run_command(container.remove_argv([plan.container_name(attempt)]))
+        except HostUnreachable:
+            pass  # Its collectives abort with its peers; `down` checks the host again.
+
+    if plans:
+        with ThreadPoolExecutor(max_workers=min(32, len(plans))) as pool:
+            list(pool.map(remove, plans))
 
 
 class LogFollower:

@@ -71,6 +71,10 @@ class ClusterState:
     bucket: str = ""
     # gcp: TFRecords uploaded by `invoke data` (gs://...), the default data of `train`.
     data_url: str = ""
+    # Image `up --image` pre-pulled on every host; the default of `train --image`.
+    image: str = ""
+    # gcp: the cluster's Artifact Registry path (LOCATION-docker.pkg.dev/PROJECT/REPO).
+    registry: str = ""
 
     @property
     def workers(self) -> int:
@@ -107,6 +111,9 @@ class RunRecord:
     # Per process name, its current attempt where it differs from ``attempts`` (tune restarts
     # a dead tuner alone).
     attempt_of: dict[str, int] = field(default_factory=dict)
+    # Container image the workers run in ("" = none), and host folders mounted into it.
+    image: str = ""
+    mounts: list[str] = field(default_factory=list)
 
 
 def _write_json(path: Path, payload: Any) -> None:

@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -59,6 +59,10 @@ class WorkerHost(Protocol):
     def job_status(self, pid_path: str, pgid_path: str, exit_path: str) -> JobFiles:
         """The status files of one worker attempt and whether its processes live."""
 
+    def run_command(self, argv: list[str], timeout: float = 60) -> tuple[int, str]:
+        """(exit code, stdout+stderr) of a short command on the host (e.g. docker); 127 when
+        the program is not installed there."""
+
 
 class Backend:
     """What the commands need from a backend.
@@ -84,9 +88,11 @@ class Backend:
         """One WorkerHost per worker slot, in TF_CONFIG order."""
         raise NotImplementedError
 
-    def preflight(self, cluster: ClusterState, hosts: list[WorkerHost], need_tensorflow: bool) -> None:
+    def preflight(self, cluster: ClusterState, hosts: list[WorkerHost], need_tensorflow: bool,
+                  image: str = "") -> None:
         """Check every host before anything starts; raise one error naming every failure.
-        ``need_tensorflow``: also tf_keras, because tf.keras resolves to it (TF_USE_LEGACY_KERAS=1)."""
+        ``need_tensorflow``: also tf_keras, because tf.keras resolves to it (TF_USE_LEGACY_KERAS=1).
+        With ``image``, Python and TensorFlow are checked inside that image instead."""
         raise NotImplementedError
 
     def stage(self, cluster: ClusterState, hosts: list[WorkerHost], run_id: str, payload: "Payload") -> "Staged":
@@ -116,6 +122,25 @@ class Backend:
         raise NotImplementedError
 
     # ------------------------------------------------------------ optional capabilities
+
+    def leftover_containers(self, cluster: ClusterState) -> dict[str, list[str]]:
+        """Per machine: containers labelled with this cluster's id (`train --image`); should be
+        none after `stop`. Default: asks Docker on every host (none where Docker is absent)."""
+        from tfcluster.backends import docker
+
+        return docker.cluster_containers(self.hosts(cluster), cluster.cluster_id)
+
+    def remove_containers(self, cluster: ClusterState) -> None:
+        """`docker rm --force` every container labelled with this cluster's id."""
+        from tfcluster.backends import docker
+
+        docker.remove_cluster_containers(self.hosts(cluster), cluster.cluster_id)
+
+    def pre_pull(self, cluster: ClusterState, image: str) -> list[str]:
+        """`up` with an image: pull it on every machine at once ("present"/"pulled" per machine)."""
+        from tfcluster.backends import docker
+
+        return docker.pre_pull(self.hosts(cluster), image)
 
     def refresh(self, cluster: ClusterState, settings: Settings) -> None:
         """`up` on a cluster that exists: bring stopped machines back and restore the configured
@@ -190,3 +215,6 @@ class Staged:
     env: dict[str, str]
     # Per worker name: whether code or data had to be uploaded (False: content hash matched).
     uploaded: dict[str, bool]
+    # Host folders (code, data) a container must see at the same path (`train --image`);
+    # "{remote_root}" stands for each host's HostRecord.remote_root.
+    mounts: list[str] = field(default_factory=list)

@@ -141,6 +141,16 @@ class LocalHost:
                         pid_alive=pid is not None and _live(pid),
                         group_alive=pgid is not None and bool(_live_group_members(pgid)))
 
+    def run_command(self, argv: list[str], timeout: float = 60) -> tuple[int, str]:
+        try:
+            result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    timeout=timeout, stdin=subprocess.DEVNULL)
+        except FileNotFoundError:
+            return 127, f"{argv[0]}: not found"
+        except subprocess.TimeoutExpired:
+            return 124, f"{shlex.join(argv)} did not finish within {timeout:g} s"
+        return result.returncode, result.stdout
+
     def port_in_use(self, port: int) -> bool:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -181,7 +191,12 @@ class LocalBackend(Backend):
             except ProcessLookupError:
                 pass
 
-    def preflight(self, cluster: ClusterState, hosts: list[LocalHost], need_tensorflow: bool) -> None:
+    def preflight(self, cluster: ClusterState, hosts: list[LocalHost], need_tensorflow: bool,
+                  image: str = "") -> None:
+        if image:
+            from tfcluster.backends import docker
+
+            docker.preflight(hosts, image, docker.required_modules(need_tensorflow))
         busy = [f"{host.record.name} ({host.record.endpoint})" for host in hosts
                 if host.port_in_use(host.record.tf_port)]
         if busy:
@@ -194,10 +209,14 @@ class LocalBackend(Backend):
             argv = [payload.python, "-u", "-m", "trainer.task"]
         else:
             argv = [payload.python, "-u", str(payload.script.resolve())]
+        # What a container must see at the same path (`train --image`): the code, the data.
+        code = [str(PROJECT_ROOT)] + ([] if payload.script is None else [str(payload.script.resolve().parent)])
         env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
         if payload.data_dir is not None:
             env["TFCLUSTER_DATA_DIR"] = str(payload.data_dir.resolve())
-        return Staged(argv=argv + list(payload.args), env=env, uploaded={h.record.name: False for h in hosts})
+            code.append(env["TFCLUSTER_DATA_DIR"])
+        return Staged(argv=argv + list(payload.args), env=env, uploaded={h.record.name: False for h in hosts},
+                      mounts=code)
 
     def before_retry(self, hosts: list[LocalHost], run_id: str) -> None:
         """All local workers share one run folder, so the chief's backup is already visible."""

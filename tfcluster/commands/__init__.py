@@ -2,17 +2,18 @@
 
 cluster: up, status, idle, down. train: a new run (attempts: its live loop). runs: logs, stop.
 tune: a hyperparameter search (tune_loop: its live loop; tune_plans: its processes and trials).
-results: data, pull, tensorboard. common: what they share. Commands may import launch,
+results: data, pull, tensorboard. image: image build. common: what they share. Commands may import launch,
 backends, state, config, errors, tfconfig, ui and trainer.events; nothing imports commands
 but tasks.py. They raise TfClusterError subclasses for anything the user can fix.
 """
 
 from tfcluster.commands.cluster import down, idle, status, up
 from tfcluster.commands.common import run_state
+from tfcluster.commands.image import build_image
 from tfcluster.commands.results import data, pull, tensorboard_logdir
 from tfcluster.commands.runs import logs, stop
 from tfcluster.commands.train import TrainRequest, ensure_synthetic_data, train
 from tfcluster.commands.tune import TuneRequest, tune
 
-__all__ = ["TrainRequest", "TuneRequest", "tune", "data", "down", "ensure_synthetic_data", "idle", "logs", "pull", "run_state",
+__all__ = ["TrainRequest", "TuneRequest", "tune", "build_image", "data", "down", "ensure_synthetic_data", "idle", "logs", "pull", "run_state",
            "status", "stop", "tensorboard_logdir", "train", "up"]

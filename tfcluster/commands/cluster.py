@@ -34,6 +34,7 @@ def up(settings: Settings) -> ClusterState:
         store.save_cluster(existing)  # Addresses and host keys may have changed.
         console.print(f"Cluster [bold]{existing.name}[/] is already up: {existing.workers} "
                       f"{existing.backend} workers. Nothing re-created.")
+        _pre_pull(store, backend, existing, settings.image)
         return existing
     with console.status(f"Creating {settings.backend} cluster '{settings.cluster}' "
                         f"with {settings.workers} workers..."):
@@ -41,9 +42,22 @@ def up(settings: Settings) -> ClusterState:
         store.save_cluster(cluster)
     console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is up: {cluster.workers} "
                   f"{cluster.backend} workers ({', '.join(h.endpoint for h in cluster.hosts)}).")
+    _pre_pull(store, backend_named(cluster.backend, store), cluster, settings.image)
     console.print("  Next: invoke train --workers N   (state: "
                   f"{store.cluster_file})")
     return cluster
+
+
+def _pre_pull(store: StateStore, backend: Backend, cluster: ClusterState, image: str) -> None:
+    """With an image configured, pull it on every host now, so the first `train` does not wait."""
+    if not image:
+        return
+    with console.status(f"Pulling {image} on every host..."):
+        outcomes = backend.pre_pull(cluster, image)
+    cluster.image = image
+    store.save_cluster(cluster)
+    console.print(f"[green]✓[/] Image {image}: pulled on {outcomes.count('pulled')} host(s), "
+                  f"already present on {outcomes.count('present')}.")
 
 
 def status(settings: Settings) -> dict:
@@ -168,12 +182,13 @@ def down(settings: Settings, keep: bool = False, delete_bucket: bool = False) ->
     if leftovers:
         raise ClusterError(f"could not end {len(leftovers)} process(es) of cluster '{cluster.name}': "
                            f"{'; '.join(leftovers)}; kill them by hand, then run `invoke down` again")
+    _remove_containers(backend, reachable)
     backend.teardown(reachable, keep, delete_bucket)
     store.remove_cluster()
     for record in cluster.hosts:
         if record.name in gone:
             _print_left_on_host(cluster, record, gone[record.name])
-    checked = "verified that no worker process is left" if not gone else (
+    checked = "verified that no worker process is left, nor any container" if not gone else (
         f"verified on the {len(reachable.hosts)} host(s) that answered; {len(gone)} could not be cleaned (above)")
     console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is down: {checked}. "
                   f"Run results stay in {store.runs_dir}.")
@@ -186,3 +201,14 @@ def _print_left_on_host(cluster: ClusterState, record, why: str) -> None:
     console.print(f"[yellow]![/] could not clean {record.name} ({record.address}): {why}. Its run folder "
                   f"and any process of cluster '{cluster.name}' stay there; when it is back, run there: "
                   f"{cleanup}", soft_wrap=True)
+
+
+def _remove_containers(backend: Backend, cluster: ClusterState) -> None:
+    """`docker rm --force` any container labelled with the cluster id, then prove none is left."""
+    if any(backend.leftover_containers(cluster).values()):
+        backend.remove_containers(cluster)
+    left = {host: names for host, names in backend.leftover_containers(cluster).items() if names}
+    if left:
+        listed = "; ".join(f"{host}: {', '.join(names)}" for host, names in left.items())
+        raise ClusterError(f"containers of cluster '{cluster.name}' are still there ({listed}); remove "
+                           "them with `docker rm --force NAME`, then run `invoke down` again")

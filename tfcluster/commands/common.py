@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tfcluster import launch, ui
+from tfcluster import container, launch, ui
 from tfcluster.backends import Backend, get_backend
 from tfcluster.commands.tune_plans import attempt_of, build_tune_plans
 from tfcluster.errors import ClusterError
@@ -40,7 +40,8 @@ def plans_for(store: StateStore, cluster: ClusterState, run: RunRecord,
     hosts = (backend or backend_for_cluster(store, cluster)).hosts(cluster)[: run.workers]
     if run.kind == "tune":  # Enough to find every process's files; env and ports only matter at start.
         return build_tune_plans(hosts, run.run_id, run.command, env or {}, run.oracle_port, "")
-    return launch.build_plans(hosts, run.run_id, run.command, env or {})
+    image = container.ContainerSpec(run.image, run.mounts) if run.image else None
+    return launch.build_plans(hosts, run.run_id, run.command, env or {}, image)
 
 
 def backend_for_cluster(store: StateStore, cluster: ClusterState):

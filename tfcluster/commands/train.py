@@ -10,11 +10,11 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfcluster import launch, ui
+from tfcluster import container, launch, ui
 from tfcluster.backends import Payload
 from tfcluster.commands.attempts import run_attempts
 from tfcluster.commands.common import active_run, backend_for_cluster, console, require_cluster
-from tfcluster.config import Settings, parse_int
+from tfcluster.config import Settings, parse_image, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
 from tfcluster.state import ClusterState, RunRecord, StateStore
 
@@ -37,6 +37,8 @@ class TrainRequest:
     keras: str | None = None
     # Show every worker line in the console, TensorFlow's start-up noise included.
     verbose: bool = False
+    # Container image to run the workers in (None: tfcluster.image, else the one `up` pulled).
+    image: str | None = None
 
 
 def ensure_synthetic_data(store: StateStore, python: str) -> Path:
@@ -105,7 +107,10 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     keras_env = _keras_env(settings, request, script)
     backend = backend_for_cluster(store, cluster)
     hosts = backend.hosts(cluster)[:workers]
+    image = parse_image("image", request.image) if request.image else (settings.image or cluster.image)
     python = settings.python or (sys.executable if cluster.backend == "local" else cluster.python)
+    if image:
+        python = container.IMAGE_PYTHON  # The image provides Python and TensorFlow.
 
     # Where the data comes from, first match wins: a configured gs:// or local folder, the
     # bucket copy `invoke data` made for this cluster, else (bundled trainer) the synthetic set.
@@ -142,7 +147,8 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
 
     if request.dry_run:
         argv = [python, "-u", "-m", "trainer.task"] if script is None else [python, "-u", str(script)]
-        plans = launch.build_plans(hosts, run_id, argv + payload.args, common_env)
+        plans = launch.build_plans(hosts, run_id, argv + payload.args, common_env,
+                                   container.ContainerSpec(image) if image else None)
         _print_plan(plans)
         return None
 
@@ -151,7 +157,8 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
                            "watch it with `invoke logs --follow` or end it with `invoke stop`")
     with console.status(f"Preflight on {len(hosts)} {cluster.backend} host(s)..."):
         # tf_keras must be importable wherever tf.keras resolves to it.
-        backend.preflight(cluster, hosts, need_tensorflow=keras_env["TF_USE_LEGACY_KERAS"] == "1")
+        backend.preflight(cluster, hosts, need_tensorflow=keras_env["TF_USE_LEGACY_KERAS"] == "1",
+                          image=image)
     if data_dir == store.synthetic_data_dir:
         ensure_synthetic_data(store, sys.executable)
     with console.status("Staging code and data..."):
@@ -160,11 +167,12 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     if cluster.backend != "local":
         console.print(f"Code and data: uploaded to {len(hosts) - len(skipped)} host(s), "
                       f"unchanged (same content hash) on {len(skipped)}.")
-    plans = launch.build_plans(hosts, run_id, staged.argv, {**common_env, **staged.env})
+    spec = container.ContainerSpec(image, staged.mounts) if image else None
+    plans = launch.build_plans(hosts, run_id, staged.argv, {**common_env, **staged.env}, spec)
     if cluster.bucket:
         console.print(f"Outputs go to gs://{cluster.bucket}/runs/{run_id}/ (model, checkpoints, TensorBoard).")
     run = RunRecord(run_id=run_id, cluster=cluster.name, workers=workers, command=staged.argv,
-                    retries=retries)
+                    retries=retries, image=image, mounts=list(staged.mounts) if image else [])
     store.save_run(run)
     return run_attempts(settings, store, backend, run, plans, verbose=request.verbose)
 
@@ -174,5 +182,7 @@ def _print_plan(plans: list[launch.WorkerPlan]) -> None:
         colour = ui.worker_colour(plan.index)
         console.print(f"[bold {colour}]{plan.name}[/] ({plan.task}) on {plan.host.record.endpoint}")
         console.print(f"  command:   {shlex.join(plan.argv)}")
+        if plan.container is not None:
+            console.print(f"  image:     {plan.container.image} (container {plan.container_name(1)})")
         console.print("  TF_CONFIG: " + json.dumps(json.loads(plan.tf_config)), soft_wrap=True)
     console.print("[dim]Dry run: nothing was started.[/]")

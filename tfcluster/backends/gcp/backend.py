@@ -132,9 +132,9 @@ class GcpBackend(SshBackend):
         cluster = ClusterState(name=settings.cluster, backend=self.name, hosts=records,
                                ssh_user=settings.gcp_ssh_user, ssh_key=str(key_file),
                                python=settings.python or VM_PYTHON, project=settings.project,
-                               zone=settings.zone, bucket=outputs.bucket)
+                               zone=settings.zone, bucket=outputs.bucket, registry=outputs.registry)
         self._resolve_roots(cluster, settings.remote_dir)
-        self.preflight(cluster, self.hosts(cluster), need_tensorflow=True)
+        self.preflight(cluster, self.hosts(cluster), need_tensorflow=True, image=settings.image)
         return cluster
 
     def stage(self, cluster, hosts, run_id: str, payload):
@@ -160,6 +160,13 @@ class GcpBackend(SshBackend):
 
     def kill_leftovers(self, cluster) -> None:
         """See leftover_processes."""
+
+    def leftover_containers(self, cluster) -> dict[str, list[str]]:
+        """As leftover_processes: the containers go with the VMs, and teardown proves those are gone."""
+        return {}
+
+    def remove_containers(self, cluster) -> None:
+        """See leftover_containers."""
 
     def _api(self, cluster) -> ComputeApi:
         return ComputeApi(cluster.project)

@@ -111,6 +111,8 @@ class TerraformOutputs:
     service_account: str
     # Labels on every VM.
     labels: dict[str, str]
+    # The cluster's Artifact Registry path, LOCATION-docker.pkg.dev/PROJECT/REPO ("" if none).
+    registry: str = ""
 
     @classmethod
     def parse(cls, raw: dict) -> "TerraformOutputs":
@@ -120,6 +122,7 @@ class TerraformOutputs:
             instances = [GcpInstance(name=vm["name"], zone=vm["zone"].rsplit("/", 1)[-1],
                                      internal_ip=vm["internal_ip"], external_ip=vm["external_ip"])
                          for vm in value["instances"]]
-            return cls(instances, value["bucket"], value["service_account"], dict(value.get("labels", {})))
+            return cls(instances, value["bucket"], value["service_account"], dict(value.get("labels", {})),
+                       str(value.get("registry", "")))
         except (KeyError, TypeError) as error:
             raise ClusterError(f"terraform outputs are incomplete ({error}); run `invoke up` again") from None

@@ -67,7 +67,7 @@ class SshBackend(Backend):
         cluster = ClusterState(name=settings.cluster, backend=self.name, hosts=records,
                                ssh_user=settings.ssh_user, ssh_key=str(key_file), python=python)
         self._resolve_roots(cluster, settings.remote_dir)
-        self.preflight(cluster, self.hosts(cluster), need_tensorflow=True)
+        self.preflight(cluster, self.hosts(cluster), need_tensorflow=True, image=settings.image)
         if settings.install_watchdog:
             self.install_watchdog(cluster, settings.idle_minutes, settings.idle_action)
             self._announce(f"safety: idle watchdog halts each host after {settings.idle_minutes} idle minutes "
@@ -128,13 +128,20 @@ class SshBackend(Backend):
 
     # ------------------------------------------------------------ preflight
 
-    def preflight(self, cluster, hosts: list[SshHost], need_tensorflow: bool) -> None:
+    def preflight(self, cluster, hosts: list[SshHost], need_tensorflow: bool, image: str = "") -> None:
         # need_tensorflow: tf.keras resolves to tf_keras (TF_USE_LEGACY_KERAS=1), so check it too.
         modules = "tensorflow, tf_keras" if need_tensorflow else "tensorflow"
+        if image:  # Python and TensorFlow come from the image; the host needs Docker.
+            from tfcluster.backends import docker
+
+            docker.preflight(hosts, image, docker.required_modules(need_tensorflow))
 
         def check(host: SshHost) -> None:
-            code, _, err = host.connection.run(
-                shlex.join([host.python, "-c", f"import {modules}"]), timeout=120)
+            if image:
+                code, err = 0, ""
+            else:
+                code, _, err = host.connection.run(
+                    shlex.join([host.python, "-c", f"import {modules}"]), timeout=120)
             if code != 0:
                 last = (err.strip().splitlines() or ["not found"])[-1]
                 raise ClusterError(f"`{host.python} -c 'import {modules}'` failed ({last}); install them "
@@ -194,7 +201,9 @@ class SshBackend(Backend):
         env = {"PYTHONPATH": "{run_root}/code"}
         if data is not None:
             env["TFCLUSTER_DATA_DIR"] = "{run_root}/data"
-        return Staged(argv=argv + list(payload.args), env=env,
+        # code/ and data/ link into the cluster's folder: a container must see all of it.
+        mounts = ["{remote_root}"]
+        return Staged(argv=argv + list(payload.args), env=env, mounts=mounts,
                       uploaded={h.record.name: bool(u) for h, u in zip(hosts, uploaded)})
 
     # ------------------------------------------------------------ retries and results

@@ -115,6 +115,10 @@ class SshHost:
         return JobFiles(exit_code=exit_code, pid=pid, pgid=pgid,
                         pid_alive=fields[3] == "1", group_alive=fields[4] == "1")
 
+    def run_command(self, argv: list[str], timeout: float = 60) -> tuple[int, str]:
+        code, out, err = self.connection.run(shlex.join(argv) + " </dev/null", timeout=timeout)
+        return code, out + err
+
     def port_in_use(self, port: int) -> bool:
         probe = ("import socket,sys\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
                  f"try: s.bind(({self.record.address!r},{int(port)}))\nexcept OSError: sys.exit(3)\n")

@@ -1,0 +1,149 @@
+"""Docker on the worker hosts: preflight for `train --image`, the pre-pull of `up`, and the
+containers of a cluster (found by label) for `down`. Every command goes through
+WorkerHost.run_command, so the same code serves this machine and SSH hosts."""
+
+from __future__ import annotations
+
+import json
+
+from tfcluster import container
+from tfcluster.backends.base import WorkerHost
+from tfcluster.backends.group import in_parallel
+from tfcluster.errors import ClusterError
+
+PULL_TIMEOUT = 1800.0  # A TensorFlow GPU image is several GB.
+
+
+def distinct_hosts(hosts: list[WorkerHost]) -> list[WorkerHost]:
+    """One host per machine (several workers may share one Docker daemon)."""
+    seen: dict[tuple[str, str, int], WorkerHost] = {}
+    for host in hosts:
+        record = host.record
+        seen.setdefault((record.ssh_address or record.address, record.address, record.ssh_port), host)
+    return list(seen.values())
+
+
+def _label(host: WorkerHost) -> str:
+    return f"{host.record.name} ({host.record.ssh_address or host.record.address})"
+
+
+def _last_line(output: str, default: str = "no output") -> str:
+    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else default
+
+
+def check_docker(host: WorkerHost) -> None:
+    """A working Docker daemon the login may use; on a GPU machine, also the NVIDIA runtime."""
+    code, out = host.run_command(["docker", "version", "--format", "{{.Server.Version}}"], timeout=30)
+    if code == 127:
+        raise ClusterError("Docker is not installed; install it (apt-get install docker.io, or Docker's "
+                           "docker-ce) and start the daemon, or train without --image")
+    if code != 0:
+        if "permission denied" in out.lower():
+            raise ClusterError("the login may not use Docker (permission denied on /var/run/docker.sock); "
+                               "add it to the docker group: sudo usermod -aG docker $USER")
+        raise ClusterError(f"the Docker daemon does not answer ({_last_line(out)}); start it: "
+                           "sudo systemctl start docker")
+    code, _ = host.run_command(["sh", "-c", "ls /dev/nvidia[0-9]*"], timeout=30)
+    if code == 0:
+        code, out = host.run_command(["docker", "info", "--format", "{{json .Runtimes}}"], timeout=30)
+        runtimes = json.loads(out) if code == 0 and out.strip().startswith("{") else {}
+        if "nvidia" not in runtimes:
+            raise ClusterError("this host has an NVIDIA GPU but Docker has no NVIDIA runtime, so "
+                               "`--gpus all` fails; install nvidia-container-toolkit, then run "
+                               "`sudo nvidia-ctk runtime configure --runtime=docker && sudo systemctl restart docker`")
+
+
+def image_id(host: WorkerHost, image: str) -> str | None:
+    code, out = host.run_command(["docker", "image", "inspect", "--format", "{{.Id}}", image], timeout=30)
+    return out.strip() if code == 0 and out.strip().startswith("sha256:") else None
+
+
+def ensure_image(host: WorkerHost, image: str) -> str:
+    """The image is on the host, pulled if needed; returns "present" or "pulled"."""
+    if image_id(host, image):
+        return "present"
+    code, out = host.run_command(["docker", "pull", "--quiet", image], timeout=PULL_TIMEOUT)
+    if code != 0:
+        raise ClusterError(f"image {image} is not on this host and cannot be pulled ({_last_line(out)}); "
+                           "build it there, or push it to a registry the host can reach "
+                           "(`invoke image build --tag ... --registry ...`)")
+    return "pulled"
+
+
+# Importing TensorFlow in a fresh container costs seconds on every `train`. An image id names its
+# content, so a passed check is remembered per machine (in the login's cache folder) and per id.
+CHECKS = "${XDG_CACHE_HOME:-$HOME/.cache}/tfcluster/image-checks"
+
+
+def _check_marker(identity: str, modules: list[str]) -> str:
+    return f"{CHECKS}/{identity.removeprefix('sha256:')}-{'-'.join(modules)}"
+
+
+def check_python(host: WorkerHost, image: str, modules: list[str]) -> None:
+    """python3 in the image imports what the program needs (no network, removed afterwards)."""
+    code, out = host.run_command(
+        ["docker", "run", "--rm", "--network", "none", "--label", f"{container.LABEL_RUN}=preflight",
+         "--entrypoint", container.IMAGE_PYTHON, image, "-c", f"import {', '.join(modules)}"], timeout=300)
+    if code == 0:
+        return
+    if code == 127 or "executable file not found" in out:
+        raise ClusterError(f"image {image} has no {container.IMAGE_PYTHON} on its PATH; build it FROM a "
+                           "TensorFlow image (e.g. tensorflow/tensorflow:2.21.0-gpu)")
+    raise ClusterError(f"{container.IMAGE_PYTHON} in image {image} cannot import {', '.join(modules)} "
+                       f"({_last_line(out)}); build it FROM tensorflow/tensorflow:2.21.0-gpu or "
+                       f"`pip install {' '.join(m.replace('_', '-') for m in modules)}` in it")
+
+
+def required_modules(bundled_trainer: bool) -> list[str]:
+    """What python3 in the image must import: the bundled trainer also writes TensorBoard logs
+    with tf_keras (tensorflow 2.21 no longer installs tensorboard by itself)."""
+    return ["tensorflow", "tf_keras", "tensorboard"] if bundled_trainer else ["tensorflow"]
+
+
+def preflight(hosts: list[WorkerHost], image: str, modules: list[str]) -> None:
+    """Docker, the image and TensorFlow in it, on every machine at once; one error naming each failure."""
+    def check(host: WorkerHost) -> None:
+        check_docker(host)
+        ensure_image(host, image)
+        identity = image_id(host, image) or ""
+        marker = _check_marker(identity, modules) if identity else ""
+        if marker and host.run_command(["sh", "-c", f'test -f "{marker}"'], timeout=30)[0] == 0:
+            return  # This very image passed on this machine before.
+        check_python(host, image, modules)
+        if marker:
+            host.run_command(["sh", "-c", f'mkdir -p "{CHECKS}" && touch "{marker}"'], timeout=30)
+
+    in_parallel(distinct_hosts(hosts), check, _label, "image preflight")
+
+
+def pre_pull(hosts: list[WorkerHost], image: str) -> list[str]:
+    """`up` with an image: pull it on every machine in parallel; returns "present"/"pulled" per machine."""
+    def pull(host: WorkerHost) -> str:
+        check_docker(host)
+        return ensure_image(host, image)
+
+    return in_parallel(distinct_hosts(hosts), pull, _label, f"pulling {image}")
+
+
+def cluster_containers(hosts: list[WorkerHost], cluster_id: str) -> dict[str, list[str]]:
+    """Per machine: names of the containers labelled with the cluster id. A host without Docker,
+    or whose daemon does not answer, runs no container."""
+    def find(host: WorkerHost) -> list[str]:
+        code, out = host.run_command(container.list_argv(cluster_id), timeout=30)
+        return out.split() if code == 0 else []
+
+    machines = distinct_hosts(hosts)
+    return dict(zip([_label(h) for h in machines], in_parallel(machines, find, _label, "listing containers")))
+
+
+def remove_cluster_containers(hosts: list[WorkerHost], cluster_id: str) -> None:
+    def remove(host: WorkerHost) -> None:
+        code, out = host.run_command(container.list_argv(cluster_id), timeout=30)
+        if code == 0 and out.split():
+            code, out = host.run_command(container.remove_argv(out.split()), timeout=120)
+            if code != 0 and "No such container" not in out:
+                raise ClusterError(f"docker rm failed: {_last_line(out)}")
+
+    in_parallel(distinct_hosts(hosts), remove, _label, "removing containers")
+
