@@ -12,6 +12,15 @@ resource "google_storage_bucket_iam_member" "vm_objects" {
   member = "serviceAccount:${google_service_account.vm.email}"
 }
 
+# TensorFlow's gs:// client reads the bucket itself (storage.buckets.get) before it creates the
+# first folder of a run, which objectAdmin does not include; legacyBucketReader adds just that and
+# storage.objects.list (IAM roles for Cloud Storage). On this bucket only, nothing project-wide.
+resource "google_storage_bucket_iam_member" "vm_bucket_reader" {
+  bucket = google_storage_bucket.cluster.name
+  role   = "roles/storage.legacyBucketReader"
+  member = "serviceAccount:${google_service_account.vm.email}"
+}
+
 # Just what the idle watchdog calls on its own VM.
 resource "google_project_iam_custom_role" "watchdog" {
   role_id     = "tfclusterWatchdog_${replace(var.cluster_name, "-", "_")}_${random_id.suffix.hex}"

@@ -83,5 +83,5 @@ resource "google_compute_instance" "worker" {
     ]
   }
 
-  depends_on = [google_storage_bucket_iam_member.vm_objects]
+  depends_on = [google_storage_bucket_iam_member.vm_objects, google_storage_bucket_iam_member.vm_bucket_reader]
 }

@@ -260,6 +260,17 @@ class FakeComputeServer:
                 parsed = urlparse(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length) if length else b""
+                if parsed.path.endswith("/allowedLocations"):
+                    # iamcredentials.googleapis.com: google-auth looks up a service account's
+                    # regional access boundary before it uses the key
+                    # (google/auth/_regional_access_boundary_utils.py); "0x0" means none.
+                    data = json.dumps({"encodedLocations": "0x0", "locations": []}).encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                    return
                 if parsed.path == "/token":
                     # oauth2.googleapis.com/token: the grant google-auth sends for a service-account
                     # key (https://developers.google.com/identity/protocols/oauth2/service-account).

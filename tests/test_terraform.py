@@ -155,6 +155,8 @@ def test_service_account_has_no_primitive_roles():
     assert grant["instance_name"] == "${google_compute_instance.worker[count.index].name}"
     objects = resources("google_storage_bucket_iam_member")["vm_objects"]
     assert objects["role"] == "roles/storage.objectAdmin"
+    reader = resources("google_storage_bucket_iam_member")["vm_bucket_reader"]
+    assert reader["role"] == "roles/storage.legacyBucketReader"  # buckets.get: tests/test_gcs_iam.py
     assert objects["bucket"] == "${google_storage_bucket.cluster.name}"
 
 

@@ -1,10 +1,11 @@
 """Google's names pointed at local stand-ins, for a process started by a test or for this one.
 
-- Compute and OAuth: tests/fake_compute.py over HTTPS on <compute address>:443.
-- Cloud Storage (www.googleapis.com, storage.googleapis.com): gcp-storage-emulator behind a
-  TLS-terminating byte proxy on <storage address>:443, and a plain one on :80, since the
-  emulator's resumable-upload answers name http://www.googleapis.com/upload/...
-  (../shared/notes/tf-gcs-emulator.md).
+- Compute, OAuth and IAM credentials: tests/fake_compute.py over HTTPS on <compute address>:443.
+- Cloud Storage (www.googleapis.com, storage.googleapis.com): gcp-storage-emulator behind an
+  IAM-checking HTTP proxy (tests/world/storage.py) on <storage address>:443 with TLS, and on :80
+  plain, since the emulator's resumable-upload answers name http://www.googleapis.com/upload/...
+  (../shared/notes/tf-gcs-emulator.md). The VMs' token gets only the permissions of the roles
+  terraform/ grants their service account on the bucket.
 A started process sees them through a private /etc/hosts (`unshare --mount`, bind mount) and
 trusts the test CA through REQUESTS_CA_BUNDLE / SSL_CERT_FILE / CURL_CA_BUNDLE; this process
 sees them through a patched name resolution (the same mapping, for in-process tests).
@@ -15,51 +16,39 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
-import socketserver
 import ssl
-import threading
 from pathlib import Path
 
+from tests.conftest import REPO
 from tests.fake_compute import FakeCompute, FakeComputeServer
+from tests.world.iam import permissions_of, vm_bucket_roles
+from tests.world.storage import IamStorageProxy
 from tests.world.tls import make_certificates, service_account_key
 
-COMPUTE_NAMES = ("compute.googleapis.com", "oauth2.googleapis.com")
+# The access token the metadata server hands the VMs (their service account's identity).
+VM_TOKEN = "ya29.vm-service-account"
+
+COMPUTE_NAMES = ("compute.googleapis.com", "oauth2.googleapis.com", "iamcredentials.googleapis.com")
 STORAGE_NAMES = ("www.googleapis.com", "storage.googleapis.com")
 
 
-class _Forward(socketserver.ThreadingTCPServer):
-    daemon_threads = True
-    allow_reuse_address = True
+def _emulator_accepts_empty_objects() -> None:
+    """gcp-storage-emulator crashes on a zero-length media upload (handlers/objects.py,
+    _media_upload: len(request.data) with data None), where Cloud Storage stores an empty object;
+    TensorFlow's makedirs writes its folder markers exactly so. Mend the double, once."""
+    from gcp_storage_emulator.handlers import objects
 
+    if getattr(objects._media_upload, "mended", False):
+        return
+    original = objects._media_upload
 
-def byte_proxy(listen: tuple[str, int], target: tuple[str, int], context: ssl.SSLContext | None) -> _Forward:
-    """Forward every connection on ``listen`` to ``target``, terminating TLS when ``context``."""
+    def media_upload(request, response, storage):
+        if request.data is None:
+            request._data = b""
+        return original(request, response, storage)
 
-    class Handler(socketserver.BaseRequestHandler):
-        def handle(self):
-            client = context.wrap_socket(self.request, server_side=True) if context else self.request
-            upstream = socket.create_connection(target, timeout=30)
-
-            def pump(source, sink):
-                try:
-                    while data := source.recv(65536):
-                        sink.sendall(data)
-                except OSError:
-                    pass
-                finally:
-                    with contextlib.suppress(OSError):
-                        sink.shutdown(socket.SHUT_WR)
-
-            other = threading.Thread(target=pump, args=(upstream, client), daemon=True)
-            other.start()
-            pump(client, upstream)
-            other.join(timeout=60)
-            client.close()
-            upstream.close()
-
-    server = _Forward(listen, Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    media_upload.mended = True
+    objects._media_upload = media_upload  # objects.insert looks it up by name on each call.
 
 
 class GoogleWorld:
@@ -74,6 +63,7 @@ class GoogleWorld:
                                          tls=(self.compute_address, str(cert), str(key)))
         from gcp_storage_emulator.server import create_server
 
+        _emulator_accepts_empty_objects()
         from tfcluster.backends.local import free_ports
 
         port = free_ports(1)[0]
@@ -82,8 +72,9 @@ class GoogleWorld:
         self.storage_url = f"http://127.0.0.1:{port}"
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(str(cert), str(key))
-        self.proxies = [byte_proxy((self.storage_address, 443), ("127.0.0.1", port), context),
-                        byte_proxy((self.storage_address, 80), ("127.0.0.1", port), None)]
+        self.storage_proxy = IamStorageProxy(
+            [(self.storage_address, 443, context), (self.storage_address, 80, None)], ("127.0.0.1", port),
+            restricted={VM_TOKEN: permissions_of(vm_bucket_roles(REPO / "terraform"))})
         self.hosts = root / "hosts"
         self.hosts.write_text("127.0.0.1 localhost\n::1 localhost\n"
                               f"{self.compute_address} {' '.join(COMPUTE_NAMES)}\n"
@@ -118,8 +109,6 @@ class GoogleWorld:
             socket.getaddrinfo = real
 
     def close(self) -> None:
-        for proxy in self.proxies:
-            proxy.shutdown()
-            proxy.server_close()
+        self.storage_proxy.close()
         self.storage.stop()
         self.compute.close()

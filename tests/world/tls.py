@@ -10,7 +10,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 from cryptography.x509.oid import NameOID
 
-GOOGLE_NAMES = ("compute.googleapis.com", "oauth2.googleapis.com", "www.googleapis.com", "storage.googleapis.com")
+GOOGLE_NAMES = ("compute.googleapis.com", "oauth2.googleapis.com", "iamcredentials.googleapis.com",
+                "www.googleapis.com", "storage.googleapis.com")
 
 
 def _key() -> rsa.RSAPrivateKey:

@@ -1,0 +1,68 @@
+"""TensorFlow's own gs:// client against Cloud Storage's IAM, with the roles terraform/ grants.
+
+The real TensorFlow binary runs in the test world (tests/world): storage.googleapis.com and
+www.googleapis.com resolve to the IAM-checking proxy before gcp-storage-emulator, its libcurl
+trusts the test CA (CURL_CA_BUNDLE), and it presents the VMs' access token
+(GOOGLE_AUTH_TOKEN_FOR_TESTING, as it would get from the metadata server on a VM).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+from tests.world.iam import permissions_of, vm_bucket_roles
+from tests.world.names import VM_TOKEN
+from tfcluster.backends.gcp import storage as gcs
+
+BUCKET = "demo-project-default-a1b2c3"
+# What the trainer does first on a fresh run prefix: make the folders, then write into them.
+TF_FIRST_WRITE = f"""
+import tensorflow as tf
+try:
+    tf.io.gfile.makedirs("gs://{BUCKET}/runs/r1/tensorboard/train")
+    with tf.io.gfile.GFile("gs://{BUCKET}/runs/r1/model/hello.txt", "w") as handle:
+        handle.write("hi")
+    print("LISTED", sorted(tf.io.gfile.listdir("gs://{BUCKET}/runs/r1/")))
+except tf.errors.OpError as error:
+    print("DENIED", type(error).__name__, str(error).splitlines()[0][:300])
+"""
+
+
+def run_tensorflow_as_the_vm(world) -> subprocess.CompletedProcess:
+    env = {"PATH": "/usr/bin:/bin", "CURL_CA_BUNDLE": str(world.ca), "GOOGLE_AUTH_TOKEN_FOR_TESTING": VM_TOKEN,
+           "TF_CPP_MIN_LOG_LEVEL": "2", "GCS_REQUEST_CONNECTION_TIMEOUT_SECS": "10",
+           "HOME": str(world.ca.parent)}
+    return subprocess.run([*world.prefix(), sys.executable, "-c", TF_FIRST_WRITE], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=REPO)
+
+
+@pytest.fixture
+def bucket(world):
+    gcs.client("demo-project").create_bucket(BUCKET)  # The operator's credentials: the owner.
+    return world
+
+
+def test_the_terraform_grants_let_tensorflow_write_its_first_run(bucket):
+    roles = vm_bucket_roles(REPO / "terraform")
+    assert sorted(roles) == ["roles/storage.legacyBucketReader", "roles/storage.objectAdmin"]
+    result = run_tensorflow_as_the_vm(bucket)
+    assert "LISTED ['model/', 'tensorboard/']" in result.stdout, result.stdout + result.stderr[-2000:]
+    vm_requests = [(method, path, allowed) for method, path, token, allowed in bucket.storage_proxy.log
+                   if token == VM_TOKEN]
+    # TensorFlow reads the bucket itself before its first folder: that is storage.buckets.get.
+    assert ("GET", f"/storage/v1/b/{BUCKET}", True) in vm_requests
+    assert all(allowed for _, _, allowed in vm_requests)
+
+
+def test_object_admin_alone_is_refused_at_tensorflows_first_makedirs(bucket):
+    """The grant before this fix: roles/storage.objectAdmin lacks storage.buckets.get."""
+    bucket.storage_proxy.restricted[VM_TOKEN] = permissions_of(["roles/storage.objectAdmin"])
+    result = run_tensorflow_as_the_vm(bucket)
+    assert "DENIED PermissionDeniedError" in result.stdout, result.stdout + result.stderr[-2000:]
+    denied = [(method, path) for method, path, token, allowed in bucket.storage_proxy.log
+              if token == VM_TOKEN and not allowed]
+    assert denied == [("GET", f"/storage/v1/b/{BUCKET}")]
