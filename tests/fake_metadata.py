@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
 class FakeMetadataServer:
-    def __init__(self, values: dict[str, str]):
+    def __init__(self, values: dict[str, str], bind: tuple[str, int] = ("127.0.0.1", 0)):
         # Path under /computeMetadata/v1/ -> value, e.g. "instance/name": "demo-0".
         self.values = dict(values)
         self.guest_attributes: dict[str, str] = {}
@@ -48,12 +48,13 @@ class FakeMetadataServer:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = ThreadingHTTPServer(bind, Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     @property
     def host(self) -> str:
-        return f"127.0.0.1:{self.server.server_address[1]}"
+        address, port = self.server.server_address[:2]
+        return f"{address}:{port}"
 
     def status(self) -> dict | None:
         raw = self.guest_attributes.get("tfcluster/watchdog")

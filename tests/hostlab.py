@@ -71,7 +71,7 @@ class HostLab:
     """N hosts with a shared client key and a known_hosts file that lists them all."""
 
     def __init__(self, root: Path, count: int, tag: str = "tc", client_alive: bool = True,
-                 listen_all: bool = False):
+                 listen_all: bool = False, etc: dict[str, str | Path] | None = None):
         """``client_alive=False`` leaves sshd's ClientAliveInterval at its default (off), as on most
         hosts: sshd then never notices on its own that a client behind a cut link is gone."""
         self.root = root
@@ -80,6 +80,9 @@ class HostLab:
         # sshd on every address of its namespace, so an address added later (a VM's new
         # ephemeral IP) reaches it too.
         self.listen_all = listen_all
+        # Files `ip netns exec` puts over /etc for every process of a host (hosts, ssl/...):
+        # name -> text, or a folder to copy. The world the host's processes see.
+        self.etc = etc or {}
         self.hosts: list[TestHost] = []
         self.root.mkdir(parents=True, exist_ok=True)
         self.client_key = root / "id_ed25519"
@@ -118,6 +121,14 @@ class HostLab:
             "Subsystem sftp internal-sftp", "ClientAliveInterval 5" if self.client_alive else "", "MaxStartups 100:30:200",
             "MaxSessions 100", ""]))
         hostname = f"{self.tag}-h{index}"
+        etc_dir = Path("/etc/netns") / netns
+        shutil.rmtree(etc_dir, ignore_errors=True)
+        for name, content in self.etc.items():
+            etc_dir.mkdir(parents=True, exist_ok=True)
+            if isinstance(content, Path):
+                shutil.copytree(content, etc_dir / name, symlinks=True)
+            else:
+                (etc_dir / name).write_text(content)
         sshd = subprocess.Popen(
             ["ip", "netns", "exec", netns, "unshare", "--uts", "sh", "-c",
              f"hostname {hostname}; exec /usr/sbin/sshd -D -f {config} -E {host_dir / 'sshd.log'}"],
@@ -163,5 +174,6 @@ class HostLab:
                 except (ProcessLookupError, ValueError):
                     pass
             sh("ip", "netns", "del", netns, check=False)
+            shutil.rmtree(Path("/etc/netns") / netns, ignore_errors=True)
             sh("ip", "link", "del", f"{self.tag}{NET}_v{index}", check=False)
         sh("ip", "link", "del", BRIDGE, check=False)

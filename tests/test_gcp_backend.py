@@ -130,6 +130,16 @@ def bucket_of(emulator: str, name: str):
 @pytest.fixture
 def gcp_cli(tmp_path, world, fake_compute, synthetic_data):
     lab = HostLab(tmp_path / "lab", 2, tag="tg", listen_all=True)
+    cli = make_gcp_cli(tmp_path, world, lab, synthetic_data)
+    yield cli
+    if cli.cluster() is not None:
+        cli.run("down", timeout=120)
+    lab.teardown()
+
+
+def make_gcp_cli(tmp_path, world, lab: HostLab, synthetic_data) -> Cli:
+    """The CLI in the test world, with the fake terraform whose VMs are ``lab``'s hosts."""
+    fake_compute = world.compute
     wrapper = tmp_path / "terraform"
     wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {REPO / 'tests' / 'fake_terraform.py'} \"$@\"\n")
     wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
@@ -148,7 +158,7 @@ def gcp_cli(tmp_path, world, fake_compute, synthetic_data):
         "INVOKE_TFCLUSTER_BACKEND": "gcp",
         "INVOKE_TFCLUSTER_PROJECT": fake_compute.state.project,
         "INVOKE_TFCLUSTER_ZONE": "us-west1-b",
-        "INVOKE_TFCLUSTER_WORKERS": "2",
+        "INVOKE_TFCLUSTER_WORKERS": str(len(lab.hosts)),
         "INVOKE_TFCLUSTER_OPERATOR_CIDR": f"{SUBNET}.1/32",
         "INVOKE_TFCLUSTER_GCP_SSH_USER": "root",
         "INVOKE_TFCLUSTER_PYTHON": sys.executable,
@@ -158,10 +168,7 @@ def gcp_cli(tmp_path, world, fake_compute, synthetic_data):
     })
     cli.enter(world)
     cli.storage = world.storage_url
-    yield cli
-    if cli.cluster() is not None:
-        cli.run("down", timeout=120)
-    lab.teardown()
+    return cli
 
 
 def terraform_calls(cli) -> list[str]:

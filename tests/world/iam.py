@@ -9,7 +9,9 @@ storage.buckets.get; objects/list: storage.objects.list; objects/get: storage.ob
 objects/insert: storage.objects.create (and storage.objects.delete to overwrite);
 objects/delete: storage.objects.delete; objects/patch: storage.objects.update;
 objects/rewrite and objects/copy: storage.objects.create on the destination and
-storage.objects.get on the source; objects/compose: storage.objects.create).
+storage.objects.get on the source; objects/compose: storage.objects.create). TensorFlow reads
+object bytes through the XML API's path-style GET on storage.googleapis.com/<bucket>/<object>,
+which needs storage.objects.get (https://cloud.google.com/storage/docs/xml-api/get-object-download).
 """
 
 from __future__ import annotations
@@ -56,6 +58,8 @@ REQUEST_PERMISSIONS = [
     ("POST", r"/storage/v1/b/[^/]+/o/.+/(?:rewriteTo|copyTo)/b/[^/]+/o/.+", {"storage.objects.create",
                                                                          "storage.objects.get"}),
     ("POST", r"/storage/v1/b/[^/]+/o/.+/compose", {"storage.objects.create"}),
+    ("GET", r"/(?!storage/|upload/|download/)[^/]+/.+", {"storage.objects.get"}),
+    ("HEAD", r"/(?!storage/|upload/|download/)[^/]+/.+", {"storage.objects.get"}),
 ]
 
 

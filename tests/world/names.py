@@ -72,6 +72,7 @@ class GoogleWorld:
         self.storage_url = f"http://127.0.0.1:{port}"
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(str(cert), str(key))
+        self.tls_context = context
         self.storage_proxy = IamStorageProxy(
             [(self.storage_address, 443, context), (self.storage_address, 80, None)], ("127.0.0.1", port),
             restricted={VM_TOKEN: permissions_of(vm_bucket_roles(REPO / "terraform"))})
@@ -79,6 +80,22 @@ class GoogleWorld:
         self.hosts.write_text("127.0.0.1 localhost\n::1 localhost\n"
                               f"{self.compute_address} {' '.join(COMPUTE_NAMES)}\n"
                               f"{self.storage_address} {' '.join(STORAGE_NAMES)}\n")
+
+    def trust_store(self, folder: Path) -> Path:
+        """A copy of this machine's /etc/ssl that also trusts the test CA: the bundle file
+        (Python, curl) and a hashed entry in certs/ (TensorFlow's libcurl reads /etc/ssl/certs)."""
+        import shutil
+        import subprocess
+
+        shutil.copytree("/etc/ssl", folder, symlinks=True)
+        bundle = folder / "certs" / "ca-certificates.crt"
+        text = bundle.read_text() if bundle.exists() else ""
+        bundle.unlink(missing_ok=True)
+        bundle.write_text(text + self.ca.read_text())
+        digest = subprocess.run(["openssl", "x509", "-hash", "-noout", "-in", str(self.ca)], check=True,
+                                capture_output=True, text=True).stdout.strip()
+        shutil.copy(self.ca, folder / "certs" / f"{digest}.0")
+        return folder
 
     def env(self) -> dict[str, str]:
         """What a process started in this world gets: trust in the test CA and the key file."""

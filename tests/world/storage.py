@@ -87,14 +87,19 @@ class IamStorageProxy:
             def log_message(self, *args):
                 pass
 
+        self.handler = Handler
         self.servers = []
         for address, port, context in listens:
-            server = ThreadingHTTPServer((address, port), Handler)
-            server.daemon_threads = True
-            if context is not None:
-                server.socket = context.wrap_socket(server.socket, server_side=True)
-            self.servers.append(server)
-            threading.Thread(target=server.serve_forever, daemon=True).start()
+            self.listen(address, port, context)
+
+    def listen(self, address: str, port: int, context: ssl.SSLContext | None) -> None:
+        """One more door (for example on the test hosts' bridge, for TensorFlow on the hosts)."""
+        server = ThreadingHTTPServer((address, port), self.handler)
+        server.daemon_threads = True
+        if context is not None:
+            server.socket = context.wrap_socket(server.socket, server_side=True)
+        self.servers.append(server)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
 
     def close(self) -> None:
         for server in self.servers:
