@@ -10,11 +10,14 @@ the test CA. Nothing in the product or the trainer knows.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
 import pytest
 
+from tests.conftest import events_of, wait_for
 from tests.fake_metadata import FakeMetadataServer
 from tests.hostlab import BRIDGE, SUBNET, HostLab, available
 from tests.test_gcp_backend import make_gcp_cli
@@ -78,3 +81,27 @@ def test_three_workers_train_on_gs_and_the_results_come_back(gs_cli, world, tmp_
     assert "PRED (2," in predict.stdout, predict.stdout + predict.stderr[-2000:]
     events = list((run_dir / "output" / "tensorboard").rglob("*tfevents*"))
     assert events, "no TensorBoard event files came back"
+
+    # A worker dies in the next run: --retries 1 resumes every worker from the backup in the
+    # bucket, and no finished epoch is done again.
+    launcher = gs_cli.popen("train", "--retries", "1", "--", "--epochs", "3")
+    try:
+        run_dir = wait_for(lambda: gs_cli.runs() and gs_cli.runs()[-1].name != run["run_id"] and gs_cli.runs()[-1],
+                           60, what="the second run's folder")
+        root = tmp_path / "remote" / "default" / "runs" / run_dir.name
+
+        def epoch_done():
+            log = root / "worker-0" / "worker-0.log"
+            return log.exists() and any(e["event"] == "epoch_end" for e in events_of(log.read_text()))
+
+        wait_for(epoch_done, 240, what="the chief's first epoch")
+        os.kill(int((root / "worker-2" / "worker-2.attempt1.pid").read_text()), signal.SIGKILL)
+        output, _ = launcher.communicate(timeout=400)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, output[-3000:]
+    again = json.loads((run_dir / "run.json").read_text())
+    finished = max(e["epoch"] for e in events_of((run_dir / "worker-0.log").read_text().split("attempt 2 on")[0])
+                   if e["event"] == "epoch_end")
+    assert again["attempts"] == 2 and again["summary"]["resumed_at"]["2"] == finished + 1 > 1
