@@ -264,30 +264,18 @@ class FakeComputeServer:
                     # iamcredentials.googleapis.com: google-auth looks up a service account's
                     # regional access boundary before it uses the key
                     # (google/auth/_regional_access_boundary_utils.py); "0x0" means none.
-                    data = json.dumps({"encodedLocations": "0x0", "locations": []}).encode()
-                    self.send_response(200)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
-                if parsed.path == "/token":
+                    code, payload = 200, {"encodedLocations": "0x0", "locations": []}
+                elif parsed.path == "/token":
                     # oauth2.googleapis.com/token: the grant google-auth sends for a service-account
                     # key (https://developers.google.com/identity/protocols/oauth2/service-account).
                     state_ref.requests.append({"method": "POST", "path": "/token", "query": {}, "body": None,
                                                "authorization": ""})
                     code, payload = 200, {"access_token": "ya29.test-world", "expires_in": 3600,
                                           "token_type": "Bearer"}
-                    data = json.dumps(payload).encode()
-                    self.send_response(code)
-                    self.send_header("Content-Type", "application/json")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
-                    return
-                body = json.loads(raw or b"null") if raw else None
-                code, payload = route(state_ref, self.command, parsed.path, parse_qs(parsed.query), body,
-                                      dict(self.headers))
+                else:
+                    body = json.loads(raw or b"null") if raw else None
+                    code, payload = route(state_ref, self.command, parsed.path, parse_qs(parsed.query), body,
+                                          dict(self.headers))
                 data = json.dumps(payload).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")
