@@ -13,6 +13,39 @@ GPU_QUOTA = {"nvidia-tesla-t4": "NVIDIA_T4_GPUS", "nvidia-tesla-v100": "NVIDIA_V
 LABEL = "tfcluster-cluster"
 
 
+# Rate limits (429) and brief unavailability (503) are retried with exponential backoff before they
+# become an error (https://cloud.google.com/compute/docs/api-rate-limits: "retry with exponential
+# backoff"); every call below is safe to repeat (reads, or writes that converge).
+RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0)
+
+
+def _with_backoff(method):
+    import functools
+
+    @functools.wraps(method)
+    def call(*args, **kwargs):
+        from google.api_core import exceptions
+
+        for delay in (*RETRY_DELAYS, None):
+            try:
+                return method(*args, **kwargs)
+            except (exceptions.TooManyRequests, exceptions.ServiceUnavailable):
+                if delay is None:
+                    raise
+                time.sleep(delay)
+
+    return call
+
+
+def _retrying(cls):
+    """Every public method of ``cls`` retried with backoff (see RETRY_DELAYS)."""
+    for name, value in list(vars(cls).items()):
+        if callable(value) and not name.startswith("_"):
+            setattr(cls, name, _with_backoff(value))
+    return cls
+
+
+@_retrying
 class ComputeApi:
     """The few Compute Engine calls tfcluster makes, through google-cloud-compute (REST)."""
 
