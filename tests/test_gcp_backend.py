@@ -257,10 +257,14 @@ def test_failed_apply_is_resumed_or_torn_down(gcp_cli):
         "more in the console" in first.stderr
     assert "Traceback" not in first.stderr
     assert gcp_cli.cluster()["status"] == "provisioning"  # Remembered, not forgotten while billing.
+    tfvars = gcp_cli.state_dir / "gcp" / "default" / "terraform.tfvars.json"
+    nonce = json.loads(tfvars.read_text())["boot_nonce"]
     second = gcp_cli.run("up", timeout=180)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "Resuming the unfinished `up`" in second.stdout
     assert gcp_cli.cluster()["status"] == "up"
+    # VMs the failed apply made booted with the first nonce; the resumed one waits for that one.
+    assert json.loads(tfvars.read_text())["boot_nonce"] == nonce
 
 
 @needs_hosts

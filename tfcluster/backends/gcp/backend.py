@@ -119,6 +119,11 @@ class GcpBackend(SshBackend):
                                               status="provisioning", project=settings.project,
                                               zone=settings.zone, ssh_key=str(key_file)))
         variables = self.variables(settings, public_key, operator)
+        # Resuming a failed `up`: VMs it already made keep the nonce they booted with (the
+        # metadata key is in ignore_changes), so the resumed apply and its readiness keep it too.
+        tfvars = terraform.workdir / "terraform.tfvars.json"
+        if tfvars.exists():
+            variables["boot_nonce"] = terraform.variables().get("boot_nonce") or variables["boot_nonce"]
         terraform.prepare(variables)
         terraform.apply()
         outputs = terraform.outputs()
