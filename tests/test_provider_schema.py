@@ -107,7 +107,8 @@ PLANTS = [
         ("output.service_account", "google_service_account.vm.emial", "has no attribute emial")]),
     ("outputs.tf", "access_config[0].nat_ip", "access_config[0].nat_ipp", [
         ("output.instances", "vm.network_interface[0].access_config[0].nat_ipp", "has no attribute nat_ipp")]),
-    ("iam.tf", "bucket = google_storage_bucket.cluster.name", "bucket = google_storage_bucket.clustr.name", [
+    ("iam.tf", '"vm_objects" {\n  bucket = google_storage_bucket.cluster.name',
+     '"vm_objects" {\n  bucket = google_storage_bucket.clustr.name', [
         ("google_storage_bucket_iam_member.vm_objects", "google_storage_bucket.clustr.name",
          "undeclared resource google_storage_bucket.clustr")]),
 ]
