@@ -92,14 +92,20 @@ class HostLab:
         self.known_hosts = root / "known_hosts"
         Path("/run/sshd").mkdir(exist_ok=True)
         self._teardown_network(count + 8)  # Leftovers of an earlier, killed session.
-        sh("ip", "link", "add", BRIDGE, "type", "bridge")
-        sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
-        sh("ip", "link", "set", BRIDGE, "up")
-        for index in range(count):
-            self.hosts.append(self._add_host(index))
-        self.known_hosts.write_text("".join(f"{h.address} {h.host_key_public}\n" for h in self.hosts))
-        for host in self.hosts:
-            self._wait_for_port(host)
+        try:
+            sh("ip", "link", "add", BRIDGE, "type", "bridge")
+            sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
+            sh("ip", "link", "set", BRIDGE, "up")
+            for index in range(count):
+                self.hosts.append(self._add_host(index))
+            self.known_hosts.write_text("".join(f"{h.address} {h.host_key_public}\n" for h in self.hosts))
+            for host in self.hosts:
+                self._wait_for_port(host)
+        except BaseException:
+            # A lab that fails half-built (a name clash, an sshd that never answers) is torn down
+            # here: the caller never gets an object to tear down, and its sshd would outlive the test.
+            self._teardown_started(count)
+            raise
 
     def _add_host(self, index: int) -> TestHost:
         netns, veth, address = f"{self.tag}{NET}_h{index}", f"{self.tag}{NET}_v{index}", f"{SUBNET}.{10 + index}"
@@ -157,11 +163,14 @@ class HostLab:
                 pass
 
     def teardown(self) -> None:
+        self._teardown_started(len(self.hosts))
+
+    def _teardown_started(self, count: int) -> None:
         for host in self.hosts:
             self.kill_processes(host, keep_sshd=False)
             host.sshd.kill()
             host.sshd.wait(timeout=10)
-        self._teardown_network(len(self.hosts))
+        self._teardown_network(count)
         self.hosts = []
 
     def _teardown_network(self, count: int) -> None:
