@@ -236,8 +236,11 @@ class GcpBackend(SshBackend):
             api = ComputeApi(cluster.project)
             rows = []
             listed = api.list_cluster(cluster.zone, cluster.name)
-            # What the VMs are, from Compute, not from today's settings.
-            spot = any(vm.scheduling.provisioning_model == "SPOT" for vm in listed) if listed else settings.spot
+            # What the VMs are (Compute's provisioning model, or what was applied), not today's settings.
+            tfvars = self.workdir(cluster.name) / "terraform.tfvars.json"
+            applied = json.loads(tfvars.read_text()).get("spot") if tfvars.exists() else None
+            spot = any(vm.scheduling.provisioning_model == "SPOT" for vm in listed) or \
+                (settings.spot if applied is None else bool(applied))
             quote = self._quote(settings, cluster.project, cluster.zone, len(cluster.hosts), spot)
             for line in quote.lines():
                 self._announce(line)
