@@ -5,6 +5,7 @@ dated-table fallback, and what `up` and `status` print."""
 from __future__ import annotations
 
 import json
+import time
 from datetime import datetime, timezone
 
 import pytest
@@ -79,6 +80,14 @@ def test_catalog_through_the_real_client_pages_and_names_its_failures(world):
     catalog.rate_limited_calls = 1
     with pytest.raises(pricing.CatalogUnavailable, match=r"^Google rate-limited the catalog \(429\)"):
         pricing.read_catalog("demo-project", "us-west1")
+
+    # A slow catalog is given up on at the deadline, however many pages are left.
+    catalog.answer_seconds = 0.6  # Five answers: 3 s unbounded.
+    started = time.monotonic()
+    with pytest.raises(pricing.CatalogUnavailable, match=r"^the SKU list took longer than 1 s$"):
+        pricing.read_catalog("demo-project", "us-west1", deadline_seconds=1.0)
+    assert time.monotonic() - started < 2.0  # The last request is cut at the deadline too.
+    catalog.answer_seconds = 0.0
 
     catalog.skus = [s for s in compute_skus() if "V100 GPU attached to Spot" not in s["description"]]
     with pytest.raises(pricing.CatalogUnavailable, match=r"^no price in us-west1 for nvidia-tesla-v100 \(Spot\)$"):

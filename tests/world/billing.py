@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
@@ -104,6 +105,8 @@ class Catalog:
     disabled_projects: set = field(default_factory=set)
     # The next N calls answer 429.
     rate_limited_calls: int = 0
+    # Seconds each answer takes (a slow catalog: the real SKU list is tens of thousands of SKUs).
+    answer_seconds: float = 0.0
     # Every request: {"path", "query", "project", "authorization"}.
     requests: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -163,6 +166,8 @@ class CatalogServer:
                 parsed = urlparse(self.path)
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 code, payload = route(catalog_ref, parsed.path, parse_qs(parsed.query), headers)
+                if catalog_ref.answer_seconds:
+                    time.sleep(catalog_ref.answer_seconds)  # Models a slow server; nothing waits on it.
                 data = json.dumps(payload).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json; charset=UTF-8")

@@ -171,4 +171,6 @@ def read_catalog(project: str, region: str, deadline_seconds: float = DEADLINE_S
         reason = str(mapped).removeprefix("catalog: ") if mapped else type(error).__name__
         raise CatalogUnavailable(reason.split(", then re-run")[0]) from None
     except (api.RetryError, OSError) as error:
+        if time.monotonic() >= deadline - 0.1:  # The last request's timeout was what was left.
+            raise CatalogUnavailable(f"the SKU list took longer than {deadline_seconds:.0f} s") from None
         raise CatalogUnavailable(f"cannot reach cloudbilling.googleapis.com ({type(error).__name__})") from None
