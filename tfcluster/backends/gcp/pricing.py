@@ -169,7 +169,7 @@ def read_catalog(project: str, region: str, deadline_seconds: float = DEADLINE_S
     except (api.GoogleAPICallError, auth.GoogleAuthError) as error:
         mapped = from_exception(error, project, "catalog")
         reason = str(mapped).removeprefix("catalog: ") if mapped else type(error).__name__
-        raise CatalogUnavailable(reason.split(", then re-run")[0]) from None
+        raise CatalogUnavailable(reason.split(", then re-run")[0].splitlines()[0][:200]) from None
     except (api.RetryError, OSError) as error:
         if time.monotonic() >= deadline - 0.1:  # The last request's timeout was what was left.
             raise CatalogUnavailable(f"the SKU list took longer than {deadline_seconds:.0f} s") from None
