@@ -56,7 +56,7 @@ def test_sku_matching_takes_the_region_and_usage_type_and_leaves_look_alikes():
     assert pricing.match_skus(skus_of(per_second), "us-west1") == {}
 
 
-def test_catalog_through_the_real_client_pages_and_names_its_failures(world):
+def test_catalog_through_the_real_client_pages_and_names_its_failures(world, tmp_path):
     catalog = world.billing.catalog
     with pytest.raises(pricing.CatalogUnavailable) as error:  # The world's project starts without the API.
         pricing.read_catalog("demo-project", "us-west1")
@@ -80,6 +80,15 @@ def test_catalog_through_the_real_client_pages_and_names_its_failures(world):
     catalog.rate_limited_calls = 1
     with pytest.raises(pricing.CatalogUnavailable, match=r"^Google rate-limited the catalog \(429\)"):
         pricing.read_catalog("demo-project", "us-west1")
+
+    # No credentials at all: named, with the fix.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.delenv("GOOGLE_APPLICATION_CREDENTIALS")
+        patch.setenv("CLOUDSDK_CONFIG", str(tmp_path))
+        patch.setenv("HOME", str(tmp_path))
+        with pytest.raises(pricing.CatalogUnavailable, match=r"^no Google Cloud credentials; run `gcloud auth "
+                                                             r"application-default login`"):
+            pricing.read_catalog("demo-project", "us-west1")
 
     # A slow catalog is given up on at the deadline, however many pages are left.
     catalog.answer_seconds = 0.6  # Five answers: 3 s unbounded.
@@ -141,12 +150,15 @@ def test_up_and_status_show_spot_next_to_on_demand(gcp_cli, world):  # noqa: F81
     assert f"cost: SPOT (in use): ${2 * spot:.2f}/hour for 2 VM(s) (${spot:.2f} per VM: " in up.stdout
     assert f"prices of {TODAY}: Cloud Billing Catalog, read now for us-west1" in up.stdout
 
-    # `status` reads the day's prices from the cache, and what the VMs are from Compute.
+    # `status` reads the day's prices from the cache, and prices the VMs that were made, not
+    # today's settings (no --spot, another GPU).
     mark = len(catalog.requests)
     gcp_cli.env.pop("INVOKE_TFCLUSTER_SPOT")
+    gcp_cli.env["INVOKE_TFCLUSTER_GPU"] = "v100"
     status = gcp_cli.run("status")
     assert status.returncode == 0, status.stdout + status.stderr
-    assert "cost: SPOT (in use)" in status.stdout and "cost: on-demand: " in status.stdout, status.stdout
+    assert f"cost: SPOT (in use): ${2 * spot:.2f}/hour for 2 VM(s) (${spot:.2f} per VM: " in status.stdout, status.stdout
+    assert "GPU $0.12 + disk $0.014" in status.stdout and "cost: on-demand: " in status.stdout
     assert f"prices of {TODAY}: Cloud Billing Catalog, read at " in status.stdout
     assert len(catalog.requests) == mark
 

@@ -238,10 +238,10 @@ class GcpBackend(SshBackend):
             listed = api.list_cluster(cluster.zone, cluster.name)
             # What the VMs are (Compute's provisioning model, or what was applied), not today's settings.
             tfvars = self.workdir(cluster.name) / "terraform.tfvars.json"
-            applied = json.loads(tfvars.read_text()).get("spot") if tfvars.exists() else None
+            applied = json.loads(tfvars.read_text()) if tfvars.exists() else {}
             spot = any(vm.scheduling.provisioning_model == "SPOT" for vm in listed) or \
-                (settings.spot if applied is None else bool(applied))
-            quote = self._quote(settings, cluster.project, cluster.zone, len(cluster.hosts), spot)
+                bool(applied.get("spot", settings.spot))
+            quote = self._quote(settings, cluster.project, cluster.zone, len(cluster.hosts), spot, applied)
             for line in quote.lines():
                 self._announce(line)
             names = {vm.name for vm in listed}
@@ -258,10 +258,13 @@ class GcpBackend(SshBackend):
                                   cost_so_far=quote.in_use.per_vm * uptime / 3600))
             return rows
 
-    def _quote(self, settings, project: str, zone: str, workers: int, spot: bool) -> Quote:
-        """On-demand and Spot per hour; catalog prices cached per region for the day in the state dir."""
-        return quote(project, zone, settings.machine_type, gpu_type(settings.gpu), settings.gpu_count,
-                     settings.boot_disk_gb, workers, spot, self._store.root / "cache")
+    def _quote(self, settings, project: str, zone: str, workers: int, spot: bool, applied: dict | None = None) -> Quote:
+        """On-demand and Spot per hour for the VMs Terraform made (``applied``, its variables) or is
+        about to make (``settings``); catalog prices cached per region for the day in the state dir."""
+        made = applied or {}
+        return quote(project, zone, made.get("machine_type", settings.machine_type),
+                     made.get("gpu_type") or gpu_type(settings.gpu), made.get("gpu_count", settings.gpu_count),
+                     made.get("boot_disk_gb", settings.boot_disk_gb), workers, spot, self._store.root / "cache")
 
     def teardown(self, cluster, keep: bool, delete_bucket: bool = False) -> None:
         """Destroy everything that bills by the hour, then prove it through the Compute API.
