@@ -241,8 +241,8 @@ class GcpBackend(SshBackend):
             applied = json.loads(tfvars.read_text()) if tfvars.exists() else {}
             spot = any(vm.scheduling.provisioning_model == "SPOT" for vm in listed) or \
                 bool(applied.get("spot", settings.spot))
-            quote = self._quote(settings, cluster.project, cluster.zone, len(cluster.hosts), spot, applied)
-            for line in quote.lines():
+            prices = self._quote(settings, cluster.project, cluster.zone, len(cluster.hosts), spot, applied)
+            for line in prices.lines():
                 self._announce(line)
             names = {vm.name for vm in listed}
             rows += [VmRow(name=r.instance, status="DELETED (`invoke up` re-creates it)", uptime_seconds=0.0,
@@ -255,10 +255,11 @@ class GcpBackend(SshBackend):
 
                     uptime = max(0.0, time.time() - datetime.fromisoformat(started).timestamp())
                 rows.append(VmRow(name=vm.name, status=vm.status, uptime_seconds=uptime,
-                                  cost_so_far=quote.in_use.per_vm * uptime / 3600))
+                                  cost_so_far=prices.in_use.per_vm * uptime / 3600))
             return rows
 
-    def _quote(self, settings, project: str, zone: str, workers: int, spot: bool, applied: dict | None = None) -> Quote:
+    def _quote(self, settings, project: str, zone: str, workers: int, spot: bool,
+               applied: dict | None = None) -> Quote:
         """On-demand and Spot per hour for the VMs Terraform made (``applied``, its variables) or is
         about to make (``settings``); catalog prices cached per region for the day in the state dir."""
         made = applied or {}
