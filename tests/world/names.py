@@ -6,6 +6,9 @@
   plain, since the emulator's resumable-upload answers name http://www.googleapis.com/upload/...
   (../shared/notes/tf-gcs-emulator.md). The VMs' token gets only the permissions of the roles
   terraform/ grants their service account on the bucket.
+- Cloud Billing Catalog (cloudbilling.googleapis.com): tests/world/billing.py over HTTPS on
+  <billing address>:443. As in most real projects, the Cloud Billing API starts disabled in the
+  world's project (estimates then come from the dated table); tests enable it to see catalog prices.
 A started process sees them through a private /etc/hosts (`unshare --mount`, bind mount) and
 trusts the test CA through REQUESTS_CA_BUNDLE / SSL_CERT_FILE / CURL_CA_BUNDLE; this process
 sees them through a patched name resolution (the same mapping, for in-process tests).
@@ -21,15 +24,17 @@ from pathlib import Path
 
 from tests.conftest import REPO
 from tests.fake_compute import FakeCompute, FakeComputeServer
+from tests.world.billing import Catalog, CatalogServer
 from tests.world.iam import permissions_of, vm_bucket_roles
 from tests.world.storage import IamStorageProxy
-from tests.world.tls import make_certificates, service_account_key
+from tests.world.tls import GOOGLE_NAMES, make_certificates, service_account_key
 
 # The access token the metadata server hands the VMs (their service account's identity).
 VM_TOKEN = "ya29.vm-service-account"
 
 COMPUTE_NAMES = ("compute.googleapis.com", "oauth2.googleapis.com", "iamcredentials.googleapis.com")
 STORAGE_NAMES = ("www.googleapis.com", "storage.googleapis.com")
+BILLING_NAMES = ("cloudbilling.googleapis.com",)
 
 
 def _emulator_accepts_empty_objects() -> None:
@@ -57,7 +62,8 @@ class GoogleWorld:
     def __init__(self, root: Path, project: str = "demo-project", compute: FakeCompute | None = None):
         net = int(os.environ.get("TFCLUSTER_TESTLAB_NET", "7"))
         self.compute_address, self.storage_address = f"127.77.{net}.1", f"127.77.{net}.2"
-        self.ca, cert, key = make_certificates(root / "tls")
+        self.billing_address = f"127.77.{net}.5"
+        self.ca, cert, key = make_certificates(root / "tls", GOOGLE_NAMES + BILLING_NAMES)
         self.credentials = service_account_key(root / "operator-key.json", project)
         self.compute = FakeComputeServer(compute or FakeCompute(project=project),
                                          tls=(self.compute_address, str(cert), str(key)))
@@ -79,7 +85,9 @@ class GoogleWorld:
         self.hosts = root / "hosts"
         self.hosts.write_text("127.0.0.1 localhost\n::1 localhost\n"
                               f"{self.compute_address} {' '.join(COMPUTE_NAMES)}\n"
-                              f"{self.storage_address} {' '.join(STORAGE_NAMES)}\n")
+                              f"{self.storage_address} {' '.join(STORAGE_NAMES)}\n"
+                              f"{self.billing_address} {' '.join(BILLING_NAMES)}\n")
+        self.billing = CatalogServer(Catalog(disabled_projects={project}), self.billing_address, context)
 
     def trust_store(self, folder: Path) -> Path:
         """A copy of this machine's /etc/ssl that also trusts the test CA: the bundle file
@@ -113,7 +121,8 @@ class GoogleWorld:
     def resolving(self):
         """For code in this process: the same names resolve to the stand-ins."""
         mapping = {**dict.fromkeys(COMPUTE_NAMES, self.compute_address),
-                   **dict.fromkeys(STORAGE_NAMES, self.storage_address)}
+                   **dict.fromkeys(STORAGE_NAMES, self.storage_address),
+                   **dict.fromkeys(BILLING_NAMES, self.billing_address)}
         real = socket.getaddrinfo
 
         def getaddrinfo(host, *args, **kwargs):
@@ -126,6 +135,7 @@ class GoogleWorld:
             socket.getaddrinfo = real
 
     def close(self) -> None:
+        self.billing.close()
         self.storage_proxy.close()
         self.storage.stop()
         self.compute.close()

@@ -13,7 +13,7 @@ from pathlib import Path
 from tfcluster.backends.base import VmRow
 from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, gpu_type, pinned_host_key,
                                             preflight_quota, wait_ready)
-from tfcluster.backends.gcp.cost import hourly_cost
+from tfcluster.backends.gcp.cost import Quote, quote
 from tfcluster.backends.gcp.errors import translated
 from tfcluster.backends.gcp.restart import bring_back, new_nonce
 from tfcluster.backends.gcp.teardown import destroy_keeping_results
@@ -98,13 +98,11 @@ class GcpBackend(SshBackend):
             return self._create(settings, terraform, api, gpu)
 
     def _create(self, settings, terraform: Terraform, api: ComputeApi, gpu: str):
-        cost = hourly_cost(settings.machine_type, gpu, settings.gpu_count, settings.boot_disk_gb,
-                           settings.workers, settings.spot)
         self._announce(
             f"plan: {settings.workers} x {settings.machine_type} + {settings.gpu_count} x {gpu}"
-            f"{' (SPOT)' if settings.spot else ''} in {settings.zone}, bucket, VPC, firewall, service account; "
-            f"about ${cost['total']:.2f}/hour (${cost['per_vm']:.2f} per VM: VM ${cost['vm']:.2f} + GPU "
-            f"${cost['gpu']:.2f} + disk ${cost['disk']:.3f}; prices of {cost['date']})")
+            f"{' (SPOT)' if settings.spot else ''} in {settings.zone}, bucket, VPC, firewall, service account")
+        for line in self._quote(settings, settings.project, settings.zone, settings.workers, settings.spot).lines():
+            self._announce(line)
         self._announce(
             f"safety: idle watchdog {settings.idle_action}s a VM after {settings.idle_minutes} idle minutes"
             f"{' (off)' if not settings.idle_minutes else ''}; hypervisor deadline {settings.termination_action} "
@@ -236,10 +234,16 @@ class GcpBackend(SshBackend):
         """Each VM's state, uptime and cost so far, from instances.list."""
         with translated(cluster.project, "status"):
             api = ComputeApi(cluster.project)
-            cost = hourly_cost(settings.machine_type, gpu_type(settings.gpu), settings.gpu_count,
-                               settings.boot_disk_gb, 1, settings.spot)
             rows = []
             listed = api.list_cluster(cluster.zone, cluster.name)
+            # What the VMs are (Compute's provisioning model, or what was applied), not today's settings.
+            tfvars = self.workdir(cluster.name) / "terraform.tfvars.json"
+            applied = json.loads(tfvars.read_text()) if tfvars.exists() else {}
+            spot = any(vm.scheduling.provisioning_model == "SPOT" for vm in listed) or \
+                bool(applied.get("spot", settings.spot))
+            prices = self._quote(settings, cluster.project, cluster.zone, len(cluster.hosts), spot, applied)
+            for line in prices.lines():
+                self._announce(line)
             names = {vm.name for vm in listed}
             rows += [VmRow(name=r.instance, status="DELETED (`invoke up` re-creates it)", uptime_seconds=0.0,
                            cost_so_far=0.0) for r in cluster.hosts if r.instance not in names]
@@ -251,8 +255,17 @@ class GcpBackend(SshBackend):
 
                     uptime = max(0.0, time.time() - datetime.fromisoformat(started).timestamp())
                 rows.append(VmRow(name=vm.name, status=vm.status, uptime_seconds=uptime,
-                                  cost_so_far=cost["per_vm"] * uptime / 3600))
+                                  cost_so_far=prices.in_use.per_vm * uptime / 3600))
             return rows
+
+    def _quote(self, settings, project: str, zone: str, workers: int, spot: bool,
+               applied: dict | None = None) -> Quote:
+        """On-demand and Spot per hour for the VMs Terraform made (``applied``, its variables) or is
+        about to make (``settings``); catalog prices cached per region for the day in the state dir."""
+        made = applied or {}
+        return quote(project, zone, made.get("machine_type", settings.machine_type),
+                     made.get("gpu_type") or gpu_type(settings.gpu), made.get("gpu_count", settings.gpu_count),
+                     made.get("boot_disk_gb", settings.boot_disk_gb), workers, spot, self._store.root / "cache")
 
     def teardown(self, cluster, keep: bool, delete_bucket: bool = False) -> None:
         """Destroy everything that bills by the hour, then prove it through the Compute API.

@@ -1,23 +1,141 @@
-"""Hourly cost estimates from the dated price table shipped with tfcluster (prices.json)."""
+"""Hourly cost estimates, on-demand and Spot side by side: current list prices from the Cloud
+Billing Catalog (pricing.py) where credentials allow, else the dated table shipped with tfcluster
+(prices.json). Either way the estimate says which it used; a catalog failure never fails a command."""
 
 from __future__ import annotations
 
 import json
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
+from tfcluster.backends.gcp.pricing import CatalogUnavailable, Rates, read_catalog
+
 PRICES = Path(__file__).resolve().parents[2] / "prices.json"
+FAILURE_TTL_SECONDS = 3600  # A failed lookup is not retried for an hour: `status` stays fast.
+_MEMORY_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}  # GiB, N1 predefined types.
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """USD per hour on one provisioning model."""
+
+    # vCPUs and memory of one VM.
+    vm: float
+    # Its GPUs.
+    gpu: float
+    # Its boot disk (billed the same whether Spot or not, and while the VM is stopped).
+    disk: float
+    # One VM in all.
+    per_vm: float
+    # The whole cluster.
+    total: float
+
+
+@dataclass(frozen=True)
+class Quote:
+    """On-demand and Spot estimates for one cluster, and where the prices came from."""
+
+    on_demand: Estimate
+    spot: Estimate
+    # Whether the cluster's VMs are (or will be) Spot.
+    spot_in_use: bool
+    # Number of VMs the totals are for.
+    workers: int
+    # The day the prices are of (YYYY-MM-DD).
+    date: str
+    # Where they came from, in words: the catalog and when it was read, or the table and why.
+    source: str
+
+    @property
+    def in_use(self) -> Estimate:
+        return self.spot if self.spot_in_use else self.on_demand
+
+    def lines(self) -> list[str]:
+        """What `up` and `status` print: both models, which is in use, and the prices' source."""
+        def one(name: str, e: Estimate, in_use: bool) -> str:
+            return (f"cost: {name}{' (in use)' if in_use else ''}: ${e.total:.2f}/hour for {self.workers} VM(s) "
+                    f"(${e.per_vm:.2f} per VM: VM ${e.vm:.2f} + GPU ${e.gpu:.2f} + disk ${e.disk:.3f})")
+
+        saving = 1 - self.spot.total / self.on_demand.total if self.on_demand.total else 0.0
+        return [one("on-demand", self.on_demand, not self.spot_in_use),
+                one("SPOT", self.spot, self.spot_in_use) + f", {saving:.0%} less",
+                f"prices of {self.date}: {self.source}"]
+
+
+def _estimate(rates: Rates, table: dict, machine_type: str, gpu: str, gpu_count: int, disk_gb: int,
+              workers: int) -> Estimate:
+    _, family, size = machine_type.split("-")
+    vcpus = int(size)
+    vm = vcpus * rates.vcpu_hour + _MEMORY_PER_VCPU[family] * vcpus * rates.memory_gib_hour
+    gpus = gpu_count * rates.gpu_hour[gpu]
+    disk = disk_gb * table["pd_balanced_gib_month"] / 730  # Monthly rate over 730 hours, as Google bills.
+    return Estimate(vm=vm, gpu=gpus, disk=disk, per_vm=vm + gpus + disk, total=(vm + gpus + disk) * workers)
+
+
+def table_rates(table: dict) -> tuple[Rates, Rates]:
+    """(on-demand, spot) from prices.json. The table keeps one flat Spot discount, not per-SKU Spot
+    rates: Spot prices move daily and per component, so a copied list would pretend to a precision
+    it lacks; the catalog gives the real ones."""
+    on_demand = Rates(vcpu_hour=table["n1_vcpu_hour"], memory_gib_hour=table["n1_memory_gib_hour"],
+                      gpu_hour=dict(table["gpu_hour"]))
+    factor = 1 - table["spot_discount"]
+    spot = Rates(vcpu_hour=on_demand.vcpu_hour * factor, memory_gib_hour=on_demand.memory_gib_hour * factor,
+                 gpu_hour={name: price * factor for name, price in on_demand.gpu_hour.items()})
+    return on_demand, spot
+
+
+def _cached_or_read(project: str, region: str, cache_dir: Path) -> tuple[Rates, Rates, str, str]:
+    """(on-demand, spot, date, source) from the catalog, once a day per region (cached in
+    ``cache_dir``); CatalogUnavailable when it cannot answer (also remembered for an hour)."""
+    now = datetime.now(timezone.utc)
+    path = cache_dir / f"prices-{region}.json"
+    try:
+        cached = json.loads(path.read_text())
+    except (OSError, ValueError):
+        cached = {}
+    if cached.get("day") == now.date().isoformat() and "on_demand" in cached:
+        return (Rates(**cached["on_demand"]), Rates(**cached["spot"]), cached["day"],
+                f"Cloud Billing Catalog, read at {cached['read_at']} UTC for {region}")
+    if cached.get("failed_at", 0) > time.time() - FAILURE_TTL_SECONDS:
+        raise CatalogUnavailable(cached["reason"])
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        on_demand, spot = read_catalog(project, region)
+    except CatalogUnavailable as error:
+        path.write_text(json.dumps({"failed_at": time.time(), "reason": str(error)}))
+        raise
+    except Exception as error:  # noqa: BLE001 - an estimate must never fail `up` or `status`.
+        reason = f"{type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}"
+        path.write_text(json.dumps({"failed_at": time.time(), "reason": reason}))
+        raise CatalogUnavailable(reason) from None
+    path.write_text(json.dumps({"day": now.date().isoformat(), "read_at": now.strftime("%H:%M"),
+                                "on_demand": asdict(on_demand), "spot": asdict(spot)}))
+    return on_demand, spot, now.date().isoformat(), f"Cloud Billing Catalog, read now for {region}"
+
+
+def quote(project: str, zone: str, machine_type: str, gpu: str, gpu_count: int, disk_gb: int, workers: int,
+          spot: bool, cache_dir: Path) -> Quote:
+    """On-demand and Spot estimates for the cluster, from the catalog or, failing that, the table."""
+    table = json.loads(PRICES.read_text())
+    region = zone.rsplit("-", 1)[0]
+    try:
+        on_demand, spot_rates, date, source = _cached_or_read(project, region, cache_dir)
+        source += f" (disk: table of {table['date']})"
+    except CatalogUnavailable as error:
+        on_demand, spot_rates = table_rates(table)
+        date = table["date"]
+        source = (f"tfcluster's table (us-central1 list prices, Spot as a flat {table['spot_discount']:.0%} off); "
+                  f"catalog unavailable: {error}")
+    args = (table, machine_type, gpu, gpu_count, disk_gb, workers)
+    return Quote(on_demand=_estimate(on_demand, *args), spot=_estimate(spot_rates, *args), spot_in_use=spot,
+                 workers=workers, date=date, source=source)
 
 
 def hourly_cost(machine_type: str, gpu: str, gpu_count: int, disk_gb: int, workers: int, spot: bool) -> dict:
-    """Estimated USD per hour for the cluster, from the price table in the repo."""
-    prices = json.loads(PRICES.read_text())
-    _, family, size = machine_type.split("-")
-    vcpus = int(size)
-    memory_gib = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}[family] * vcpus
-    vm = vcpus * prices["n1_vcpu_hour"] + memory_gib * prices["n1_memory_gib_hour"]
-    gpus = gpu_count * prices["gpu_hour"][gpu]
-    disk = disk_gb * prices["pd_balanced_gib_month"] / 730
-    factor = (1 - prices["spot_discount"]) if spot else 1.0
-    per_vm = (vm + gpus) * factor + disk
-    return {"vm": vm * factor, "gpu": gpus * factor, "disk": disk, "per_vm": per_vm,
-            "total": per_vm * workers, "source": prices["source"], "date": prices["date"]}
+    """Estimated USD per hour for the cluster from the table alone (no network), as a dict."""
+    table = json.loads(PRICES.read_text())
+    rates = table_rates(table)[1 if spot else 0]
+    estimate = _estimate(rates, table, machine_type, gpu, gpu_count, disk_gb, workers)
+    return {**asdict(estimate), "source": table["source"], "date": table["date"]}

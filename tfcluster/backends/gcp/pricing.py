@@ -1,0 +1,176 @@
+"""Current list prices from the Cloud Billing Catalog API (google-cloud-billing over REST).
+
+How Google publishes them (https://cloud.google.com/billing/docs/how-to/get-pricing-information-api,
+https://cloud.google.com/billing/v1/how-tos/catalog-api, SKU reference
+https://cloud.google.com/billing/docs/reference/rest/v1/services.skus/list): services.list names
+"Compute Engine"; services.skus.list pages through its SKUs (5000 a page, nextPageToken until the
+last). skus.list has no server-side filter (only currency, time range and paging), so the pages are
+read here until every SKU we need is found, within a deadline. A SKU is one billed component:
+vCPU, RAM and each GPU model are separate SKUs, told apart by `description`, `category`
+(resourceGroup, usageType "OnDemand" or "Preemptible" for Spot) and `serviceRegions`; the price is
+pricingInfo[-1].pricingExpression.tieredRates[0].unitPrice (units + nanos) per usageUnit.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+
+from tfcluster.backends.gcp.compute import GPU_QUOTA
+
+COMPUTE_ENGINE = "Compute Engine"  # Service.displayName in services.list.
+PAGE_SIZE = 5000  # The API's default and largest page.
+DEADLINE_SECONDS = 20.0  # The whole lookup (services + SKU pages); then the dated table is used.
+
+# The SKU descriptions per component, as the catalog words them ("... running in Americas" or a
+# city). Spot SKUs are usageType "Preemptible"; older ones lack the "Spot" prefix.
+_GPU_MODEL = {"nvidia-tesla-t4": "T4", "nvidia-tesla-v100": "V100"}
+_PATTERNS = {
+    ("OnDemand", "vcpu"): (r"N1 Predefined Instance Core", "N1Standard", "h"),
+    ("OnDemand", "memory"): (r"N1 Predefined Instance Ram", "N1Standard", "GiBy.h"),
+    ("Preemptible", "vcpu"): (r"(Spot )?Preemptible N1 Predefined Instance Core", "N1Standard", "h"),
+    ("Preemptible", "memory"): (r"(Spot )?Preemptible N1 Predefined Instance Ram", "N1Standard", "GiBy.h"),
+    **{("OnDemand", gpu): (rf"Nvidia Tesla {model} GPU", "GPU", "h") for gpu, model in _GPU_MODEL.items()},
+    **{("Preemptible", gpu): (rf"(Nvidia Tesla {model} GPU attached to Spot Preemptible VMs|Preemptible Nvidia "
+                              rf"Tesla {model} GPU)", "GPU", "h") for gpu, model in _GPU_MODEL.items()},
+}
+assert set(_GPU_MODEL) == set(GPU_QUOTA), "every GPU tfcluster offers needs its catalog SKU name"
+
+
+@dataclass(frozen=True)
+class Rates:
+    """USD per hour of what a tfcluster VM is made of, on one provisioning model."""
+
+    # Per vCPU-hour of an N1 predefined machine type.
+    vcpu_hour: float
+    # Per GiB-hour of N1 memory.
+    memory_gib_hour: float
+    # Per GPU-hour, by accelerator type (nvidia-tesla-t4, nvidia-tesla-v100).
+    gpu_hour: dict
+
+
+class CatalogUnavailable(Exception):
+    """The catalog could not give the prices; the message is one line saying why."""
+
+
+def _price(sku) -> float | None:
+    """USD per usage unit of the latest pricing, from its first tier (the catalog's tiers start at 0)."""
+    if not sku.pricing_info:
+        return None
+    rates = sku.pricing_info[-1].pricing_expression.tiered_rates  # Chronological: the last is current.
+    if not rates:
+        return None
+    money = rates[0].unit_price
+    if money.currency_code and money.currency_code != "USD":
+        return None
+    return money.units + money.nanos / 1e9
+
+
+def match_skus(skus, region: str) -> dict:
+    """(usage type, component) -> USD per hour (per GiB-hour for memory), for the SKUs in ``skus``
+    that are offered in ``region``. Commitments, custom and sole-tenant SKUs never match. Two SKUs
+    with different prices for one component make that component unknown, not a guess."""
+    found: dict = {}
+    ambiguous: set = set()
+    for sku in skus:
+        if region not in sku.service_regions:
+            continue
+        for key, (pattern, group, unit) in _PATTERNS.items():
+            usage, _ = key
+            if sku.category.usage_type != usage or sku.category.resource_group != group:
+                continue
+            if not re.fullmatch(rf"{pattern} running in [A-Za-z .-]+", sku.description):
+                continue
+            if sku.pricing_info and sku.pricing_info[-1].pricing_expression.usage_unit != unit:
+                continue
+            price = _price(sku)
+            if price is None:
+                continue
+            if key in found and abs(found[key] - price) > 1e-12:
+                ambiguous.add(key)
+            found.setdefault(key, price)
+    return {key: price for key, price in found.items() if key not in ambiguous}
+
+
+def rates_from(found: dict) -> tuple[Rates, Rates] | None:
+    """(on-demand, spot) Rates when every N1 and GPU component was found, else None."""
+    if len(found) != len(_PATTERNS):
+        return None
+    on_demand, spot = ({"gpu_hour": {}}, {"gpu_hour": {}})
+    for (usage, component), price in found.items():
+        into = on_demand if usage == "OnDemand" else spot
+        if component in ("vcpu", "memory"):
+            into[{"vcpu": "vcpu_hour", "memory": "memory_gib_hour"}[component]] = price
+        else:
+            into["gpu_hour"][component] = price
+    return Rates(**on_demand), Rates(**spot)
+
+
+def missing(found: dict) -> list[str]:
+    return sorted(f"{component} ({'Spot' if usage == 'Preemptible' else 'on-demand'})"
+                  for usage, component in set(_PATTERNS) - set(found))
+
+
+def read_catalog(project: str, region: str, deadline_seconds: float = DEADLINE_SECONDS) -> tuple[Rates, Rates]:
+    """(on-demand, spot) Rates for ``region``, read now through the real client; CatalogUnavailable
+    with a one-line reason otherwise. No retry: a refusal or a slow catalog means the dated table."""
+    import warnings
+
+    import google.auth
+    from google.api_core import exceptions as api
+    from google.auth import exceptions as auth
+    from google.cloud import billing_v1
+
+    from tfcluster.backends.gcp.errors import from_exception
+
+    deadline = time.monotonic() + deadline_seconds
+
+    def left() -> float:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise CatalogUnavailable(f"the SKU list took longer than {deadline_seconds:.0f} s")
+        return remaining
+
+    try:
+        with warnings.catch_warnings():  # google-auth warns about end-user credentials; not our line.
+            warnings.simplefilter("ignore")
+            # The quota project is the cluster's (x-goog-user-project): user credentials need one,
+            # and a disabled Cloud Billing API is then named in that project.
+            credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-billing.readonly"],
+                                                 quota_project_id=project)
+            client = billing_v1.CloudCatalogClient(transport="rest", credentials=credentials)
+            services = client.list_services(request={"page_size": PAGE_SIZE}, timeout=left(), retry=None)
+            service = next((s for s in services if s.display_name == COMPUTE_ENGINE), None)
+            if service is None:
+                raise CatalogUnavailable(f"the catalog lists no {COMPUTE_ENGINE!r} service")
+            found: dict = {}
+            token = ""
+            while True:
+                page = client.list_skus(request={"parent": service.name, "page_size": PAGE_SIZE,
+                                                 "page_token": token}, timeout=left(), retry=None)
+                # One page per call (the pager reads its first page; its attributes are that
+                # response's): the pager would reuse one timeout for every page.
+                for key, price in match_skus(page.skus, region).items():
+                    found.setdefault(key, price)
+                rates = rates_from(found)
+                if rates is not None:
+                    return rates
+                token = page.next_page_token
+                if not token:
+                    raise CatalogUnavailable(f"no price in {region} for {', '.join(missing(found))}")
+                left()
+    except CatalogUnavailable:
+        raise
+    except api.TooManyRequests:
+        # https://cloud.google.com/billing/docs/how-to/get-pricing-information-api: quota-limited per
+        # project; no retry here, the table is good enough for an estimate.
+        raise CatalogUnavailable("Google rate-limited the catalog (429), try again in a minute") from None
+    except (api.GoogleAPICallError, auth.GoogleAuthError) as error:
+        mapped = from_exception(error, project, "catalog")
+        reason = str(mapped).removeprefix("catalog: ") if mapped else type(error).__name__
+        raise CatalogUnavailable(reason.split(", then re-run")[0].splitlines()[0][:200]) from None
+    except (api.RetryError, OSError) as error:
+        if time.monotonic() >= deadline - 0.1:  # The last request's timeout was what was left.
+            raise CatalogUnavailable(f"the SKU list took longer than {deadline_seconds:.0f} s") from None
+        raise CatalogUnavailable(f"cannot reach cloudbilling.googleapis.com ({type(error).__name__})") from None
