@@ -76,15 +76,15 @@ def adopt_kept_repository(terraform: Terraform, project: str, zone: str, cluster
                           announce) -> None:
     """Before `up` applies: a repository with this cluster's name that the state does not hold
     was kept by an earlier `down`; import it, so apply uses it instead of failing to create it."""
-    try:
-        if REPOSITORY in terraform.run("state", "list").split():
-            return
-    except TerraformError as error:  # A first `up` has no state yet: "No state file was found!"
-        if "No state file was found" not in error.stderr:
-            raise
     registry = registry_of(project, zone, cluster)
     stored = usage(registry)
     if stored is None:
         return
+    try:
+        if REPOSITORY in terraform.run("state", "list").split():
+            return  # Ours already: a resumed `up`.
+    except TerraformError as error:  # A first `up` has no state yet: "No state file was found!"
+        if "No state file was found" not in error.stderr:
+            raise
     announce(f"reusing registry {registry} kept by an earlier `down` ({stored.items} images)")
     terraform.run("import", "-input=false", "-no-color", REPOSITORY, resource_name(registry))
