@@ -2,7 +2,8 @@
 
 No remote registry is reachable here: the images are built locally (debootstrapped Debian 12 +
 tensorflow-cpu + tf-keras from the package index, cached), and the registry is Debian's
-docker-registry on loopback.
+docker-registry on loopback, or, for a gcp cluster, behind REGION-docker.pkg.dev as a private
+dockerd sees it (tests/registrylab.py).
 """
 
 from __future__ import annotations
