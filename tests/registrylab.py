@@ -2,8 +2,9 @@
 
 Docker resolves a registry's name and trusts its certificate in the daemon, not in the CLI, so
 the world must change around a daemon: `PrivateDaemon` is a second dockerd started in its own
-mount namespace, with a private /etc/hosts (the registry names -> local addresses) and a private
-/etc/docker whose certs.d/<name>/ca.crt is the test CA (tests/world/tls.py). The laptop's CLI
+network namespace (and, through `ip netns exec`, mount namespace), with a private /etc/hosts (the
+registry names -> addresses on a veth pair to this namespace) and a private /etc/docker whose
+certs.d/<name>/ca.crt is the test CA (tests/world/tls.py). The laptop's CLI
 reaches it through DOCKER_HOST; a test VM (tests/hostlab.py) reaches it because its sshd's mount
 namespace gets the daemon's socket bound over /run/docker.sock (`use_daemon`).
 
@@ -34,42 +35,69 @@ from tests.conftest import wait_for
 
 
 class PrivateDaemon:
-    """A dockerd of its own: ``names`` maps registry names to addresses, trusted with ``ca``."""
+    """A dockerd of its own, in its own network namespace (a dockerd rewrites the links of the
+    namespace it runs in: one started with --bridge=none in the root namespace deletes the
+    shared daemon's docker0), joined to this one by a veth pair: SUBNET.1 (and any address of
+    ``names``) on this side, SUBNET.2 on its side. ``names`` maps registry names to addresses on
+    this side, trusted with ``ca``: its own /etc/hosts and /etc/docker (certs.d) are bind mounts in
+    its own mount namespace."""
 
-    def __init__(self, root: Path, names: dict[str, str], ca: Path):
+    def __init__(self, root: Path, names: dict[str, str], ca: Path, subnet: str, tag: str):
         root.mkdir(parents=True, exist_ok=True)
-        hosts = root / "hosts"
-        hosts.write_text("127.0.0.1 localhost\n" + "".join(f"{a} {n}\n" for n, a in names.items()))
-        etc_docker = root / "etc-docker"
+        self.netns, self.veth, self.subnet = f"{tag}_ns", f"{tag}_v", subnet
+        self.etc = Path("/etc/netns") / self.netns
+        self._network_down()  # Leftovers of a killed session.
+        self.etc.mkdir(parents=True)
+        (self.etc / "hosts").write_text("127.0.0.1 localhost\n" + "".join(f"{a} {n}\n" for n, a in names.items()))
         for name in names:
-            (etc_docker / "certs.d" / name).mkdir(parents=True)
-            shutil.copy(ca, etc_docker / "certs.d" / name / "ca.crt")
+            (self.etc / "docker" / "certs.d" / name).mkdir(parents=True)
+            shutil.copy(ca, self.etc / "docker" / "certs.d" / name / "ca.crt")
+        for argv in (["ip", "netns", "add", self.netns],
+                     ["ip", "link", "add", self.veth, "type", "veth", "peer", "name", "eth0", "netns", self.netns],
+                     *[["ip", "addr", "add", f"{a}/24", "dev", self.veth] for a in [f"{subnet}.1", *names.values()]],
+                     ["ip", "link", "set", self.veth, "up"],
+                     ["ip", "-n", self.netns, "addr", "add", f"{subnet}.2/24", "dev", "eth0"],
+                     ["ip", "-n", self.netns, "link", "set", "eth0", "up"],
+                     ["ip", "-n", self.netns, "link", "set", "lo", "up"]):
+            subprocess.run(argv, check=True, capture_output=True)
         # Unix socket paths must stay under 108 bytes: a short folder for the socket and exec root.
         self.run_dir = Path(tempfile.mkdtemp(prefix="tfc-dockerd-", dir="/tmp"))
         self.data = root / "data"
         self.socket = self.run_dir / "docker.sock"
         self.host = f"unix://{self.socket}"
         self.log = open(root / "dockerd.log", "w")
+        # nsenter, not `ip netns exec`: that one remounts /sys, hiding the cgroups dockerd needs.
         self.process = subprocess.Popen(
-            ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c",
-             'mount --bind "$0" /etc/hosts && mount --bind "$1" /etc/docker && shift && exec "$@"',
-             str(hosts), str(etc_docker), "dockerd", "--data-root", str(self.data), "--exec-root",
+            ["nsenter", f"--net=/run/netns/{self.netns}", "--", "unshare", "--mount", "--propagation", "private",
+             "--", "sh", "-c", 'mount --bind "$0" /etc/hosts && mount --bind "$1" /etc/docker && shift && exec "$@"',
+             str(self.etc / "hosts"), str(self.etc / "docker"), "dockerd", "--data-root", str(self.data), "--exec-root",
              str(self.run_dir / "x"), "--pidfile", str(self.run_dir / "pid"), "-H", self.host,
-             # As the CI's daemon: no iptables (facts.md), and no bridge: nothing here runs containers.
+             # As the CI's daemon: no iptables (facts.md); no bridge: it runs no container.
              "--iptables=false", "--ip-masq=false", "--bridge=none", "--storage-driver=vfs"],
             stdout=self.log, stderr=subprocess.STDOUT)
-        wait_for(lambda: self.docker("version").returncode == 0 or self.process.poll() is not None, 60,
-                 what="a private dockerd")
-        if self.process.poll() is not None:
-            raise RuntimeError(f"private dockerd exited: {(root / 'dockerd.log').read_text()[-2000:]}")
+        try:
+            wait_for(lambda: self.docker("version").returncode == 0 or self.process.poll() is not None, 60,
+                     what="a private dockerd")
+            if self.process.poll() is not None:
+                raise RuntimeError(f"private dockerd exited: {(root / 'dockerd.log').read_text()[-2000:]}")
+        except BaseException:
+            self.stop()
+            raise
 
     def docker(self, *argv: str) -> subprocess.CompletedProcess:
         return subprocess.run(["docker", "--host", self.host, *argv], capture_output=True, text=True)
 
+    def _network_down(self) -> None:
+        subprocess.run(["ip", "netns", "del", self.netns], capture_output=True)
+        subprocess.run(["ip", "link", "del", self.veth], capture_output=True)
+        shutil.rmtree(self.etc, ignore_errors=True)
+
     def stop(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=60)
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=60)
         self.log.close()
+        self._network_down()
         shutil.rmtree(self.run_dir, ignore_errors=True)
         shutil.rmtree(self.data, ignore_errors=True)
 

@@ -370,14 +370,16 @@ def test_gcp_image_build_pushes_to_the_cluster_registry_and_up_pre_pulls(tmp_pat
     if available() is not None:
         pytest.skip(f"test hosts: {available()}")
     accepting, denying = "us-west1-docker.pkg.dev", "europe-west4-docker.pkg.dev"
-    addresses = {accepting: f"127.77.{NET}.4", denying: f"127.77.{NET}.5"}
+    subnet = f"10.251.{NET}"  # The private daemon's own link; the registries listen on this side of it.
+    addresses = {accepting: f"{subnet}.4", denying: f"{subnet}.5"}
     ca, cert, key = make_certificates(tmp_path / "registry-tls", tuple(addresses))
     started = []
     try:
-        started.append(registrylab.TlsRegistry(tmp_path / "registry", addresses[accepting], cert, key))
-        started.append(registrylab.DenyingRegistry(denying, addresses[denying], cert, key))
-        daemon = registrylab.PrivateDaemon(tmp_path / "dockerd", addresses, ca)
+        daemon = registrylab.PrivateDaemon(tmp_path / "dockerd", addresses, ca, subnet, f"treg{NET}")
         started.append(daemon)
+        accepted = registrylab.TlsRegistry(tmp_path / "registry", addresses[accepting], cert, key)
+        started.append(accepted)
+        started.append(registrylab.DenyingRegistry(denying, addresses[denying], cert, key))
         lab = HostLab(tmp_path / "lab", 1, tag="ti", listen_all=True)
         started.append(type("Lab", (), {"stop": lambda self: lab.teardown()})())
         registrylab.use_daemon(lab, daemon)
@@ -397,7 +399,7 @@ def test_gcp_image_build_pushes_to_the_cluster_registry_and_up_pre_pulls(tmp_pat
         assert built.returncode == 0, built.stdout + built.stderr
         reference = f"{registry}/trainer:1"
         assert f"Pushed {reference}" in built.stdout
-        assert started[0].tags("demo-project/default-images/trainer") == ["1"]
+        assert accepted.tags("demo-project/default-images/trainer") == ["1"]
 
         # Gone from the daemon: `up --image` on the running cluster pulls it on the VM.
         assert daemon.docker("rmi", reference).returncode == 0
