@@ -9,6 +9,7 @@ next `up` of the cluster would fail to create it (CreateRepository answers 409 A
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 from tfcluster.backends.gcp.terraform import Terraform, TerraformError
 
@@ -69,11 +70,12 @@ def usage(registry: str) -> Stored | None:
 
 
 def repository_usage(cluster) -> Stored | None:
+    """What a ClusterState's repository holds; None if it is gone."""
     return usage(repository_path(cluster)[0])
 
 
 def adopt_kept_repository(terraform: Terraform, project: str, zone: str, cluster: str,
-                          announce) -> None:
+                          announce: Callable[[str], None]) -> None:
     """Before `up` applies: a repository with this cluster's name that the state does not hold
     was kept by an earlier `down`; import it, so apply uses it instead of failing to create it."""
     registry = registry_of(project, zone, cluster)
