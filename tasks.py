@@ -149,7 +149,8 @@ def stop(c, cluster: Optional[str] = None):
 
 @task(help={"cluster": "cluster name (default: default)",
             "keep": "ssh: keep the run folders on the hosts",
-            "delete_bucket": "gcp: also delete the bucket of results (kept by default, with its size and cost)"})
+            "delete_bucket": "gcp: also delete the bucket of results and the registry of images "
+                             "(both kept by default when not empty, with their size and cost)"})
 @_user_errors
 def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bool = False):
     """Stop anything running, remove the cluster, and verify nothing is left running or billing."""

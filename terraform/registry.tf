@@ -1,5 +1,10 @@
 # The cluster's container registry: `invoke image build` pushes the trainer image here and every
 # VM pulls it (`train --image`, `up --image`). Private: only the VMs' service account may read.
+# Destroying it deletes every image in it (repositories.delete "deletes a repository and all of
+# its contents"), and the provider's deletion_policy defaults to "DELETE": so `invoke down` looks
+# first and, when images are there and --delete-bucket was not given, takes the repository out of
+# the state (`terraform state rm`, as for the bucket) rather than applying deletion_policy =
+# "ABANDON", which would cost one more apply for the same effect.
 resource "google_artifact_registry_repository" "images" {
   # checkov:skip=CKV_GCP_84: A customer-managed key would need a KMS key ring per cluster; images hold code, not data, and Google encrypts them at rest.
   location      = local.region

@@ -14,11 +14,21 @@ attributes appear (hostkeys/ssh-ed25519, tfcluster/ready). Environment:
     FAKE_TF_LEAVE       a VM name that `destroy` fails to remove
     FAKE_TF_LOG         file that records every invocation
     FAKE_STORAGE        gcp-storage-emulator's own URL, holding the cluster bucket (optional)
+    FAKE_ARTIFACTS      the fake Artifact Registry's control door, holding the cluster's repository
+                        (tests/fake_artifact_registry.py; optional)
 
 Like the google provider, `destroy` refuses a bucket that still holds objects unless
 `force_destroy = true` was applied (resource_storage_bucket.go: "Error trying to delete bucket
 ... containing objects without `force_destroy` set to true"); `-target=ADDR` limits apply to the
-named resources; `state rm ADDR` makes destroy leave a resource alone.
+named resources; `state rm ADDR` makes destroy leave a resource alone. Also like the provider,
+`destroy` deletes the Artifact Registry repository with every image in it: its deletion_policy
+defaults to "DELETE" (provider 7.46.1 docs, artifact_registry_repository#deletion_policy) and the
+API's repositories.delete "deletes a repository and all of its contents"
+(https://cloud.google.com/artifact-registry/docs/reference/rest/v1/projects.locations.repositories/delete).
+Creating a repository whose id exists but is not in the state fails as CreateRepository does
+(409 ALREADY_EXISTS) until `import ADDR ID` adopts it; `import` of a resource already in the
+state fails ("Resource already managed by Terraform"); `state list` without a state fails with
+"No state file was found!" as terraform 1.11 does.
 """
 
 import json
@@ -49,6 +59,27 @@ def bucket_name(variables: dict) -> str:
     return f"{variables['project']}-{variables['cluster_name']}-a1b2c3"
 
 
+def registry(variables: dict) -> str:
+    """terraform/registry.tf's output: LOCATION-docker.pkg.dev/PROJECT/CLUSTER-images."""
+    return f"{variables['zone'].rsplit('-', 1)[0]}-docker.pkg.dev/{variables['project']}/{variables['cluster_name']}-images"
+
+
+REPOSITORY = "google_artifact_registry_repository.images"
+
+
+def artifacts(action: str, variables: dict) -> bool:
+    """Create or delete (with its images) the cluster's repository in the fake Artifact Registry;
+    returns whether it existed before."""
+    if not os.environ.get("FAKE_ARTIFACTS"):
+        return False
+    host, project, repository = registry(variables).split("/")
+    name = f"projects/{project}/locations/{host.removesuffix('-docker.pkg.dev')}/repositories/{repository}"
+    request = urllib.request.Request(f"{os.environ['FAKE_ARTIFACTS']}/_fake/{action}", method="POST",
+                                     data=json.dumps({"name": name}).encode())
+    with urllib.request.urlopen(request, timeout=5) as response:
+        return json.loads(response.read())["existed"]
+
+
 def main(argv: list[str]) -> int:
     chdir = Path(argv[0].split("=", 1)[1])
     action, args = argv[1], argv[2:]
@@ -64,8 +95,24 @@ def main(argv: list[str]) -> int:
     variables = json.loads((chdir / "terraform.tfvars.json").read_text())
     targets = [arg.split("=", 1)[1] for arg in args if arg.startswith("-target=")]
     previous = json.loads(state_file.read_text()) if state_file.exists() else {}
+    if action == "state" and args[:1] == ["list"]:
+        if not state_file.exists():
+            print("No state file was found!\n\nState management commands require a state file.", file=sys.stderr)
+            return 1
+        print("\n".join(previous.get("managed", [])))
+        return 0
+    if action == "import":
+        address, _ = args[-2:]
+        if address in previous.get("managed", []):
+            print("╷\n│ Error: Resource already managed by Terraform\n│\n╵", file=sys.stderr)
+            return 1
+        previous.setdefault("managed", []).append(address)
+        state_file.write_text(json.dumps(previous))
+        print("Import successful!")
+        return 0
     if action == "state" and args[:1] == ["rm"]:
         previous.setdefault("forgotten", []).append(args[-1])
+        previous["managed"] = [a for a in previous.get("managed", []) if a != args[-1]]
         state_file.write_text(json.dumps(previous))
         print(f"Removed {args[-1]}\nSuccessfully removed 1 resource instance(s).")
         return 0
@@ -81,6 +128,12 @@ def main(argv: list[str]) -> int:
             print("╷\n│ Error: Error creating instance: googleapi: Error 403: Quota 'NVIDIA_T4_GPUS' exceeded. "
                   "Limit: 0.0 in region us-west1., quotaExceeded\n│\n╵", file=sys.stderr)
             return 1
+        if not targets and REPOSITORY not in previous.get("managed", []):
+            if artifacts("repositories", variables):
+                print("╷\n│ Error: Error creating Repository: googleapi: Error 409: the repository already exists.\n"
+                      f"│\n│   with {REPOSITORY},\n╵", file=sys.stderr)
+                return 1
+            previous.setdefault("managed", []).append(REPOSITORY)
         hosts = os.environ["FAKE_TF_HOSTS"].split(",")
         keys = os.environ["FAKE_TF_HOSTKEYS"].split(",")
         ready = os.environ.get("FAKE_TF_READY", "").split(",")
@@ -132,6 +185,7 @@ def main(argv: list[str]) -> int:
             "instances": {"sensitive": False, "type": ["tuple", [["object", {"external_ip": "string",
                           "internal_ip": "string", "name": "string", "zone": "string"}]] * len(state["instances"])],
                           "value": state["instances"]},
+            "registry": {"sensitive": False, "type": "string", "value": registry(state["variables"])},
             "labels": {"sensitive": False, "type": ["object", {"tfcluster-cluster": "string"}],
                        "value": {"tfcluster-cluster": name}},
             "service_account": {"sensitive": False, "type": "string",
@@ -152,6 +206,8 @@ def main(argv: list[str]) -> int:
                 for blob in bucket.list_blobs():
                     blob.delete()
                 bucket.delete()
+            if REPOSITORY in state.get("managed", []):
+                artifacts("delete", state["variables"])
             for instance in state["instances"]:
                 if instance["name"] != os.environ.get("FAKE_TF_LEAVE"):
                     post("/_fake/delete", {"name": instance["name"]})

@@ -2,7 +2,8 @@
 
 No remote registry is reachable here: the images are built locally (debootstrapped Debian 12 +
 tensorflow-cpu + tf-keras from the package index, cached), and the registry is Debian's
-docker-registry on loopback.
+docker-registry on loopback, or, for a gcp cluster, behind REGION-docker.pkg.dev as a private
+dockerd sees it (tests/registrylab.py).
 """
 
 from __future__ import annotations
@@ -354,3 +355,69 @@ def test_three_ssh_hosts_train_in_containers(icli, images, tmp_path):
         assert down.returncode == 0 and "no worker process is left, nor any container" in down.stdout
     finally:
         hosts.stop()
+
+
+@pytest.mark.skipif(shutil.which("docker-registry") is None or shutil.which("nsenter") is None,
+                    reason="needs docker-registry and nsenter")
+def test_gcp_image_build_pushes_to_the_cluster_registry_and_up_pre_pulls(tmp_path, world, synthetic_data):
+    """On a gcp cluster: `image build` pushes to REGION-docker.pkg.dev/PROJECT/CLUSTER-images and
+    `up --image` pulls it on the VM, through the names Docker resolves (tests/registrylab.py)."""
+    from tests import registrylab
+    from tests.hostlab import NET, HostLab, available
+    from tests.test_gcp_backend import make_gcp_cli
+    from tests.world.tls import make_certificates
+
+    if available() is not None:
+        pytest.skip(f"test hosts: {available()}")
+    accepting, denying = "us-west1-docker.pkg.dev", "europe-west4-docker.pkg.dev"
+    subnet = f"10.251.{NET}"  # The private daemon's own link; the registries listen on this side of it.
+    addresses = {accepting: f"{subnet}.4", denying: f"{subnet}.5"}
+    ca, cert, key = make_certificates(tmp_path / "registry-tls", tuple(addresses))
+    started = []
+    try:
+        daemon = registrylab.PrivateDaemon(tmp_path / "dockerd", addresses, ca, subnet, f"treg{NET}")
+        started.append(daemon)
+        accepted = registrylab.TlsRegistry(tmp_path / "registry", addresses[accepting], cert, key)
+        started.append(accepted)
+        started.append(registrylab.DenyingRegistry(denying, addresses[denying], cert, key))
+        lab = HostLab(tmp_path / "lab", 1, tag="ti", listen_all=True)
+        started.append(type("Lab", (), {"stop": lambda self: lab.teardown()})())
+        registrylab.use_daemon(lab, daemon)
+        cli = make_gcp_cli(tmp_path, world, lab, synthetic_data)
+        cli.env.update({"INVOKE_TFCLUSTER_WORKERS": "1", "DOCKER_HOST": daemon.host})
+        up = cli.run("up", timeout=180)
+        assert up.returncode == 0, up.stdout + up.stderr
+        registry = "us-west1-docker.pkg.dev/demo-project/default-images"
+        assert cli.cluster()["registry"] == registry
+
+        context = tmp_path / "ctx"
+        context.mkdir()
+        (context / "marker.txt").write_text("pushed to the cluster's registry\n")
+        (context / "Dockerfile").write_text("FROM scratch\nCOPY marker.txt /marker.txt\n")
+        built = cli.run("image", "build", "--dockerfile", str(context / "Dockerfile"), "--tag", "trainer:1",
+                        timeout=600)
+        assert built.returncode == 0, built.stdout + built.stderr
+        reference = f"{registry}/trainer:1"
+        assert f"Pushed {reference}" in built.stdout
+        assert accepted.tags("demo-project/default-images/trainer") == ["1"]
+
+        # Gone from the daemon: `up --image` on the running cluster pulls it on the VM.
+        assert daemon.docker("rmi", reference).returncode == 0
+        pulled = cli.run("up", "--image", reference, timeout=300)
+        assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+        assert "pulled on 1 host(s), already present on 0" in pulled.stdout
+        assert daemon.docker("image", "inspect", reference).returncode == 0
+        assert cli.cluster()["image"] == reference
+
+        # Without `gcloud auth configure-docker`, Artifact Registry refuses the push: one line, the fix.
+        refused = cli.run("image", "build", "--dockerfile", str(context / "Dockerfile"), "--tag", "trainer:2",
+                          "--registry", f"{denying}/demo-project/default-images", timeout=600)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr
+        [line] = refused.stderr.strip().splitlines()
+        assert line.startswith(f"error: docker push {denying}/demo-project/default-images/trainer:2 failed (")
+        assert "Unauthenticated request" in line
+        assert line.endswith(f"run `gcloud auth configure-docker {denying}` once")
+        assert cli.run("down", timeout=120).returncode == 0
+    finally:
+        for thing in reversed(started):
+            thing.stop()

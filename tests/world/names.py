@@ -1,6 +1,8 @@
 """Google's names pointed at local stand-ins, for a process started by a test or for this one.
 
 - Compute, OAuth and IAM credentials: tests/fake_compute.py over HTTPS on <compute address>:443.
+- Artifact Registry (artifactregistry.googleapis.com): tests/fake_artifact_registry.py over HTTPS
+  on <registry address>:443.
 - Cloud Storage (www.googleapis.com, storage.googleapis.com): gcp-storage-emulator behind an
   IAM-checking HTTP proxy (tests/world/storage.py) on <storage address>:443 with TLS, and on :80
   plain, since the emulator's resumable-upload answers name http://www.googleapis.com/upload/...
@@ -23,6 +25,7 @@ import ssl
 from pathlib import Path
 
 from tests.conftest import REPO
+from tests.fake_artifact_registry import FakeArtifactRegistry, FakeArtifactRegistryServer
 from tests.fake_compute import FakeCompute, FakeComputeServer
 from tests.world.billing import Catalog, CatalogServer
 from tests.world.iam import permissions_of, vm_bucket_roles
@@ -35,6 +38,7 @@ VM_TOKEN = "ya29.vm-service-account"
 COMPUTE_NAMES = ("compute.googleapis.com", "oauth2.googleapis.com", "iamcredentials.googleapis.com")
 STORAGE_NAMES = ("www.googleapis.com", "storage.googleapis.com")
 BILLING_NAMES = ("cloudbilling.googleapis.com",)
+ARTIFACTS_NAMES = ("artifactregistry.googleapis.com",)
 
 
 def _emulator_accepts_empty_objects() -> None:
@@ -63,7 +67,10 @@ class GoogleWorld:
         net = int(os.environ.get("TFCLUSTER_TESTLAB_NET", "7"))
         self.compute_address, self.storage_address = f"127.77.{net}.1", f"127.77.{net}.2"
         self.billing_address = f"127.77.{net}.5"
-        self.ca, cert, key = make_certificates(root / "tls", GOOGLE_NAMES + BILLING_NAMES)
+        self.artifacts_address = f"127.77.{net}.3"
+        self.ca, cert, key = make_certificates(root / "tls", GOOGLE_NAMES + BILLING_NAMES + ARTIFACTS_NAMES)
+        self.artifacts = FakeArtifactRegistryServer(FakeArtifactRegistry(project=project),
+                                                    tls=(self.artifacts_address, str(cert), str(key)))
         self.credentials = service_account_key(root / "operator-key.json", project)
         self.compute = FakeComputeServer(compute or FakeCompute(project=project),
                                          tls=(self.compute_address, str(cert), str(key)))
@@ -86,7 +93,8 @@ class GoogleWorld:
         self.hosts.write_text("127.0.0.1 localhost\n::1 localhost\n"
                               f"{self.compute_address} {' '.join(COMPUTE_NAMES)}\n"
                               f"{self.storage_address} {' '.join(STORAGE_NAMES)}\n"
-                              f"{self.billing_address} {' '.join(BILLING_NAMES)}\n")
+                              f"{self.billing_address} {' '.join(BILLING_NAMES)}\n"
+                              f"{self.artifacts_address} {' '.join(ARTIFACTS_NAMES)}\n")
         self.billing = CatalogServer(Catalog(disabled_projects={project}), self.billing_address, context)
 
     def trust_store(self, folder: Path) -> Path:
@@ -122,7 +130,8 @@ class GoogleWorld:
         """For code in this process: the same names resolve to the stand-ins."""
         mapping = {**dict.fromkeys(COMPUTE_NAMES, self.compute_address),
                    **dict.fromkeys(STORAGE_NAMES, self.storage_address),
-                   **dict.fromkeys(BILLING_NAMES, self.billing_address)}
+                   **dict.fromkeys(BILLING_NAMES, self.billing_address),
+                   **dict.fromkeys(ARTIFACTS_NAMES, self.artifacts_address)}
         real = socket.getaddrinfo
 
         def getaddrinfo(host, *args, **kwargs):
@@ -136,6 +145,7 @@ class GoogleWorld:
 
     def close(self) -> None:
         self.billing.close()
+        self.artifacts.close()
         self.storage_proxy.close()
         self.storage.stop()
         self.compute.close()

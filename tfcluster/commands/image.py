@@ -65,9 +65,15 @@ def build_image(settings: Settings, dockerfile: str, tag: str | None, context: s
     with console.status(f"Pushing {reference}..."):
         pushed = _docker(["push", "--quiet", reference], 3600)
     if pushed.returncode != 0:
-        hint = (f"run `gcloud auth configure-docker {registry.split('/')[0]}` once"
-                if ".pkg.dev" in registry else "check that the registry is reachable and you are logged in "
-                "(docker login)")
+        host = registry.split("/")[0]
+        # Without credentials Artifact Registry answers 401, then "denied: Unauthenticated request..."
+        # (Docker prints the registry's error code in lowercase before the message).
+        refused = any(word in pushed.stdout.lower() for word in ("denied", "unauthorized", "authentication required"))
+        if refused:
+            hint = (f"run `gcloud auth configure-docker {host}` once" if host.endswith("-docker.pkg.dev")
+                    else f"log in first: docker login {host}")
+        else:
+            hint = f"check that {host} is reachable from this machine"
         raise TfClusterError(f"docker push {reference} failed ({_tail(pushed.stdout)}); {hint}")
     console.print(f"[green]✓[/] Pushed {reference}. Next: invoke up --image {reference}  "
                   f"(pulls it on every host), then invoke train")

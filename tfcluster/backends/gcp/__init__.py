@@ -1,7 +1,8 @@
 """The gcp backend: Google Cloud GPU VMs provisioned by Terraform, run over the ssh backend.
 
 Rooms: terraform (the CLI wrapper and typed outputs), compute (Compute Engine API calls:
-quotas, readiness, host keys), storage (Cloud Storage transfers), cost (price table),
+quotas, readiness, host keys), storage (Cloud Storage transfers), registry (the Artifact
+Registry repository: what it holds, adopting a kept one), teardown (what `down` keeps), cost (price table),
 backend (GcpBackend). May import tfcluster.backends.{base,group,ssh}, state, config and
 errors; never commands or launch.
 """

@@ -15,6 +15,7 @@ from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, gpu_type, pinned_
                                             preflight_quota, wait_ready)
 from tfcluster.backends.gcp.cost import Quote, quote
 from tfcluster.backends.gcp.errors import translated
+from tfcluster.backends.gcp.registry import adopt_kept_repository
 from tfcluster.backends.gcp.restart import bring_back, new_nonce
 from tfcluster.backends.gcp.teardown import destroy_keeping_results
 from tfcluster.backends.gcp.terraform import MODULE_DIR, Terraform
@@ -123,6 +124,7 @@ class GcpBackend(SshBackend):
         if tfvars.exists():
             variables["boot_nonce"] = terraform.variables().get("boot_nonce") or variables["boot_nonce"]
         terraform.prepare(variables)
+        adopt_kept_repository(terraform, settings.project, settings.zone, settings.cluster, self._announce)
         terraform.apply()
         outputs = terraform.outputs()
         names = [vm.name for vm in outputs.instances]
@@ -269,8 +271,8 @@ class GcpBackend(SshBackend):
 
     def teardown(self, cluster, keep: bool, delete_bucket: bool = False) -> None:
         """Destroy everything that bills by the hour, then prove it through the Compute API.
-        The bucket holds the results: kept (and named, with its size and cost) unless
-        `--delete-bucket` or bucket_force_destroy says otherwise."""
+        The bucket (results) and the registry (images) are kept when they hold something (and
+        named, with size and cost) unless `--delete-bucket` or bucket_force_destroy says otherwise."""
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project)
         with translated(cluster.project, "down"):
             kept = destroy_keeping_results(cluster, terraform, delete_bucket, self._announce)
@@ -281,5 +283,5 @@ class GcpBackend(SshBackend):
                                "then run `invoke down` again")
         self._announce(f"verified through the Compute API (label {LABEL}={cluster.name} and name prefix "
                        f"{cluster.name}-): nothing left that bills by the hour")
-        if kept:
-            self._announce(kept)
+        for line in kept:
+            self._announce(line)

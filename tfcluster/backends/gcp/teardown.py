@@ -1,11 +1,18 @@
-"""`down` on Google Cloud: destroy what bills by the hour; keep the bucket of results unless told.
+"""`down` on Google Cloud: destroy what bills by the hour; keep stored results and images unless told.
 
-`terraform destroy` fails on a bucket that holds objects unless `force_destroy = true` was
-applied first (google provider, resource_storage_bucket.go: "Error trying to delete bucket ...
-containing objects without `force_destroy` set to true"), and every later destroy would fail the
-same way. So a bucket with objects is either taken out of Terraform's state before the destroy
-(kept, and named with its size and cost), or, with `--delete-bucket` / bucket_force_destroy,
-gets force_destroy applied to it alone (a targeted apply) before the destroy.
+Two resources hold what a user may want after the VMs are gone, and `terraform destroy` treats
+them differently:
+- the bucket: destroy fails on a bucket that holds objects unless `force_destroy = true` was
+  applied first (google provider, resource_storage_bucket.go: "Error trying to delete bucket ...
+  containing objects without `force_destroy` set to true"), and every later destroy would fail
+  the same way;
+- the Artifact Registry repository: destroy succeeds and takes the images with it
+  (repositories.delete "deletes a repository and all of its contents",
+  https://cloud.google.com/artifact-registry/docs/reference/rest/v1/projects.locations.repositories/delete).
+So each one that holds something is taken out of Terraform's state before the destroy (kept, and
+named with its size, monthly cost and the command that deletes it), or, with `--delete-bucket`
+(or bucket_force_destroy), deleted with the rest: the bucket after a targeted apply of
+force_destroy, the repository as destroy does anyway. Empty ones always go.
 """
 
 from __future__ import annotations
@@ -14,14 +21,15 @@ import json
 from typing import Callable
 
 from tfcluster.backends.gcp.cost import PRICES
+from tfcluster.backends.gcp.registry import REPOSITORY, Stored, repository_path, repository_usage
 from tfcluster.backends.gcp.terraform import Terraform
 from tfcluster.state import ClusterState
 
 BUCKET = "google_storage_bucket.cluster"
 
 
-def bucket_usage(project: str, bucket: str) -> tuple[int, int] | None:
-    """(objects, bytes) in the bucket, old versions included (they bill too); None if it is gone."""
+def bucket_usage(project: str, bucket: str) -> Stored | None:
+    """What the bucket holds, old versions included (they bill too); None if it is gone."""
     from google.api_core import exceptions
 
     from tfcluster.backends.gcp import storage
@@ -30,29 +38,57 @@ def bucket_usage(project: str, bucket: str) -> tuple[int, int] | None:
         blobs = list(storage.client(project).list_blobs(bucket, versions=True))
     except exceptions.NotFound:
         return None
-    return len(blobs), sum(blob.size or 0 for blob in blobs)
+    return Stored(f"gs://{bucket}", len(blobs), sum(blob.size or 0 for blob in blobs))
 
 
-def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_bucket: bool,
-                            announce: Callable[[str], None]) -> str | None:
-    """Destroy the cluster's resources; returns a line about the kept bucket, if one was kept."""
-    usage = bucket_usage(cluster.project, cluster.bucket) if cluster.bucket else None
-    if usage is None or usage[0] == 0:
-        announce("destroying the VMs, bucket (empty), firewall rules, network and service account")
-        terraform.destroy()
-        return None
-    objects, size = usage
-    if delete_bucket or terraform.variables().get("bucket_force_destroy"):
-        announce(f"deleting bucket gs://{cluster.bucket} with its {objects} objects ({size / 1e9:.2f} GB), "
-                 "then the VMs, firewall rules, network and service account")
-        terraform.set_variables({"bucket_force_destroy": True})
-        terraform.apply([BUCKET])
-        terraform.destroy()
-        return None
-    announce("destroying the VMs, firewall rules, network and service account; keeping the bucket of results")
-    terraform.forget(BUCKET)
+def _prices() -> dict:
+    return json.loads(PRICES.read_text())
+
+
+def _kept_bucket(stored: Stored) -> str:
+    per_gib_month = _prices()["standard_storage_gib_month"]
+    return (f"kept bucket {stored.label}: {stored.items} objects, {stored.size / 1e9:.2f} GB, about "
+            f"${stored.size / 2**30 * per_gib_month:.2f}/month in Standard storage. Get results with `invoke pull` "
+            f"before `invoke down` next time, or delete it: gcloud storage rm --recursive {stored.label}")
+
+
+def _kept_repository(stored: Stored, location: str, repository: str, project: str) -> str:
+    prices = _prices()["artifact_registry"]
+    return (f"kept registry {stored.label}: {stored.items} images, {stored.size / 1e9:.2f} GB, about "
+            f"${stored.size / 2**30 * prices['storage_gib_month']:.2f}/month in Artifact Registry storage "
+            f"(the first {prices['free_gib']:g} GB per billing account is free). Delete it: gcloud artifacts "
+            f"repositories delete {repository} --location={location} --project={project}")
+
+
+def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_stored: bool,
+                            announce: Callable[[str], None]) -> list[str]:
+    """Destroy the cluster's resources; returns one line per kept bucket or repository."""
+    bucket = bucket_usage(cluster.project, cluster.bucket) if cluster.bucket else None
+    images = repository_usage(cluster)
+    delete_stored = delete_stored or bool(terraform.variables().get("bucket_force_destroy"))
+    kept, deleted = [], []
+    if bucket is not None and bucket.items:
+        if delete_stored:
+            deleted.append(f"bucket {bucket.label} with its {bucket.items} objects ({bucket.size / 1e9:.2f} GB)")
+            terraform.set_variables({"bucket_force_destroy": True})
+            terraform.apply([BUCKET])
+        else:
+            terraform.forget(BUCKET)
+            kept.append(_kept_bucket(bucket))
+    if images is not None and images.items:
+        if delete_stored:
+            deleted.append(f"registry {images.label} with its {images.items} images ({images.size / 1e9:.2f} GB)")
+        else:
+            terraform.forget(REPOSITORY)
+            _, name = repository_path(cluster)
+            kept.append(_kept_repository(images, name.split("/")[3], name.split("/")[-1], name.split("/")[1]))
+    rest = "the VMs, firewall rules, network and service account"
+    if deleted:
+        announce(f"deleting {' and '.join(deleted)}, then {rest}")
+    else:
+        empty = [what for what, stored in (("bucket", bucket), ("registry", images))
+                 if stored is not None and not stored.items]
+        announce(f"destroying {rest}" + (f", and the empty {' and '.join(empty)}" if empty else "")
+                 + ("; keeping what holds results and images" if kept else ""))
     terraform.destroy()
-    per_gb_month = json.loads(PRICES.read_text())["standard_storage_gib_month"]
-    return (f"kept bucket gs://{cluster.bucket}: {objects} objects, {size / 1e9:.2f} GB, about "
-            f"${size / 2**30 * per_gb_month:.2f}/month in Standard storage. Get results with `invoke pull` "
-            f"before `invoke down` next time, or delete it: gcloud storage rm --recursive gs://{cluster.bucket}")
+    return kept
