@@ -121,7 +121,7 @@ def test_without_venv_and_a_dead_apt_source_the_ready_attribute_carries_the_venv
     wait_for(lambda: machine.ready() not in (None, "deadapt-1:starting"), 600, 1, "the boot to fail")
     value = machine.ready()
     assert value.startswith("deadapt-1:error: python3 -m venv failed: " + VENV_ERROR), value
-    assert " Installing python3-venv failed: E: " in value
+    assert " Installing python3-venv failed: E: " in value, value
     assert "\n" not in value
     # The image really lacks python3-venv (what made the healthy machine's fallback run).
     assert machine.exec("dpkg-query", "-W", "-f", "${Status}", "python3-venv").stdout != "install ok installed"

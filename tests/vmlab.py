@@ -172,6 +172,10 @@ class VmLab:
     """Boots machines at once; close() removes every container by ID and stops every server."""
 
     def __init__(self, workdir: Path):
+        # Machines a killed earlier run of this same lab network left behind (ours by label).
+        stale = sh("docker", "ps", "-aq", "--filter", f"label={LABEL}", check=False).stdout.split()
+        if stale:
+            sh("docker", "rm", "-f", *stale, check=False)
         self.cache = ensure_cache()
         self.workdir = workdir
         self.machines: list[Machine] = []
