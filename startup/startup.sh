@@ -16,6 +16,12 @@ TF_VERSION="2.21.0"
 ROOT=/opt/tfcluster
 VENV="$ROOT/venv"
 MARKER=/run/tfcluster/booting
+# What the venv gets ($1: "" or "[and-cuda]"); .ci/vm-cache.sh builds the tests' offline
+# wheelhouse from this same function.
+requirements() {
+  echo "tensorflow$1==$TF_VERSION" "tf-keras==$TF_VERSION" "tensorboard==$TF_VERSION" \
+    "keras-tuner>=1.4.7,<1.5" pillow numpy google-cloud-storage
+}
 MD=http://metadata.google.internal/computeMetadata/v1
 
 md() { curl -fsS -H 'Metadata-Flavor: Google' "$MD/$1"; }
@@ -52,28 +58,40 @@ systemctl restart tfcluster-watchdog.service || fail "the idle watchdog did not 
 # 2. Python environment with a pinned TensorFlow build (once per version). The image's system
 # Python may lack venv (Ubuntu ships it as python3-venv): install it, waiting for the apt lock
 # that the image's own first-boot jobs may hold, and try once more.
+# One line from a tool's multi-line error: its first sentence, which says what went wrong.
+summary() {
+  local text
+  text=$(tr -s ' \n\t' ' ' <<<"$1")
+  text=${text# }
+  text=${text% }
+  [[ "$text" == *". "* ]] && text="${text%%. *}."
+  printf '%s' "$text"
+}
+APT_LOG=/var/log/tfcluster-apt.log
 apt_install() {
   local deadline=$((SECONDS + 600))
   while fuser /var/lib/dpkg/lock-frontend /var/lib/apt/lists/lock >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$deadline" ] || return 1
+    [ "$SECONDS" -lt "$deadline" ] || { echo "E: the apt lock stayed held for 10 minutes" >>"$APT_LOG"; return 1; }
     sleep 5
   done
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null 2>&1 ||
-    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" >/dev/null 2>&1; }
+  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" ||
+    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@"; }; } >>"$APT_LOG" 2>&1
 }
+# apt's last error or warning line (the log keeps the rest).
+apt_error() { grep -E '^(E|W): ' "$APT_LOG" | tail -n 1 | tr -s ' \t' ' '; }
 stamp="$VENV/.installed-tensorflow-$TF_VERSION-tuner"
 if [ ! -f "$stamp" ]; then
   if ! venv_error=$(python3 -m venv "$VENV" 2>&1); then
     rm -rf "$VENV"
-    apt_install python3-venv || fail "python3 -m venv failed and python3-venv could not be installed: $(echo "$venv_error" | tail -n 1)"
-    venv_error=$(python3 -m venv "$VENV" 2>&1) || fail "python3 -m venv failed: $(echo "$venv_error" | tail -n 1)"
+    apt_install python3-venv ||
+      fail "python3 -m venv failed: $(summary "$venv_error") Installing python3-venv failed: $(apt_error)"
+    venv_error=$(python3 -m venv "$VENV" 2>&1) || fail "python3 -m venv failed: $(summary "$venv_error")"
   fi
   extra=""
   [ "$(md instance/attributes/install-nvidia-driver 2>/dev/null)" = "True" ] && extra="[and-cuda]"
   "$VENV/bin/pip" install -q --upgrade pip || fail "pip upgrade failed (no route to PyPI?)"
-  "$VENV/bin/pip" install -q "tensorflow$extra==$TF_VERSION" "tf-keras==$TF_VERSION" \
-    "tensorboard==$TF_VERSION" "keras-tuner>=1.4.7,<1.5" pillow numpy google-cloud-storage \
-    || fail "pip install tensorflow$extra==$TF_VERSION failed"
+  read -ra packages <<<"$(requirements "$extra")"
+  "$VENV/bin/pip" install -q "${packages[@]}" || fail "pip install tensorflow$extra==$TF_VERSION failed"
   touch "$stamp"
 fi
 chmod -R a+rX "$ROOT"
