@@ -6,7 +6,7 @@
 #   rootfs-KEY.tar + image tfcluster-test/vm:KEY  Debian 12 minbase with systemd, python3, curl,
 #       ca-certificates, psmisc (fuser, as on Ubuntu) -- and NOT python3-venv, so the boot script's
 #       fallback runs -- plus the unit that runs the metadata startup-script as Compute Engine does.
-#   apt-KEY/     an offline apt repository (flat, Packages index) with python3-venv and every
+#   apt-KEY/     an offline apt repository (flat, Packages index) with python3-venv, docker.io and every
 #       package it needs beyond the rootfs; the tests give it to a machine through its apt sources.
 #   wheels-KEY/  the wheels startup/startup.sh installs (its requirements() list, for this
 #       Python), served to a machine as pip's find-links through /etc/pip.conf.
@@ -16,7 +16,7 @@ cd "$(dirname "$0")/.."
 CACHE="${TFCLUSTER_CI_CACHE:-/var/cache/tfcluster-ci}/vm"
 MIRROR=http://deb.debian.org/debian
 DEBS=systemd,systemd-sysv,dbus,python3,curl,ca-certificates,psmisc
-APT_PACKAGES=(python3-venv)
+APT_PACKAGES=(python3-venv docker.io)
 mkdir -p "$CACHE"
 key() { printf '%s\n' "$@" | sha256sum | cut -c1-12; }
 now() { date +%s.%N; }

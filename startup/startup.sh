@@ -79,6 +79,43 @@ apt_install() {
 }
 # apt's last error or warning line (the log keeps the rest).
 apt_error() { grep -E '^(E|W): ' "$APT_LOG" | tail -n 1 | tr -s ' \t' ' '; }
+# 2a. A container runtime, when the cluster runs workers in an image (`train --image`; Terraform
+# sets tfcluster-docker from variable `docker`). Docker from the distribution (docker.io on
+# Ubuntu and Debian), unless the image has it already. The login that `train` uses must reach the
+# daemon: the guest agent puts accounts it creates into the `docker` group by default
+# (GoogleCloudPlatform/guest-agent README, Configuration: Accounts groups = adm,dip,docker,...),
+# and one it created before the group existed is added here.
+if [ "$(md instance/attributes/tfcluster-docker 2>/dev/null)" = "true" ]; then
+  if ! command -v docker >/dev/null 2>&1; then
+    apt_install docker.io || fail "Docker could not be installed (apt-get install docker.io): $(apt_error)"
+  fi
+  if ! systemctl enable --now docker.service >/dev/null 2>&1; then
+    # dockerd's own reason ("failed to start daemon: ..."), not systemd's "Failed to start".
+    why=$(journalctl -u docker.service -o cat --no-pager 2>/dev/null | grep -E '^failed to start daemon' | tail -n 1)
+    fail "Docker is installed but its daemon did not start: $(summary "${why:-see journalctl -u docker.service}")"
+  fi
+  login=$(md instance/attributes/ssh-keys 2>/dev/null | head -n 1 | cut -d: -f1)
+  if [ -n "$login" ] && id "$login" >/dev/null 2>&1; then
+    usermod -aG docker "$login" || fail "could not add $login to the docker group"
+  fi
+  # GPUs inside containers: the NVIDIA Container Toolkit, configured as a Docker runtime
+  # (https://docs.nvidia.com/datacenter/cloud-native/container-toolkit/latest/install-guide.html:
+  # NVIDIA's apt repository and key, apt-get install nvidia-container-toolkit, then
+  # `nvidia-ctk runtime configure --runtime=docker` and a daemon restart).
+  if [ "$(md instance/attributes/install-nvidia-driver 2>/dev/null)" = "True" ] && ! command -v nvidia-ctk >/dev/null 2>&1; then
+    keyring=/usr/share/keyrings/nvidia-container-toolkit-keyring.gpg
+    { curl -fsSL https://nvidia.github.io/libnvidia-container/gpgkey | gpg --dearmor --yes -o "$keyring" &&
+      curl -fsSL https://nvidia.github.io/libnvidia-container/stable/deb/nvidia-container-toolkit.list |
+        sed "s#deb https://#deb [signed-by=$keyring] https://#g" >/etc/apt/sources.list.d/nvidia-container-toolkit.list &&
+      apt-get update -q >>"$APT_LOG" 2>&1; } || fail "NVIDIA's container toolkit repository could not be added (no route to nvidia.github.io?)"
+    apt_install nvidia-container-toolkit || fail "the NVIDIA container toolkit could not be installed: $(apt_error)"
+  fi
+  if [ "$(md instance/attributes/install-nvidia-driver 2>/dev/null)" = "True" ]; then
+    { nvidia-ctk runtime configure --runtime=docker >/dev/null && systemctl restart docker.service; } ||
+      fail "Docker could not be given the NVIDIA runtime (nvidia-ctk runtime configure --runtime=docker)"
+  fi
+fi
+
 stamp="$VENV/.installed-tensorflow-$TF_VERSION-tuner"
 if [ ! -f "$stamp" ]; then
   if ! venv_error=$(python3 -m venv "$VENV" 2>&1); then

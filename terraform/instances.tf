@@ -70,6 +70,7 @@ resource "google_compute_instance" "worker" {
     "tfcluster-idle-probes"   = "jobs_and_ssh"
     "tfcluster-watchdog"      = local.watchdog_script
     "tfcluster-boot-nonce"    = var.boot_nonce
+    "tfcluster-docker"        = var.docker ? "true" : "false"
     "startup-script"          = local.startup_script
   }
 

@@ -90,6 +90,12 @@ variable "spot" {
   default     = false
 }
 
+variable "docker" {
+  description = "Install and start Docker on every VM (and the NVIDIA container toolkit on GPU VMs), for `train --image`. tfcluster sets it when an image is configured."
+  type        = bool
+  default     = false
+}
+
 variable "operator_cidr" {
   description = "The only source allowed to reach SSH (tcp:22): the operator's public IP as a /32. tfcluster detects it."
   type        = string

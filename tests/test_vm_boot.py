@@ -7,7 +7,9 @@ Four machines boot at once in one module fixture; the tests then assert on each:
             finally the idle rule's `stop` halting it;
 - deadpip:  a dead package index -> "<nonce>:error: pip install ... failed", then halted as idle;
 - hungpip:  an index that never answers -> the boot grace ends the boot's activity, halted;
-- deadapt:  no venv and a dead apt source -> the exact venv error in the ready attribute.
+- deadapt:  no venv and a dead apt source -> the exact venv error in the ready attribute;
+- docker:   tfcluster-docker=true -> docker.io installed after the watchdog, before pip; the
+            daemon's own start-up error (it cannot run unprivileged here) as one line.
 The tests of `healthy` run in file order (kill, second boot, halt).
 """
 
@@ -42,6 +44,10 @@ def lab(tmp_path_factory):
         lab.boot("hungpip", nonce="hungpip-1", pip="hung", idle_minutes=0.1,
                  extra={"tfcluster-boot-grace-minutes": "0.5"})
         lab.boot("deadapt", nonce="deadapt-1", apt="dead", idle_minutes=60)
+        # A cluster for `train --image` (variable docker): Docker from the offline apt repository.
+        # dockerd itself cannot run in an unprivileged container (no overlay mounts, no iptables),
+        # so this machine shows the install and that a daemon failure is one line naming the cause.
+        lab.boot("docker", nonce="docker-1", pip="dead", idle_minutes=60, extra={"tfcluster-docker": "true"})
         yield {machine.name: machine for machine in lab.machines}
     finally:
         lab.close()
@@ -156,3 +162,16 @@ def test_the_watchdog_stop_action_halts_an_idle_machine(lab):
     wait_for(lambda: not machine.running(), 180, 1, "the watchdog to halt the idle machine")
     last = statuses(machine)[-1][1]
     assert last["act"] is True and last["action"] == "stop"
+
+
+def test_an_image_cluster_installs_docker_after_the_watchdog_and_names_a_daemon_failure(lab):
+    machine = lab["docker"]
+    wait_for(lambda: machine.ready() not in (None, "docker-1:starting"), 600, 1, "the boot to end")
+    value = machine.ready()
+    assert value.startswith("docker-1:error: Docker is installed but its daemon did not start: "
+                            "failed to start daemon: "), value
+    assert "\n" not in value
+    assert machine.exec("dpkg-query", "-W", "-f", "${Status}", "docker.io").stdout == "install ok installed"
+    assert machine.exec("systemctl", "is-active", "tfcluster-watchdog").stdout.strip() == "active"
+    # Docker came before the Python environment: pip never ran on this machine.
+    assert machine.exec("test", "-e", "/opt/tfcluster/venv").returncode != 0

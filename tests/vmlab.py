@@ -199,6 +199,7 @@ class VmLab:
             "tfcluster-idle-probes": "jobs_and_ssh",
             "tfcluster-watchdog": self.watchdog,
             "tfcluster-boot-nonce": nonce,
+            "tfcluster-docker": "false",
             "startup-script": self.startup_script,
             **extra,
         }

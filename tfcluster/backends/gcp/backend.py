@@ -82,6 +82,8 @@ class GcpBackend(SshBackend):
             "idle_action": settings.idle_action, "max_run_hours": settings.max_run_hours,
             "termination_action": settings.termination_action, "boot_disk_gb": settings.boot_disk_gb,
             "bucket_force_destroy": settings.bucket_force_destroy, "boot_nonce": new_nonce(),
+            # Docker on the VMs when the workers run in an image (startup.sh, step 2a).
+            "docker": bool(settings.image),
             "startup_script": str(STARTUP_DIR / "startup.sh"),
             "watchdog_script": str(STARTUP_DIR / "watchdog.py"),
         }
