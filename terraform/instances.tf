@@ -57,21 +57,22 @@ resource "google_compute_instance" "worker" {
   }
 
   metadata = {
-    "block-project-ssh-keys"  = "true"
-    "enable-oslogin"          = "false"
-    "enable-guest-attributes" = "TRUE"
-    "serial-port-enable"      = "false"
-    "install-nvidia-driver"   = local.has_gpu ? "True" : "False"
-    "ssh-keys"                = "${var.ssh_user}:${var.ssh_public_key}"
-    "tfcluster-cluster"       = var.cluster_name
-    "tfcluster-tf-port"       = tostring(var.tf_port)
-    "tfcluster-idle-minutes"  = tostring(var.idle_minutes)
-    "tfcluster-idle-action"   = var.idle_action
-    "tfcluster-idle-probes"   = "jobs_and_ssh"
-    "tfcluster-watchdog"      = local.watchdog_script
-    "tfcluster-boot-nonce"    = var.boot_nonce
-    "tfcluster-docker"        = var.docker ? "true" : "false"
-    "startup-script"          = local.startup_script
+    "block-project-ssh-keys"       = "true"
+    "enable-oslogin"               = "false"
+    "enable-guest-attributes"      = "TRUE"
+    "serial-port-enable"           = "false"
+    "install-nvidia-driver"        = local.has_gpu ? "True" : "False"
+    "ssh-keys"                     = "${var.ssh_user}:${var.ssh_public_key}"
+    "tfcluster-cluster"            = var.cluster_name
+    "tfcluster-tf-port"            = tostring(var.tf_port)
+    "tfcluster-idle-minutes"       = tostring(var.idle_minutes)
+    "tfcluster-idle-action"        = var.idle_action
+    "tfcluster-idle-probes"        = "jobs_and_ssh"
+    "tfcluster-boot-grace-minutes" = tostring(var.boot_grace_minutes)
+    "tfcluster-watchdog"           = local.watchdog_script
+    "tfcluster-boot-nonce"         = var.boot_nonce
+    "tfcluster-docker"             = var.docker ? "true" : "false"
+    "startup-script"               = local.startup_script
   }
 
   lifecycle {

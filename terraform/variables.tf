@@ -144,6 +144,16 @@ variable "ssh_public_key" {
   }
 }
 
+variable "boot_grace_minutes" {
+  description = "Minutes the boot script's work (installs, driver wait) counts as activity for the idle watchdog, at most: a slow first boot is not stopped, a hung one does not bill for ever."
+  type        = number
+  default     = 45
+  validation {
+    condition     = var.boot_grace_minutes >= 1 && var.boot_grace_minutes <= 1440
+    error_message = "boot_grace_minutes must be between 1 and 1440."
+  }
+}
+
 variable "idle_minutes" {
   description = "In-VM watchdog: act after this many idle minutes; 0 disables it (the hypervisor deadline still applies)."
   type        = number

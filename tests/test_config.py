@@ -24,6 +24,8 @@ def test_defaults_and_precedence():
     ({"stop_grace_seconds": 0}, "stop_grace_seconds must be a number in (0, 300]"),
     ({"keras": "legacy"}, "keras must be one of 2, 3 (got 'legacy'); set it in invoke.yaml (tfcluster.keras)"),
     ({"keras": 4}, "keras must be one of 2, 3 (got 4)"),
+    ({"boot_grace_minutes": 0}, "boot_grace_minutes must be >= 1 (got 0)"),
+    ({"boot_grace_minutes": 2000}, "boot_grace_minutes must be between 1 and 1440 (got 2000)"),
 ])
 def test_bad_values_name_the_key(overrides, message):
     with pytest.raises(ConfigError) as error:

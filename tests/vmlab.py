@@ -197,6 +197,7 @@ class VmLab:
             "tfcluster-idle-minutes": f"{idle_minutes:g}",
             "tfcluster-idle-action": "stop",
             "tfcluster-idle-probes": "jobs_and_ssh",
+            "tfcluster-boot-grace-minutes": "45",
             "tfcluster-watchdog": self.watchdog,
             "tfcluster-boot-nonce": nonce,
             "tfcluster-docker": "false",

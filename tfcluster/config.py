@@ -92,6 +92,9 @@ class Settings:
     # Idle watchdog: minutes idle before acting (0 = off) and the action (stop or delete).
     idle_minutes: int = 30
     idle_action: str = "stop"
+    # gcp: minutes the boot script's work counts as activity for the watchdog, at most (a slow
+    # first boot is not stopped; a hung one does not bill for ever).
+    boot_grace_minutes: int = 45
     # gcp: hypervisor deadline (hours after each start) and what it does (STOP or DELETE).
     max_run_hours: int = 12
     termination_action: str = "STOP"
@@ -202,6 +205,9 @@ def validate(values: Mapping[str, Any]) -> Settings:
     idle_minutes = parse_int("idle_minutes", values["idle_minutes"], 0)
     if idle_minutes > 1440:
         raise ConfigError(f"idle_minutes must be between 0 (off) and 1440 (got {idle_minutes})")
+    boot_grace_minutes = parse_int("boot_grace_minutes", values["boot_grace_minutes"], 1)
+    if boot_grace_minutes > 1440:
+        raise ConfigError(f"boot_grace_minutes must be between 1 and 1440 (got {boot_grace_minutes})")
     max_run_hours = parse_int("max_run_hours", values["max_run_hours"], 1)
     if max_run_hours > 168:
         raise ConfigError(f"max_run_hours must be between 1 and 168 (got {max_run_hours})")
@@ -243,6 +249,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         gcp_ssh_user=str(values["gcp_ssh_user"] or "tfcluster"),
         idle_minutes=idle_minutes,
         idle_action=idle_action,
+        boot_grace_minutes=boot_grace_minutes,
         max_run_hours=max_run_hours,
         termination_action=termination,
         bucket_force_destroy=parse_bool("bucket_force_destroy", values["bucket_force_destroy"]),

@@ -79,7 +79,8 @@ class GcpBackend(SshBackend):
             "operator_cidr": operator_cidr, "tf_port": settings.tf_port,
             "oracle_port": settings.oracle_port, "ssh_user": settings.gcp_ssh_user,
             "ssh_public_key": public_key, "idle_minutes": settings.idle_minutes,
-            "idle_action": settings.idle_action, "max_run_hours": settings.max_run_hours,
+            "idle_action": settings.idle_action, "boot_grace_minutes": settings.boot_grace_minutes,
+            "max_run_hours": settings.max_run_hours,
             "termination_action": settings.termination_action, "boot_disk_gb": settings.boot_disk_gb,
             "bucket_force_destroy": settings.bucket_force_destroy, "boot_nonce": new_nonce(),
             # Docker on the VMs when the workers run in an image (startup.sh, step 2a).
