@@ -38,9 +38,7 @@ Behaviours modelled, with their sources:
 
 from __future__ import annotations
 
-import itertools
 import json
-from datetime import datetime, timezone
 import re
 import threading
 import time
@@ -49,6 +47,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
+
+from tests.fake_operations import advance, capacity_error, new_operation, preempt_instance, start_effect  # noqa: E402
+
+__all__ = ["FakeCompute", "FakeComputeServer", "preempt_instance", "stop_instance"]
 
 
 @dataclass
@@ -102,82 +104,6 @@ def _service_disabled(project: str) -> tuple[int, dict]:
                                         "metadata": {"service": "compute.googleapis.com", "consumer": f"projects/{project}"}}]}}
 
 
-_COUNTER = itertools.count(1)
-
-
-def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _new_operation(state: FakeCompute, project: str, zone: str, kind: str, target: str,
-                   seconds: float, apply=None, error: dict | None = None) -> dict:
-    """Record a PENDING operation that is DONE ``seconds`` from now; ``apply`` runs at DONE."""
-    name = f"operation-{int(time.time() * 1000)}-{next(_COUNTER):06d}"
-    record = {"kind": "compute#operation", "id": str(next(_COUNTER)), "name": name, "operationType": kind,
-              "status": "PENDING", "progress": 0, "insertTime": _now_iso(),
-              "targetLink": f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}/instances/{target}",
-              "zone": f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}",
-              "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/zones/{zone}/operations/{name}"}
-    with state.lock:
-        state.operations[name] = {"json": record, "done_at": time.monotonic() + seconds, "apply": apply,
-                                  "error": error}
-    return dict(record)
-
-
-def _advance(state: FakeCompute) -> None:
-    """Move every operation along the clock: RUNNING once seen, DONE (effect applied) when due."""
-    now = time.monotonic()
-    with state.lock:
-        for entry in state.operations.values():
-            record = entry["json"]
-            if record["status"] == "DONE":
-                continue
-            if now < entry["done_at"]:
-                record.update(status="RUNNING", progress=50, startTime=record.get("startTime") or _now_iso())
-                continue
-            if entry["apply"] is not None:
-                entry["apply"]()
-            record.update(status="DONE", progress=100, endTime=_now_iso())
-            record.setdefault("startTime", record["endTime"])
-            if entry["error"] is not None:
-                record.update(entry["error"])
-
-
-def _capacity_error(project: str, zone: str) -> dict:
-    message = (f"The zone 'projects/{project}/zones/{zone}' does not have enough resources available to "
-               "fulfill the request.  Try a different zone, or try again later.")
-    return {"httpErrorStatusCode": 503, "httpErrorMessage": "SERVICE UNAVAILABLE",
-            "error": {"errors": [{"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "message": message}]}}
-
-
-def preempt_instance(state: FakeCompute, name: str) -> None:
-    """Google preempts a Spot VM: it stops, and zoneOperations lists a compute.instances.preempted
-    operation for it (see the module docstring)."""
-    zone = state.instances[name]["zone"]
-    stop_instance(state, name)
-    _new_operation(state, state.project, zone, "compute.instances.preempted", name, 0.0)
-    with state.lock:
-        state.operations[list(state.operations)[-1]]["json"].update(
-            status="DONE", progress=100, endTime=_now_iso(), statusMessage="Instance was preempted.")
-
-
-def _start_effect(state: FakeCompute, name: str):
-    def boot() -> None:
-        instance = state.instances.get(name)
-        if instance is None or instance["status"] == "RUNNING":
-            return
-        instance["external_ip"] = state.next_external_ip.pop(name, instance.get("internal_ip"))
-        if callable(state.on_start):
-            state.on_start(name, instance["external_ip"])
-        instance["started"] = _now_iso()
-        instance["status"] = "RUNNING"
-        # The boot script reports readiness with the nonce of this boot (startup/startup.sh).
-        nonce = instance.get("metadata", {}).get("tfcluster-boot-nonce", "")
-        instance["guest"]["tfcluster/ready"] = f"{nonce}:ok"
-
-    return boot
-
-
 def _instance_json(state: FakeCompute, name: str, zone: str) -> dict:
     instance = state.instances[name]
     metadata = instance.setdefault("metadata", {})
@@ -214,7 +140,7 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
           headers: dict) -> tuple[int, dict]:
     state.requests.append({"method": method, "path": path, "query": query, "authorization":
                            headers.get("Authorization", ""), "body": body})
-    _advance(state)
+    advance(state)
     if not path.startswith("/_fake/"):
         if state.service_disabled:
             return _service_disabled(state.project)
@@ -327,18 +253,18 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
             else:  # start: a new ephemeral external IP once DONE; the boot script then reports readiness.
                 if instance["status"] in ("TERMINATED", "STOPPED") and state.no_capacity_starts > 0:
                     state.no_capacity_starts -= 1
-                    return 200, _new_operation(state, match["project"], match["zone"], "start", match["name"],
-                                               state.start_seconds, error=_capacity_error(match["project"],
+                    return 200, new_operation(state, match["project"], match["zone"], "start", match["name"],
+                                               state.start_seconds, error=capacity_error(match["project"],
                                                                                           match["zone"]))
                 if instance["status"] in ("TERMINATED", "STOPPED"):
                     instance["status"] = "STAGING"  # Until the operation is DONE.
-                    return 200, _new_operation(state, match["project"], match["zone"], "start", match["name"],
-                                               state.start_seconds, apply=_start_effect(state, match["name"]))
-        return 200, _new_operation(state, match["project"], match["zone"], match["verb"][1:], match["name"],
+                    return 200, new_operation(state, match["project"], match["zone"], "start", match["name"],
+                                               state.start_seconds, apply=start_effect(state, match["name"]))
+        return 200, new_operation(state, match["project"], match["zone"], match["verb"][1:], match["name"],
                                    state.other_seconds)
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/operations", path)
     if match and method == "GET":
-        _advance(state)
+        advance(state)
         wanted = re.fullmatch(r'\s*operationType\s*=\s*"?([\w.]+)"?\s*', query.get("filter", [""])[0])
         with state.lock:
             items = [dict(entry["json"]) for entry in state.operations.values()
@@ -353,7 +279,7 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
                                f"{match['op']}' was not found")
         if match["wait"]:  # zoneOperations.wait returns when DONE or after about 2 minutes.
             time.sleep(max(0.0, min(entry["done_at"] - time.monotonic(), 120.0)))
-        _advance(state)
+        advance(state)
         return 200, dict(entry["json"])
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)", path)
     if match and method == "DELETE":
