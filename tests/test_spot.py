@@ -71,6 +71,7 @@ def test_preemption_is_listed_in_zone_operations(fake_compute):  # noqa: F811
 
 # ---------------------------------------------------------------- preemption end to end
 
+import contextlib  # noqa: E402
 import json  # noqa: E402
 import subprocess  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -139,41 +140,51 @@ class SpotWorld:
         return found
 
 
-@pytest.fixture
-def spot(tmp_path, world, synthetic_data):
+@contextlib.contextmanager
+def spot_cli_in(tmp_path: Path, world, synthetic_data: Path):
+    """The CLI on three Spot "VMs" (namespace hosts, each with its own metadata server) in ``world``;
+    ``cli.spot`` is the SpotWorld. Shared by the tests and bench/bench_spot.py."""
     storage_address = f"{SUBNET}.2"
     etc = {"hosts": "", "ssl": world.trust_store(tmp_path / "ssl")}
     lab = HostLab(tmp_path / "lab", 3, tag="ts", listen_all=True, etc=etc)
-    for address in [storage_address, *METADATA]:
-        subprocess.run(["ip", "addr", "add", f"{address}/24", "dev", BRIDGE], check=True)
-    world.storage_proxy.listen(storage_address, 443, world.tls_context)
-    world.storage_proxy.listen(storage_address, 80, None)
     servers = []
-    for index, host in enumerate(lab.hosts):
-        servers.append(FakeMetadataServer({
-            # https://cloud.google.com/compute/docs/access/authenticate-workloads#applications
-            "instance/service-accounts/default/token": json.dumps(
-                {"access_token": VM_TOKEN, "expires_in": 3599, "token_type": "Bearer"}),
-            "instance/service-accounts/default/email": "default-vm@demo-project.iam.gserviceaccount.com",
-            "project/project-id": "demo-project", "instance/zone": "projects/1/zones/us-west1-b",
-            "instance/name": f"default-{index}", **CALM}, bind=(METADATA[index], 80)))
-        # Each VM reaches its own metadata server: its hosts file, written in place (ip netns exec
-        # bind-mounts this very file over /etc/hosts).
-        with open(f"/etc/netns/{host.netns}/hosts", "w") as hosts:
-            hosts.write(f"127.0.0.1 localhost\n{storage_address} {' '.join(STORAGE_NAMES)}\n"
-                        f"{METADATA[index]} metadata.google.internal\n")
-    cli = make_gcp_cli(tmp_path, world, lab, synthetic_data)
-    cli.env.update({"INVOKE_TFCLUSTER_SPOT": "true", "INVOKE_TFCLUSTER_CAPACITY_WAIT_SECONDS": "1",
-                    "INVOKE_TFCLUSTER_CAPACITY_TRIES": "5"})
-    for index in range(3):
-        world.compute.state.next_external_ip[f"default-{index}"] = NEW_IP[index]
-    cli.spot = SpotWorld(lab, world.compute, servers)
-    yield cli
-    if cli.cluster() is not None:
-        cli.run("down", "--delete-bucket", timeout=180)
-    for server in servers:
-        server.close()
-    lab.teardown()
+    try:
+        for address in [storage_address, *METADATA]:
+            subprocess.run(["ip", "addr", "add", f"{address}/24", "dev", BRIDGE], check=True)
+        world.storage_proxy.listen(storage_address, 443, world.tls_context)
+        world.storage_proxy.listen(storage_address, 80, None)
+        for index, host in enumerate(lab.hosts):
+            servers.append(FakeMetadataServer({
+                # https://cloud.google.com/compute/docs/access/authenticate-workloads#applications
+                "instance/service-accounts/default/token": json.dumps(
+                    {"access_token": VM_TOKEN, "expires_in": 3599, "token_type": "Bearer"}),
+                "instance/service-accounts/default/email": "default-vm@demo-project.iam.gserviceaccount.com",
+                "project/project-id": "demo-project", "instance/zone": "projects/1/zones/us-west1-b",
+                "instance/name": f"default-{index}", **CALM}, bind=(METADATA[index], 80)))
+            # Each VM reaches its own metadata server: its hosts file, written in place (ip netns
+            # exec bind-mounts this very file over /etc/hosts).
+            with open(f"/etc/netns/{host.netns}/hosts", "w") as hosts:
+                hosts.write(f"127.0.0.1 localhost\n{storage_address} {' '.join(STORAGE_NAMES)}\n"
+                            f"{METADATA[index]} metadata.google.internal\n")
+        cli = make_gcp_cli(tmp_path, world, lab, synthetic_data)
+        cli.env.update({"INVOKE_TFCLUSTER_SPOT": "true", "INVOKE_TFCLUSTER_CAPACITY_WAIT_SECONDS": "1",
+                        "INVOKE_TFCLUSTER_CAPACITY_TRIES": "5"})
+        for index in range(3):
+            world.compute.state.next_external_ip[f"default-{index}"] = NEW_IP[index]
+        cli.spot = SpotWorld(lab, world.compute, servers)
+        yield cli
+        if cli.cluster() is not None:
+            cli.run("down", "--delete-bucket", timeout=180)
+    finally:
+        for server in servers:
+            server.close()
+        lab.teardown()
+
+
+@pytest.fixture
+def spot(tmp_path, world, synthetic_data):
+    with spot_cli_in(tmp_path, world, synthetic_data) as cli:
+        yield cli
 
 
 def _remote_log(tmp_path: Path, run_id: str, worker: int) -> Path:

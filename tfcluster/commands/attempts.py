@@ -53,7 +53,7 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
                 break
             # A worker lost with its machine, or its peers failing because of it: ask the cloud
             # whether it took a machine back before treating this as the program's failure.
-            lost = Preemptions(backend.preemptions(store.load_cluster(), attempt_started - CLOCK_SLACK_SECONDS))
+            lost = Preemptions(_preemptions(backend, store, attempt_started - CLOCK_SLACK_SECONDS))
             if lost.found:
                 plans = _recover(settings, store, backend, run, plans, lost, attempt, preempted, started, progress)
                 if plans is None:
@@ -78,8 +78,8 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
         _finish(store, run, "failed", progress, started)
         raise TrainingFailed(f"run {run.run_id} failed: {lost.describe()} was preempted by Google and no retry "
                              f"is left (--retries {run.retries} counts preemptions too); no worker process is "
-                             f"left running; the VM(s) stay stopped and their disks bill until `invoke down`, "
-                             f"or `invoke up` and train again")
+                             f"left running; the VM(s) stay stopped and their disks bill until `invoke down`; "
+                             f"resume it with `invoke train --resume {run.run_id}`")
     with console.status("Collecting logs and results..."):
         local_model = backend.collect([plan.host for plan in plans], run.run_id,
                                       store.run_dir(run.run_id), failure is None)
@@ -116,6 +116,16 @@ class Preemptions:
         return ", ".join(f"{p.worker} ({p.address})" for p in self.found)
 
 
+def _preemptions(backend, store: StateStore, since: float) -> list[Preemption]:
+    """The backend's preemptions since ``since``; none (with a note) when it cannot tell, so the
+    failure is then reported as it is."""
+    try:
+        return backend.preemptions(store.load_cluster(), since)
+    except TfClusterError as error:
+        console.print(f"[yellow]Could not check for preemptions ({error}).[/]", soft_wrap=True)
+        return []
+
+
 def _recover(settings: Settings, store: StateStore, backend, run: RunRecord, plans: list, lost: Preemptions,
              attempt: int, preempted: list[dict], started: float, progress: launch.Progress) -> list | None:
     """After a preemption: stop the survivors' processes (their VMs stay), start the preempted VMs
@@ -141,9 +151,12 @@ def _recover(settings: Settings, store: StateStore, backend, run: RunRecord, pla
         backend.restart_preempted(cluster, settings)
     except TfClusterError as error:
         _finish(store, run, "failed", progress, started)
-        raise TrainingFailed(f"run {run.run_id} failed: {error}; no worker process is left running") from None
+        raise TrainingFailed(f"run {run.run_id} failed: {error}; no worker process is left running; resume "
+                             f"it later with `invoke train --resume {run.run_id}`") from None
     store.save_cluster(cluster)  # New external addresses and host keys.
-    preempted[-1]["restarted_at"] = time.time()
+    for item in preempted:
+        if item["attempt"] == attempt:
+            item.setdefault("restarted_at", time.time())
     return [dataclasses.replace(plan, host=host) for plan, host in zip(plans, backend.hosts(cluster))]
 
 

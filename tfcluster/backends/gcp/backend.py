@@ -257,10 +257,12 @@ class GcpBackend(SshBackend):
                                    settings.capacity_wait_seconds, settings.capacity_tries)
             except ZoneFull as full:
                 names = ", ".join(full.instances)
+                stays = "stays stopped and its disk bills" if len(full.instances) == 1 else \
+                    "stay stopped and their disks bill"
                 raise ClusterError(
                     f"zone {cluster.zone} has no capacity for {names} after {settings.capacity_tries} starts "
-                    f"(ZONE_RESOURCE_POOL_EXHAUSTED); {names} stay(s) stopped and the disk(s) bill until "
-                    "`invoke down` (or `invoke up` later starts them again)") from None
+                    f"(ZONE_RESOURCE_POOL_EXHAUSTED); {names} {stays} until `invoke down` (or `invoke up` "
+                    "later starts them again)") from None
             finally:
                 self._connections.clear()  # New addresses and keys: connect afresh.
 
