@@ -87,6 +87,8 @@ needs_hosts = pytest.mark.skipif(available() is not None, reason=f"test hosts: {
 # Each VM's metadata server (a VM sees only its own); the new external address a start gives.
 METADATA = [f"{SUBNET}.{3 + i}" for i in range(3)]
 NEW_IP = [f"{SUBNET}.{60 + i}" for i in range(3)]
+# Tiny epochs, backed up every EVERY steps (the trainer reports progress every STEPS // 10 steps).
+STEPS, EVERY = 20, 5
 # What the metadata server says when nothing is announced, and when Google preempts the VM
 # (https://cloud.google.com/compute/docs/instances/create-use-preemptible#detecting_if_an_instance_was_preempted:
 # instance/preempted turns TRUE; https://cloud.google.com/compute/docs/instances/spot: the
@@ -197,15 +199,17 @@ def test_a_preempted_worker_comes_back_and_the_same_run_resumes(spot, world, tmp
     assert up.returncode == 0, up.stdout + up.stderr
     # The zone has no capacity for the first three starts: the launcher waits and tries again.
     world.compute.state.no_capacity_starts = 3
-    launcher = spot.popen("train", "--retries", "2", "--", "--epochs", "3")
+    launcher = spot.popen("train", "--retries", "2", "--", "--epochs", "3", "--steps-per-epoch", str(STEPS),
+                          "--backup-every-steps", str(EVERY))
     try:
         run_dir = wait_for(lambda: spot.runs() and spot.runs()[-1], 60, what="the run's folder")
 
-        def epoch_done():
+        def mid_epoch_2():
             log = _remote_log(tmp_path, run_dir.name, 0)
-            return log.exists() and any(e["event"] == "epoch_end" for e in events_of(log.read_text()))
+            steps = [e for e in events_of(log.read_text()) if e["event"] == "step"] if log.exists() else []
+            return steps and steps[-1]["epoch"] == 2 and steps[-1]["step"] >= 8
 
-        wait_for(epoch_done, 300, what="the chief's first epoch")
+        wait_for(mid_epoch_2, 300, interval=0.05, what="the chief in epoch 2, step 8")
         spot.spot.preempt(2)
         output, _ = launcher.communicate(timeout=600)
     finally:
@@ -220,8 +224,12 @@ def test_a_preempted_worker_comes_back_and_the_same_run_resumes(spot, world, tmp
     [preemption] = run["summary"]["preemptions"]
     assert preemption["worker"] == "worker-2" and preemption["instance"] == "default-2"
     assert preemption["attempt"] == 1 and preemption["restarted_at"] >= preemption["noticed_at"]
-    # The same run resumed from its gs:// backup: no finished epoch was done again.
-    assert run["summary"]["resumed_at"]["2"] > 1
+    # The same run resumed from its gs:// step backup: at most the steps since the last one redone.
+    assert run["summary"]["resumed_at"]["2"] == 2
+    before, after = (run_dir / "worker-0.log").read_text().split("attempt 2 on", 1)
+    reached = max(e["step"] for e in events_of(before) if e["event"] == "step" and e["epoch"] == 2)
+    resumed = next(e for e in events_of(after) if e["event"] == "first_step")
+    assert resumed["epoch"] == 2 and 0 <= reached - (resumed["step"] - 1) < EVERY + 2  # Steps are reported every 2.
     # The VM came back on a new external address, which the cluster record now holds.
     assert spot.cluster()["hosts"][2]["ssh_address"] == NEW_IP[2]
     assert world.compute.state.instances["default-2"]["status"] == "RUNNING"

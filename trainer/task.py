@@ -273,11 +273,12 @@ def EventCallback(keras, epochs: int, steps_per_epoch: int):
             self._epoch = 0
 
         def on_train_batch_end(self, batch, logs=None):
+            step = int(batch) + 1  # After a step-level restore, tf_keras passes a numpy integer.
             if not self._first_step_seen:
                 self._first_step_seen = True
-                emit("first_step", epoch=self._epoch, step=batch + 1)
-            elif (batch + 1) % every == 0:
-                emit("step", epoch=self._epoch, step=batch + 1, steps=steps_per_epoch)
+                emit("first_step", epoch=self._epoch, step=step)
+            elif step % every == 0:
+                emit("step", epoch=self._epoch, step=step, steps=steps_per_epoch)
 
         def on_epoch_begin(self, epoch, logs=None):
             self._epoch = epoch + 1
