@@ -87,14 +87,19 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
     "verbose": "show every worker line, TensorFlow's start-up noise included (the logs always have it)",
     "cluster": "cluster name (default: default)",
     "image": "run each worker in this container image (default: tfcluster.image, or the one `up` pulled)",
+    "resume": "bring back run RUN (e.g. after a preemption while no launcher ran): restart its stopped "
+              "VMs and resume it from its backup",
 })
 @_user_errors
 def train(c, workers: Optional[int] = None, script: Optional[str] = None,
           project: Optional[str] = None, retries: Optional[int] = None, dry_run: bool = False,
           keras: Optional[str] = None, verbose: bool = False, cluster: Optional[str] = None,
-          image: Optional[str] = None):
+          image: Optional[str] = None, resume: Optional[str] = None):
     """Train on the cluster; arguments after `--` go to the trainer (e.g. -- --epochs 5)."""
     settings = _settings(c, cluster=cluster, keras=keras)
+    if resume:
+        commands.resume(settings, resume, retries=retries, verbose=verbose)
+        return
     commands.train(settings, commands.TrainRequest(
         workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
         retries=retries, dry_run=dry_run, keras=keras, verbose=verbose, image=image))

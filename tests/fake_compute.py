@@ -17,22 +17,40 @@ Behaviours modelled, with their sources:
 - A deleted instance answers 404 notFound (instances.get reference).
 - Rate limits answer 429 with reason rateLimitExceeded
   (https://cloud.google.com/compute/api-quota#rate_limits).
-- Operations come back DONE at once: with api_endpoint overridden, google-cloud-compute would
-  poll zoneOperations at the real host (google/cloud/compute_v1/services/zone_operations), which
-  this world cannot reach; PENDING -> RUNNING -> DONE needs the name-based world.
+- Zonal operations go PENDING -> RUNNING -> DONE over time, whether anyone polls or not; an
+  instance's start takes effect only when its operation is DONE. google-cloud-compute's
+  InstancesClient.start/set_metadata/... return an ExtendedOperation whose result() polls
+  zoneOperations.get (google/cloud/compute_v1/services/instances/client.py: GetZoneOperationRequest;
+  google/api_core/extended_operation.py) until status is DONE, then raises from
+  httpErrorStatusCode/httpErrorMessage and error.errors. References:
+  https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/get, .../zoneOperations/wait
+  (blocks until DONE or about 2 minutes), .../zoneOperations/list (filter).
+- A start in a zone without capacity ends DONE with error.errors[].code ZONE_RESOURCE_POOL_EXHAUSTED,
+  httpErrorStatusCode 503 (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability);
+  the instance stays TERMINATED.
+- A Spot VM's preemption (https://cloud.google.com/compute/docs/instances/spot): the instance is
+  stopped (TERMINATED, STOP semantics as stop_instance) and a DONE operation with operationType
+  compute.instances.preempted is listed by zoneOperations.list with
+  filter operationType="compute.instances.preempted"
+  (https://cloud.google.com/compute/docs/instances/create-use-preemptible#detecting_if_an_instance_was_preempted,
+  and the compute-preemptible-history sample).
 """
 
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 import re
 import threading
+import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
+
+from tests.fake_operations import advance, capacity_error, new_operation, preempt_instance, start_effect  # noqa: E402
+
+__all__ = ["FakeCompute", "FakeComputeServer", "preempt_instance", "stop_instance"]
 
 
 @dataclass
@@ -55,8 +73,19 @@ class FakeCompute:
     rate_limited_calls: int = 0
     # The new ephemeral external IP each instance gets at its next start (name -> address).
     next_external_ip: dict = field(default_factory=dict)
+    # Seconds a start's operation stays PENDING/RUNNING before DONE; other operations take less.
+    start_seconds: float = 2.0
+    other_seconds: float = 0.3
+    # The next N starts find no capacity in the zone (ZONE_RESOURCE_POOL_EXHAUSTED).
+    no_capacity_starts: int = 0
+    # Called as on_start(name, external_ip) when a start's operation completes: the test world
+    # boots the machine that plays the VM (its processes were lost with the stop).
+    on_start: object = None
+    # Operation name -> {"json": the operation's fields, "done_at": monotonic time, "apply": effect
+    # run once when DONE (or None), "error": the error block it ends with (or None)}.
+    operations: dict = field(default_factory=dict)
     requests: list = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.RLock = field(default_factory=threading.RLock)
 
 
 def _error(code: int, message: str) -> tuple[int, dict]:
@@ -73,12 +102,6 @@ def _service_disabled(project: str) -> tuple[int, dict]:
                            "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "SERVICE_DISABLED",
                                         "domain": "googleapis.com",
                                         "metadata": {"service": "compute.googleapis.com", "consumer": f"projects/{project}"}}]}}
-
-
-def _operation(path: str, project: str, zone: str, kind: str) -> tuple[int, dict]:
-    return 200, {"kind": "compute#operation", "name": f"operation-{kind}-{abs(hash(path)) % 10**9}",
-                 "operationType": kind, "status": "DONE", "progress": 100,
-                 "targetLink": f"https://compute.googleapis.com{path}", "zone": f"projects/{project}/zones/{zone}"}
 
 
 def _instance_json(state: FakeCompute, name: str, zone: str) -> dict:
@@ -117,6 +140,7 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
           headers: dict) -> tuple[int, dict]:
     state.requests.append({"method": method, "path": path, "query": query, "authorization":
                            headers.get("Authorization", ""), "body": body})
+    advance(state)
     if not path.startswith("/_fake/"):
         if state.service_disabled:
             return _service_disabled(state.project)
@@ -136,6 +160,9 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
         return 200, {}
     if path == "/_fake/stop" and method == "POST":
         stop_instance(state, body["name"])
+        return 200, {}
+    if path == "/_fake/preempt" and method == "POST":
+        preempt_instance(state, body["name"])
         return 200, {}
     if path == "/_fake/guest" and method == "POST":
         with state.lock:
@@ -223,17 +250,37 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
                     return 400, {"error": {"code": 400, "message": "Instance is not suspended.",
                                            "errors": [{"reason": "badRequest", "message": "not suspended"}]}}
                 instance["status"] = "RUNNING"
-            else:  # start: a new ephemeral external IP; the boot script then reports readiness.
-                if instance["status"] == "TERMINATED":
-                    instance["external_ip"] = state.next_external_ip.pop(match["name"], instance.get("internal_ip"))
-                    instance["started"] = datetime.now(timezone.utc).isoformat(timespec="milliseconds")
-                    nonce = instance.get("metadata", {}).get("tfcluster-boot-nonce", "")
-                    instance["guest"]["tfcluster/ready"] = f"{nonce}:ok"
-                instance["status"] = "RUNNING"
-        return _operation(path, match["project"], match["zone"], match["verb"][1:])
-    match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/operations/(?P<op>[^/]+)(/wait)?", path)
-    if match:
-        return 200, {"kind": "compute#operation", "name": match["op"], "status": "DONE", "progress": 100}
+            else:  # start: a new ephemeral external IP once DONE; the boot script then reports readiness.
+                if instance["status"] in ("TERMINATED", "STOPPED") and state.no_capacity_starts > 0:
+                    state.no_capacity_starts -= 1
+                    return 200, new_operation(state, match["project"], match["zone"], "start", match["name"],
+                                               state.start_seconds, error=capacity_error(match["project"],
+                                                                                          match["zone"]))
+                if instance["status"] in ("TERMINATED", "STOPPED"):
+                    instance["status"] = "STAGING"  # Until the operation is DONE.
+                    return 200, new_operation(state, match["project"], match["zone"], "start", match["name"],
+                                               state.start_seconds, apply=start_effect(state, match["name"]))
+        return 200, new_operation(state, match["project"], match["zone"], match["verb"][1:], match["name"],
+                                   state.other_seconds)
+    match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/operations", path)
+    if match and method == "GET":
+        advance(state)
+        wanted = re.fullmatch(r'\s*operationType\s*=\s*"?([\w.]+)"?\s*', query.get("filter", [""])[0])
+        with state.lock:
+            items = [dict(entry["json"]) for entry in state.operations.values()
+                     if entry["json"]["zone"].endswith(f"/zones/{match['zone']}")
+                     and (not wanted or entry["json"]["operationType"] == wanted[1])]
+        return 200, {"kind": "compute#operationList", "items": items}
+    match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/operations/(?P<op>[^/]+?)(?P<wait>/wait)?", path)
+    if match and method in ("GET", "POST"):
+        entry = state.operations.get(match["op"])
+        if entry is None:
+            return _error(404, f"The resource 'projects/{match['project']}/zones/{match['zone']}/operations/"
+                               f"{match['op']}' was not found")
+        if match["wait"]:  # zoneOperations.wait returns when DONE or after about 2 minutes.
+            time.sleep(max(0.0, min(entry["done_at"] - time.monotonic(), 120.0)))
+        advance(state)
+        return 200, dict(entry["json"])
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)", path)
     if match and method == "DELETE":
         if match["name"] not in state.instances:

@@ -102,6 +102,10 @@ class Settings:
     bucket_force_destroy: bool = False
     # gcp: how long `up` waits for every VM's readiness attribute.
     ready_timeout_seconds: float = 1200.0
+    # gcp: restarting a preempted Spot VM in a zone without capacity: the first wait (doubling
+    # each try, at most 5 minutes) and how many starts to try before giving up.
+    capacity_wait_seconds: int = 30
+    capacity_tries: int = 8
     # ssh: install the idle watchdog on the hosts at `up` (set by `up --idle-minutes N`).
     install_watchdog: bool = False
     # Container image the workers run in (`train --image`); empty runs `python` on the hosts.
@@ -254,6 +258,8 @@ def validate(values: Mapping[str, Any]) -> Settings:
         termination_action=termination,
         bucket_force_destroy=parse_bool("bucket_force_destroy", values["bucket_force_destroy"]),
         ready_timeout_seconds=ready_timeout,
+        capacity_wait_seconds=parse_int("capacity_wait_seconds", values["capacity_wait_seconds"], 1),
+        capacity_tries=parse_int("capacity_tries", values["capacity_tries"], 1),
         install_watchdog=parse_bool("install_watchdog", values["install_watchdog"]),
         image=parse_image("image", values["image"]),
         registry=str(values["registry"] or "").strip().rstrip("/"),

@@ -299,6 +299,9 @@ class Progress:
     first_step_at: float | None = None
     scratch_dirs: dict[int, str] = field(default_factory=dict)
     scratch_removed: list[str] = field(default_factory=list)
+    # Each preemption the launcher handled: worker, instance, address, at, attempt, noticed_at,
+    # restarted_at (epoch seconds), for run.json and the summary.
+    preemptions: list[dict] = field(default_factory=list)
 
     def update(self, plan: WorkerPlan, event: dict, attempt: int) -> None:
         kind = event["event"]

@@ -87,6 +87,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--tensorboard-dir",
                         default=env.get("AIP_TENSORBOARD_LOG_DIR", "output/tensorboard"))
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--backup-every-steps", type=_int_at_least(1), default=None,
+                        help="also back up to the checkpoint dir every N training steps (default: epoch ends only); "
+                             "each epoch's last step is always backed up")
     args = parser.parse_args(argv)
     if not args.data_dir:
         parser.error("--data-dir is required (or set TFCLUSTER_DATA_DIR); "
@@ -204,9 +207,10 @@ def main(argv=None) -> int:
     tensorboard_dir = args.tensorboard_dir if chief else os.path.join(scratch, "tensorboard")
     callbacks = [
         # Every worker passes the same backup dir; tf_keras lets only the chief keep it.
-        keras.callbacks.BackupAndRestore(backup_dir=args.checkpoint_dir),
+        backup_callback(keras, args.checkpoint_dir, args.backup_every_steps, steps_per_epoch,
+                        on_gpu=bool(tf.config.list_physical_devices("GPU"))),
         keras.callbacks.TensorBoard(log_dir=tensorboard_dir),
-        EventCallback(keras, args.epochs),
+        EventCallback(keras, args.epochs, steps_per_epoch),
     ]
     started = time.time()
     history = model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps_per_epoch,
@@ -232,20 +236,52 @@ def main(argv=None) -> int:
     return 0
 
 
-def EventCallback(keras, epochs: int):
-    """A Keras callback that reports progress as TFCLUSTER_EVENT lines."""
+def backup_callback(keras, backup_dir: str, every_steps: int | None, steps_per_epoch: int, on_gpu: bool):
+    """tf_keras BackupAndRestore, backing up at epoch ends, or every N steps and at each epoch's last step.
+
+    With an int save_freq, tf_keras backs up only on step counts (counted across epochs), never at
+    epoch end; a backup at the epoch's last step (batch steps_per_epoch - 1) is what its restore
+    reads as "epoch finished" (WorkerTrainingState.maybe_load_initial_counters_from_ckpt), so that
+    one is added. On GPU VMs save_before_preemption=True also backs up when the metadata server
+    announces the VM's termination (instance/maintenance-event); TensorFlow does nothing with it
+    on CPU-only machines, where the step backups are what limits the work lost.
+    """
+    base = keras.callbacks.BackupAndRestore
+    if not every_steps:
+        return base(backup_dir=backup_dir, save_before_preemption=on_gpu)
+
+    class StepBackup(base):
+        def on_train_batch_end(self, batch, logs=None):
+            super().on_train_batch_end(batch, logs)
+            if batch == steps_per_epoch - 1 and self._batches_count:
+                self._batches_count = 0  # The next N steps count from this epoch-end backup.
+                self._backup(epoch=self._current_epoch, batch=batch)
+
+    return StepBackup(backup_dir=backup_dir, save_freq=every_steps, save_before_preemption=on_gpu)
+
+
+def EventCallback(keras, epochs: int, steps_per_epoch: int):
+    """A Keras callback that reports progress as TFCLUSTER_EVENT lines: the first step of each
+    process (with the epoch and step it starts at: after a restore, where the backup left off),
+    about ten steps per epoch, and each epoch's begin and end."""
+    every = max(1, steps_per_epoch // 10)
 
     class _Events(keras.callbacks.Callback):
         def __init__(self):
             super().__init__()
             self._first_step_seen = False
+            self._epoch = 0
 
         def on_train_batch_end(self, batch, logs=None):
+            step = int(batch) + 1  # After a step-level restore, tf_keras passes a numpy integer.
             if not self._first_step_seen:
                 self._first_step_seen = True
-                emit("first_step")
+                emit("first_step", epoch=self._epoch, step=step)
+            elif step % every == 0:
+                emit("step", epoch=self._epoch, step=step, steps=steps_per_epoch)
 
         def on_epoch_begin(self, epoch, logs=None):
+            self._epoch = epoch + 1
             emit("epoch_begin", epoch=epoch + 1, epochs=epochs)
 
         def on_epoch_end(self, epoch, logs=None):

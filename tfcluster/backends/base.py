@@ -174,9 +174,32 @@ class Backend:
         cannot. Default: the workers run this machine's interpreter, which has the project's
         dependencies."""
 
+    def preemptions(self, cluster: ClusterState, since: float) -> list[Preemption]:
+        """Workers whose machine the cloud took back (a Spot preemption) at or after ``since``
+        (epoch seconds) and that are not running now. Default: none, machines are never preempted."""
+        return []
+
+    def restart_preempted(self, cluster: ClusterState, settings: Settings) -> None:
+        """Start the preempted machines again (waiting while the zone has no capacity) and update
+        ``cluster``'s host records (addresses, host keys). Default: nothing can be preempted."""
+        raise ClusterError(f"the {self.name} backend has no machines the cloud can preempt")
+
     def gather(self, hosts: list[WorkerHost], run_id: str, folder: str, local_run_dir: Path) -> None:
         """Merge ``folder`` (relative to each host's run folder) from every host into the local
         run folder, hosts[0] last (its files win). Default: the hosts' run folder is the local one."""
+
+
+@dataclass
+class Preemption:
+    """A worker's machine that the cloud stopped (Spot preemption)."""
+
+    # Worker name (worker-2) and its cloud instance name.
+    worker: str
+    instance: str
+    # The worker's internal address, as the console shows it.
+    address: str
+    # When the cloud preempted it (epoch seconds, from the cloud's own record).
+    at: float
 
 
 @dataclass

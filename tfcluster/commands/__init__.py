@@ -12,8 +12,8 @@ from tfcluster.commands.common import run_state
 from tfcluster.commands.image import build_image
 from tfcluster.commands.results import data, pull, tensorboard_logdir
 from tfcluster.commands.runs import logs, stop
-from tfcluster.commands.train import TrainRequest, ensure_synthetic_data, train
+from tfcluster.commands.train import TrainRequest, ensure_synthetic_data, resume, train
 from tfcluster.commands.tune import TuneRequest, tune
 
-__all__ = ["TrainRequest", "TuneRequest", "tune", "build_image", "data", "down", "ensure_synthetic_data", "idle", "logs", "pull", "run_state",
+__all__ = ["TrainRequest", "TuneRequest", "tune", "build_image", "data", "down", "ensure_synthetic_data", "idle", "logs", "pull", "resume", "run_state",
            "status", "stop", "tensorboard_logdir", "train", "up"]

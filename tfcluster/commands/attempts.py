@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 import threading
 import time
+from dataclasses import dataclass
 
 from rich.status import Status
 
 from tfcluster import launch, tflog, ui
 from tfcluster.commands.common import console
 from tfcluster.config import Settings
-from tfcluster.errors import TrainingFailed
+from tfcluster.backends.base import Preemption
+from tfcluster.errors import TfClusterError, TrainingFailed
 from tfcluster.state import RunRecord, StateStore
 
 
+def clock(at: float) -> str:
+    """A time of day on this machine's clock, as the console shows a preemption."""
+    return time.strftime("%H:%M", time.localtime(at))
+
+
 def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
-                 plans: list[launch.WorkerPlan], verbose: bool = False) -> RunRecord:
-    """``verbose`` prints every worker line; otherwise TensorFlow's known noise is folded."""
+                 plans: list[launch.WorkerPlan], verbose: bool = False, first_attempt: int = 1,
+                 earlier: list[dict] | None = None) -> RunRecord:
+    """``verbose`` prints every worker line; otherwise TensorFlow's known noise is folded.
+    ``first_attempt`` > 1 continues a run (`train --resume`); ``earlier``: its preemptions so far."""
     progress = launch.Progress()
     cause: str | None = None  # A known failure's cause and fix, from the failed workers' logs.
     started = time.time()
@@ -26,17 +36,30 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
     # KeyboardInterrupt wherever the main thread happens to be (a lock, a thread pool).
     interrupted = threading.Event()
     previous_handler = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
+    # Each preemption, for run.json and the summary (the same list as progress.preemptions).
+    preempted = progress.preemptions = list(earlier or [])
+    lost: Preemptions | None = None  # The last attempt's preemptions, when that is how it ended.
     try:
-        for attempt in range(1, run.retries + 2):
+        for attempt in range(first_attempt, run.retries + 2):
             run.attempts = attempt
             store.save_run(run)
             if attempt > 1:
                 console.print(f"[yellow]↻ Retrying: attempt {attempt} of {run.retries + 1}, "
                               "resuming from the last checkpoint[/]")
                 backend.before_retry([plan.host for plan in plans], run.run_id)
+            attempt_started = time.time()
             failure = _one_attempt(settings, plans, attempt, progress, interrupted.is_set, verbose)
             if failure is None or failure.interrupted:
                 break
+            # A worker lost with its machine, or its peers failing because of it: ask the cloud
+            # whether it took a machine back before treating this as the program's failure.
+            lost = Preemptions(_preemptions(backend, store, attempt_started - CLOCK_SLACK_SECONDS))
+            if lost.found:
+                plans = _recover(settings, store, backend, run, plans, lost, attempt, preempted, started, progress)
+                if plans is None:
+                    break
+                continue
+            lost = None
             cause = _report_failure(failure, plans, verbose)
             launch.stop_attempt(plans, attempt, settings.stop_grace_seconds)
             if interrupted.is_set():
@@ -50,6 +73,13 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
         signal.signal(signal.SIGINT, previous_handler)
 
     outcome = "succeeded" if failure is None else "failed"
+    if lost is not None and lost.found and failure is not None:
+        # Preempted on the last attempt allowed: say so, not the survivors' collective errors.
+        _finish(store, run, "failed", progress, started)
+        raise TrainingFailed(f"run {run.run_id} failed: {lost.describe()} was preempted by Google and no retry "
+                             f"is left (--retries {run.retries} counts preemptions too); no worker process is "
+                             f"left running; the VM(s) stay stopped and their disks bill until `invoke down`; "
+                             f"resume it with `invoke train --resume {run.run_id}`")
     with console.status("Collecting logs and results..."):
         local_model = backend.collect([plan.host for plan in plans], run.run_id,
                                       store.run_dir(run.run_id), failure is None)
@@ -68,6 +98,66 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
                              f" after {run.attempts} attempt(s); "
                              + (f"{cause}; " if cause else "") + f"see `invoke logs --worker {plan.index}`")
     return run
+
+
+# The cloud's clock and this machine's may differ by some seconds; a preemption recorded a little
+# before the attempt's start on this clock still belongs to it.
+CLOCK_SLACK_SECONDS = 60.0
+
+
+@dataclass
+class Preemptions:
+    """The preemptions that ended one attempt."""
+
+    # Each preempted worker's machine, as the backend reports it.
+    found: list[Preemption]
+
+    def describe(self) -> str:
+        return ", ".join(f"{p.worker} ({p.address})" for p in self.found)
+
+
+def _preemptions(backend, store: StateStore, since: float) -> list[Preemption]:
+    """The backend's preemptions since ``since``; none (with a note) when it cannot tell, so the
+    failure is then reported as it is."""
+    try:
+        return backend.preemptions(store.load_cluster(), since)
+    except TfClusterError as error:
+        console.print(f"[yellow]Could not check for preemptions ({error}).[/]", soft_wrap=True)
+        return []
+
+
+def _recover(settings: Settings, store: StateStore, backend, run: RunRecord, plans: list, lost: Preemptions,
+             attempt: int, preempted: list[dict], started: float, progress: launch.Progress) -> list | None:
+    """After a preemption: stop the survivors' processes (their VMs stay), start the preempted VMs
+    again and return the plans on the machines as they are now; None when no retry is left.
+    Raises TrainingFailed, run recorded, when the machines cannot be started."""
+    last = attempt == run.retries + 1
+    for item in lost.found:
+        when = clock(item.at)
+        follow = "no retry is left" if last else f"restarting it (attempt {attempt + 1} of {run.retries + 1})"
+        console.print(f"[bold yellow]⚡ {item.worker} ({item.address}) was preempted by Google at {when}; "
+                      f"{follow}[/]", soft_wrap=True)
+        preempted.append({"worker": item.worker, "instance": item.instance, "address": item.address,
+                          "at": item.at, "attempt": attempt, "noticed_at": time.time()})
+    # Recorded at once: `logs --follow` and `status` in another shell see that a launcher handles it.
+    run.summary = {**run.summary, "preemptions": list(preempted)}
+    store.save_run(run)
+    console.print("[yellow]Stopping the other workers' processes (their VMs keep running)...[/]")
+    launch.stop_attempt(plans, attempt, settings.stop_grace_seconds)
+    if last:
+        return None
+    cluster = store.load_cluster()
+    try:
+        backend.restart_preempted(cluster, settings)
+    except TfClusterError as error:
+        _finish(store, run, "failed", progress, started)
+        raise TrainingFailed(f"run {run.run_id} failed: {error}; no worker process is left running; resume "
+                             f"it later with `invoke train --resume {run.run_id}`") from None
+    store.save_cluster(cluster)  # New external addresses and host keys.
+    for item in preempted:
+        if item["attempt"] == attempt:
+            item.setdefault("restarted_at", time.time())
+    return [dataclasses.replace(plan, host=host) for plan, host in zip(plans, backend.hosts(cluster))]
 
 
 def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progress, should_stop,
@@ -163,6 +253,7 @@ def _finish(store, run: RunRecord, outcome: str, progress: launch.Progress, star
         "scratch_dirs": {str(k): v for k, v in progress.scratch_dirs.items()},
         "scratch_removed": progress.scratch_removed,
         "wall_seconds": round(run.ended_at - started, 2),
+        "preemptions": list(progress.preemptions),
     }
     store.save_run(run)
 
@@ -176,6 +267,9 @@ def _print_summary(run: RunRecord, progress: launch.Progress, wall: float) -> No
         table.add_row("epochs", f"{progress.last_epoch}/{progress.epochs}")
     resumed = {a: e for a, e in progress.resumed_at.items() if a > 1}
     table.add_row("attempts", str(run.attempts))
+    for item in progress.preemptions:
+        table.add_row("preempted", f"{item['worker']} ({item['address']}) at "
+                      f"{time.strftime('%H:%M:%S', time.localtime(item['at']))}, attempt {item['attempt']}")
     for attempt, epoch in sorted(resumed.items()):
         redo = f"epochs 1-{epoch - 1} not redone" if epoch > 1 else "no checkpoint yet, started over"
         table.add_row(f"attempt {attempt}", f"resumed at epoch {epoch} ({redo})")

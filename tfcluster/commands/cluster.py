@@ -10,7 +10,7 @@ from tfcluster import tfconfig, ui
 from tfcluster.backends import Backend
 from tfcluster.commands.common import (backend_for_cluster, backend_named, console,
                                        require_cluster, run_state, run_statuses)
-from tfcluster.commands.runs import stop_active_run
+from tfcluster.commands.runs import report_preemptions, stop_active_run
 from tfcluster.commands.tune_plans import read_book
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
@@ -96,6 +96,8 @@ def status(settings: Settings) -> dict:
         table.add_row(f"[{ui.worker_colour(plan.index)}]{plan.name}[/]", worker.state,
                       str(worker.pid or "-"), "-" if worker.exit_code is None else str(worker.exit_code))
     console.print(table)
+    if state != "succeeded" and run.kind == "train":
+        report_preemptions(backend, cluster, run)
     if run.kind == "tune":
         book = read_book([plan for plan, _ in pairs])
         console.print(f"trials: {book.progress()}" + (f" (of {book.max_trials})" if book.max_trials else ""))

@@ -8,6 +8,7 @@ from tfcluster import launch, ui
 from tfcluster.backends import Backend
 from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
                                        run_or_latest, run_state, stop_processes)
+from tfcluster.commands.attempts import clock
 from tfcluster.commands.tune_plans import attempt_of
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError
@@ -42,13 +43,23 @@ def logs(settings: Settings, worker: int | None, follow: bool, run_id: str | Non
                     console.print(ui.prefixed(index, f"worker-{index}", line), soft_wrap=True)
         return run.outcome or "unknown"
 
-    plans = plans_for(store, cluster, run)
+    backend = backend_for_cluster(store, cluster)
+    plans = plans_for(store, cluster, run, backend=backend)
     follower = launch.LogFollower([plan for plan in plans if selected is None or plan.index == selected])
     attempt = max(run.attempts, 1)
+    checked = 0.0
     while True:
         _print_new_lines(follower)
         current = store.load_run(run.run_id) or run
-        state = run_state(current, [launch.worker_status(plan, attempt_of(current, plan)) for plan in plans])
+        statuses = [launch.worker_status(plan, attempt_of(current, plan)) for plan in plans]
+        state = run_state(current, statuses)
+        if follow and current.outcome is None and time.monotonic() - checked > PREEMPTION_CHECK_SECONDS and any(
+                status.state == launch.LOST for status in statuses):
+            # A worker's machine went away: if Google preempted it and no launcher took it in hand
+            # (the launcher records each preemption at once), say so and how to resume.
+            checked = time.monotonic()
+            if report_preemptions(backend, cluster, current):
+                return "preempted"
         if not follow or (state != "running" and current.attempts == attempt):
             _print_new_lines(follower, flush=True)
             if follow:
@@ -56,6 +67,25 @@ def logs(settings: Settings, worker: int | None, follow: bool, run_id: str | Non
             return state
         attempt = current.attempts  # A retry started: follow the new attempt.
         time.sleep(launch.POLL_SECONDS)
+
+
+# `logs --follow` asks the Compute API at most this often while a worker is lost.
+PREEMPTION_CHECK_SECONDS = 10.0
+
+
+def report_preemptions(backend: Backend, cluster, run) -> bool:
+    """Print each preemption of ``run`` that no launcher handles, with the resume command."""
+    # A launcher still running the run has each preemption it handles in the record already.
+    handled = {(p["instance"], round(p["at"])) for p in run.summary.get("preemptions", [])} \
+        if run.outcome is None else set()
+    taken = [p for p in backend.preemptions(cluster, run.started_at) if (p.instance, round(p.at)) not in handled]
+    for item in taken:
+        console.print(f"[bold yellow]{item.worker} ({item.address}) was preempted by Google at {clock(item.at)}; "
+                      f"its VM is stopped (its disk bills until `invoke down`).[/]", soft_wrap=True)
+    if taken:
+        console.print(f"No launcher is restarting {'them' if len(taken) > 1 else 'it'}. Resume the same run "
+                      f"with: invoke train --resume {run.run_id}", soft_wrap=True)
+    return bool(taken)
 
 
 def stop(settings: Settings) -> str | None:

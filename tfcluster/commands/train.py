@@ -7,13 +7,15 @@ import os
 import shlex
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from tfcluster import container, launch, ui
 from tfcluster.backends import Payload
-from tfcluster.commands.attempts import run_attempts
-from tfcluster.commands.common import active_run, backend_for_cluster, console, require_cluster
+from tfcluster.commands.attempts import clock, run_attempts
+from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
+                                       stop_processes)
 from tfcluster.config import Settings, parse_image, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
 from tfcluster.state import ClusterState, RunRecord, StateStore
@@ -174,7 +176,57 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     run = RunRecord(run_id=run_id, cluster=cluster.name, workers=workers, command=staged.argv,
                     retries=retries, image=image, mounts=list(staged.mounts) if image else [])
     store.save_run(run)
+    # What `train --resume` needs to start the same workers again (code and data stay on the hosts).
+    (store.run_dir(run_id) / LAUNCH_FILE).write_text(json.dumps({"env": {**common_env, **staged.env}}))
     return run_attempts(settings, store, backend, run, plans, verbose=request.verbose)
+
+
+LAUNCH_FILE = "launch.json"
+
+
+def resume(settings: Settings, run_id: str, retries: int | None = None, verbose: bool = False) -> RunRecord:
+    """`train --resume RUN`: stop what is left of the run, start its preempted VMs again and
+    resume the same run from its backup, as the next attempt."""
+    store = StateStore(settings)
+    cluster = require_cluster(store)
+    run = store.load_run(run_id)
+    if run is None:
+        raise ConfigError(f"no run {run_id} on cluster '{cluster.name}'; see the run ids with `invoke status`")
+    if run.outcome == "succeeded":
+        raise ConfigError(f"run {run_id} already succeeded; start a new one with `invoke train`")
+    launch_file = store.run_dir(run_id) / LAUNCH_FILE
+    if not launch_file.exists():
+        raise ConfigError(f"run {run_id} was started by an older tfcluster and cannot be resumed; start a "
+                          "new one with `invoke train`")
+    backend = backend_for_cluster(store, cluster)
+    taken = backend.preemptions(cluster, run.started_at)
+    active = active_run(store, cluster, backend)
+    if active is not None and not taken:
+        raise ClusterError(f"run {active[0].run_id} is still running; follow it with `invoke logs --follow`")
+    with console.status(f"Stopping what is left of run {run_id}..."):
+        stop_processes(plans_for(store, cluster, run, backend=backend), run, settings.stop_grace_seconds)
+    noticed = time.time()
+    for item in taken:
+        console.print(f"[yellow]{item.worker} ({item.address}) was preempted by Google at "
+                      f"{clock(item.at)}; starting its VM again[/]", soft_wrap=True)
+    if taken:
+        backend.restart_preempted(cluster, settings)
+        store.save_cluster(cluster)
+    env = json.loads(launch_file.read_text())["env"]
+    image = container.ContainerSpec(run.image, run.mounts) if run.image else None
+    plans = launch.build_plans(backend.hosts(cluster)[: run.workers], run.run_id, run.command, env, image)
+    more = settings.retries if retries is None else parse_int("retries", retries, 0)
+    first = run.attempts + 1
+    run.retries, run.outcome, run.ended_at = run.attempts + more, None, None
+    console.print(f"Resuming run {run_id} as attempt {first}, from its backup.")
+    earlier = list(run.summary.get("preemptions", []))
+    for item in taken:
+        if not any(e["instance"] == item.instance and abs(e["at"] - item.at) < 1 for e in earlier):
+            earlier.append({"worker": item.worker, "instance": item.instance, "address": item.address,
+                            "at": item.at, "attempt": run.attempts, "noticed_at": noticed,
+                            "restarted_at": time.time()})
+    return run_attempts(settings, store, backend, run, plans, verbose=verbose, first_attempt=first,
+                        earlier=earlier)
 
 
 def _print_plan(plans: list[launch.WorkerPlan]) -> None:

@@ -10,13 +10,13 @@ import time
 import urllib.request
 from pathlib import Path
 
-from tfcluster.backends.base import VmRow
+from tfcluster.backends.base import Preemption, VmRow
 from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, gpu_type, pinned_host_key,
                                             preflight_quota, wait_ready)
 from tfcluster.backends.gcp.cost import Quote, quote
 from tfcluster.backends.gcp.errors import translated
 from tfcluster.backends.gcp.registry import adopt_kept_repository
-from tfcluster.backends.gcp.restart import bring_back, new_nonce
+from tfcluster.backends.gcp.restart import ZoneFull, bring_back, bring_back_waiting, new_nonce
 from tfcluster.backends.gcp.teardown import destroy_keeping_results
 from tfcluster.backends.gcp.terraform import MODULE_DIR, Terraform
 from tfcluster.backends.group import in_parallel
@@ -231,6 +231,43 @@ class GcpBackend(SshBackend):
             if back:
                 self._connections.clear()  # New addresses and keys: connect afresh.
             self.set_idle(cluster, settings.idle_minutes, settings.idle_action)
+
+    def preemptions(self, cluster, since: float) -> list[Preemption]:
+        """Workers whose VM Google preempted since ``since``: a compute.instances.preempted
+        operation for it, and the instance not running now (a preempted Spot VM stops)."""
+        with translated(cluster.project, "checking for preemptions"):
+            api = self._api(cluster)
+            by_instance = {record.instance: record for record in cluster.hosts}
+            when = api.preempted_at(cluster.zone, list(by_instance), since)
+            found = []
+            for name, at in sorted(when.items()):
+                vm = api.instance_or_none(cluster.zone, name)
+                if vm is None or vm.status != "RUNNING":
+                    record = by_instance[name]
+                    found.append(Preemption(worker=record.name, instance=name, address=record.address, at=at))
+            return found
+
+    def restart_preempted(self, cluster, settings) -> None:
+        """Start the preempted VMs through the `up` path (restart.py: deadline set again, new
+        addresses read, host keys pinned from guest attributes; deleted ones re-created), waiting
+        with backoff while the zone has no capacity."""
+        api = self._api(cluster)
+        terraform = Terraform(self.workdir(cluster.name), project=cluster.project)
+        with translated(cluster.project, "restarting preempted VMs"):
+            try:
+                bring_back_waiting(cluster, api, terraform, settings.max_run_hours * 3600,
+                                   settings.termination_action, settings.ready_timeout_seconds, self._announce,
+                                   settings.capacity_wait_seconds, settings.capacity_tries)
+            except ZoneFull as full:
+                names = ", ".join(full.instances)
+                stays = "stays stopped and its disk bills" if len(full.instances) == 1 else \
+                    "stay stopped and their disks bill"
+                raise ClusterError(
+                    f"zone {cluster.zone} has no capacity for {names} after {settings.capacity_tries} starts "
+                    f"(ZONE_RESOURCE_POOL_EXHAUSTED); {names} {stays} until `invoke down` (or `invoke up` "
+                    "later starts them again)") from None
+            finally:
+                self._connections.clear()  # New addresses and keys: connect afresh.
 
     def stop_watchdog(self, cluster) -> None:
         """The VMs go away with `terraform destroy`."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from tfcluster.backends.gcp.errors import NoCapacity, capacity_code
 from tfcluster.errors import ClusterError, ConfigError, HostErrors
 
 GPU_TYPES = {"t4": "nvidia-tesla-t4", "v100": "nvidia-tesla-v100"}
@@ -60,6 +61,7 @@ class ComputeApi:
         self.regions = compute_v1.RegionsClient(**kwargs)
         self.projects = compute_v1.ProjectsClient(**kwargs)
         self.instances = compute_v1.InstancesClient(**kwargs)
+        self.zone_operations = compute_v1.ZoneOperationsClient(**kwargs)
 
     def accelerator_types(self, zone: str) -> dict[str, int]:
         """GPU model -> most cards one VM may have (acceleratorTypes.maximumCardsPerInstance)."""
@@ -101,7 +103,34 @@ class ComputeApi:
                                     metadata_resource=metadata).result(timeout=120)
 
     def start(self, zone: str, name: str) -> None:
-        self.instances.start(project=self.project, zone=zone, instance=name).result(timeout=300)
+        """Start a stopped VM and return once its operation is DONE (result() polls
+        zoneOperations.get); NoCapacity when the zone has no hardware for it right now."""
+        from google.api_core import exceptions
+
+        operation = self.instances.start(project=self.project, zone=zone, instance=name)
+        try:
+            operation.result(timeout=300)
+        except exceptions.GoogleAPICallError as error:
+            if capacity_code(error):
+                raise NoCapacity(name, zone) from None
+            raise
+
+    def preempted_at(self, zone: str, names: list[str], since: float = 0.0) -> dict[str, float]:
+        """Instance name -> when Google preempted it (epoch seconds), for preemptions after ``since``:
+        the compute.instances.preempted operations of the zone
+        (https://cloud.google.com/compute/docs/instances/create-use-preemptible#detecting_if_an_instance_was_preempted)."""
+        from datetime import datetime
+
+        request = self.compute_v1.ListZoneOperationsRequest(
+            project=self.project, zone=zone, filter='operationType="compute.instances.preempted"')
+        found: dict[str, float] = {}
+        for operation in self.zone_operations.list(request=request):
+            name = operation.target_link.rsplit("/", 1)[-1]
+            stamp = operation.insert_time or operation.end_time
+            at = datetime.fromisoformat(stamp).timestamp() if stamp else 0.0
+            if name in names and at >= since:
+                found[name] = max(at, found.get(name, 0.0))
+        return found
 
     def list_cluster(self, zone: str, cluster: str) -> list:
         request = self.compute_v1.ListInstancesRequest(project=self.project, zone=zone,

@@ -24,6 +24,31 @@ class GoogleError(TfClusterError):
     """A Google API refused a call; the message says what to do."""
 
 
+# A zone without the hardware right now ends the start's operation DONE with one of these codes in
+# error.errors[] (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability).
+# It is not a quota: waiting or another zone helps, a quota request does not.
+CAPACITY_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
+
+
+class NoCapacity(GoogleError):
+    """The zone has no capacity for a VM right now (a resource availability error)."""
+
+    def __init__(self, instance: str, zone: str):
+        self.instance, self.zone = instance, zone
+        super().__init__(f"zone {zone} has no capacity for {instance} right now (ZONE_RESOURCE_POOL_EXHAUSTED, "
+                         "not a quota); try again later, or `invoke down` and `invoke up --zone` another zone")
+
+
+def capacity_code(error: BaseException) -> str | None:
+    """The resource-availability code of an operation's error (google-api-core passes the
+    operation's error.errors on as ``error.errors``), else None."""
+    for item in getattr(error, "errors", None) or ():
+        code = item.get("code") if isinstance(item, dict) else getattr(item, "code", "")
+        if code in CAPACITY_CODES:
+            return code
+    return next((code for code in CAPACITY_CODES if code in str(error)), None)
+
+
 def _enable(service: str, project: str) -> str:
     return f"enable it with `gcloud services enable {service} --project {project}`, then re-run the same command"
 
@@ -31,6 +56,9 @@ def _enable(service: str, project: str) -> str:
 def explain(text: str, project: str, reason: str = "", service: str = "", status: int | None = None) -> str | None:
     """The fix for a Google error, from its reason, status and text; None when it is not one we know."""
     lowered = text.lower()
+    if reason in CAPACITY_CODES or any(code in text for code in CAPACITY_CODES):
+        return ("the zone has no capacity for these VMs right now (ZONE_RESOURCE_POOL_EXHAUSTED, not a quota); "
+                "try again later, or in another zone with --zone")
     if reason in ("SERVICE_DISABLED", "accessNotConfigured") or "has not been used in project" in lowered \
             or "it is disabled" in lowered:
         service = service or (re.search(r"([a-z]+\.googleapis\.com)", text) or [None, "compute.googleapis.com"])[1]

@@ -23,6 +23,7 @@ import time
 from typing import Callable
 
 from tfcluster.backends.gcp.compute import ComputeApi, pinned_host_key, wait_ready
+from tfcluster.backends.gcp.errors import NoCapacity
 from tfcluster.backends.gcp.terraform import Terraform
 from tfcluster.backends.group import in_parallel
 from tfcluster.errors import ClusterError
@@ -65,6 +66,7 @@ def bring_back(cluster: ClusterState, api: ComputeApi, terraform: Terraform, max
     if not (deleted or stopped or suspended):
         return []
     nonce = new_nonce()
+    no_room: list[str] = []
     if stopped:
         announce(f"starting {len(stopped)} stopped VM(s): {', '.join(stopped)}; the hypervisor deadline "
                  f"({max_run_seconds // 3600} h, {termination_action}) is set again first")
@@ -72,9 +74,13 @@ def bring_back(cluster: ClusterState, api: ComputeApi, terraform: Terraform, max
         def start(name: str) -> None:
             api.set_metadata(zone, name, {NONCE_KEY: nonce})
             api.set_scheduling(zone, name, max_run_seconds, termination_action)
-            api.start(zone, name)
+            try:
+                api.start(zone, name)
+            except NoCapacity:
+                no_room.append(name)  # Stays stopped; the others carry on. Raised below.
 
         in_parallel(stopped, start, str, "starting VMs")
+        stopped = [name for name in stopped if name not in no_room]
     if suspended:
         announce(f"resuming {len(suspended)} suspended VM(s): {', '.join(suspended)}")
         in_parallel(suspended, lambda name: api.resume(zone, name), str, "resuming VMs")
@@ -96,4 +102,38 @@ def bring_back(cluster: ClusterState, api: ComputeApi, terraform: Terraform, max
         # Re-created VMs have new host keys; restarted ones keep theirs. Either way the key comes
         # from the guest agent's attributes, never from first contact.
         by_instance[name].host_key = pinned_host_key(api, zone, name)
+    if no_room:
+        raise ZoneFull(sorted(no_room), zone, booted + suspended)
     return booted + suspended
+
+
+class ZoneFull(NoCapacity):
+    """Some VMs could not start for lack of capacity; the others were brought back."""
+
+    def __init__(self, instances: list[str], zone: str, started: list[str]):
+        super().__init__(", ".join(instances), zone)
+        # Instances still stopped, and those that did come back in the same pass.
+        self.instances, self.started = instances, started
+
+
+def bring_back_waiting(cluster: ClusterState, api: ComputeApi, terraform: Terraform, max_run_seconds: int,
+                       termination_action: str, ready_timeout: float, announce: Callable[[str], None],
+                       first_wait: float, tries: int, sleep: Callable[[float], None] = time.sleep) -> list[str]:
+    """bring_back, trying again with backoff (doubling from ``first_wait``, at most 5 minutes) while
+    the zone has no capacity (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability:
+    capacity changes often; try again later). Raises ZoneFull after ``tries`` starts."""
+    back: list[str] = []
+    wait = float(first_wait)
+    for attempt in range(1, tries + 1):
+        try:
+            return back + bring_back(cluster, api, terraform, max_run_seconds, termination_action,
+                                     ready_timeout, announce)
+        except ZoneFull as full:
+            back += full.started
+            if attempt == tries:
+                raise
+            announce(f"zone {cluster.zone} has no capacity for {', '.join(full.instances)} right now "
+                     f"(ZONE_RESOURCE_POOL_EXHAUSTED); trying again in {wait:.0f} s (start {attempt + 1} of {tries})")
+            sleep(wait)
+            wait = min(wait * 2, 300.0)
+    return back

@@ -1,0 +1,308 @@
+"""Spot VMs that finish: Compute operations that really run (PENDING -> RUNNING -> DONE, polled
+through zoneOperations), a zone without capacity, and preemption as Google does it, end to end
+with real TensorFlow workers on the namespace hosts and gs:// on the emulator."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fake_compute import stop_instance
+from tests.test_gcp_backend import api_for, fake_compute  # noqa: F401 - fixture
+from tfcluster.backends.gcp.errors import NoCapacity, translated
+
+
+def _vm(server, name: str, status: str = "TERMINATED") -> None:
+    server.state.instances[name] = {"zone": "us-west1-b", "labels": {}, "status": "RUNNING", "guest": {},
+                                    "internal_ip": "10.128.0.9", "spot": True}
+    if status == "TERMINATED":
+        stop_instance(server.state, name)
+
+
+def _operation_gets(server) -> list[str]:
+    return [r["path"] for r in server.state.requests if r["method"] == "GET" and "/operations/" in r["path"]]
+
+
+def test_start_returns_only_when_its_operation_is_done(fake_compute):  # noqa: F811
+    api = api_for(fake_compute)
+    _vm(fake_compute, "s-0")
+    fake_compute.state.next_external_ip["s-0"] = "34.1.2.99"
+    api.start("us-west1-b", "s-0")
+    # The client polled zoneOperations.get until DONE; only then is the VM running, with a new address.
+    polled = _operation_gets(fake_compute)
+    assert polled and all("/zones/us-west1-b/operations/operation-" in path for path in polled)
+    instance = api.get_instance("us-west1-b", "s-0")
+    assert instance.status == "RUNNING"
+    assert instance.network_interfaces[0].access_configs[0].nat_i_p == "34.1.2.99"
+    done = [entry["json"] for entry in fake_compute.state.operations.values() if entry["json"]["operationType"] == "start"]
+    assert [op["status"] for op in done] == ["DONE"]
+
+
+def test_a_zone_without_capacity_is_one_line_and_the_vm_stays_stopped(fake_compute):  # noqa: F811
+    api = api_for(fake_compute)
+    _vm(fake_compute, "s-1")
+    fake_compute.state.no_capacity_starts = 1
+    with pytest.raises(NoCapacity) as error, translated("demo-project", "up"):
+        api.start("us-west1-b", "s-1")
+    assert str(error.value) == (
+        "zone us-west1-b has no capacity for s-1 right now (ZONE_RESOURCE_POOL_EXHAUSTED, not a quota); "
+        "try again later, or `invoke down` and `invoke up --zone` another zone")
+    assert api.get_instance("us-west1-b", "s-1").status == "TERMINATED"
+    assert _operation_gets(fake_compute), "the error came from the operation, polled to DONE"
+    api.start("us-west1-b", "s-1")  # Capacity again: it starts.
+    assert api.get_instance("us-west1-b", "s-1").status == "RUNNING"
+
+
+def test_preemption_is_listed_in_zone_operations(fake_compute):  # noqa: F811
+    import time
+
+    from tests.fake_compute import preempt_instance
+
+    api = api_for(fake_compute)
+    _vm(fake_compute, "s-2", status="RUNNING")
+    _vm(fake_compute, "s-3", status="RUNNING")
+    before = time.time() - 1
+    assert api.preempted_at("us-west1-b", ["s-2", "s-3"]) == {}
+    preempt_instance(fake_compute.state, "s-2")
+    found = api.preempted_at("us-west1-b", ["s-2", "s-3"], since=before)
+    assert list(found) == ["s-2"] and found["s-2"] >= before
+    assert api.get_instance("us-west1-b", "s-2").status == "TERMINATED"
+    assert api.preempted_at("us-west1-b", ["s-2"], since=time.time() + 60) == {}  # An older preemption.
+
+
+# ---------------------------------------------------------------- preemption end to end
+
+import contextlib  # noqa: E402
+import json  # noqa: E402
+import subprocess  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from tests.conftest import events_of, wait_for  # noqa: E402
+from tests.fake_compute import preempt_instance  # noqa: E402
+from tests.fake_metadata import FakeMetadataServer  # noqa: E402
+from tests.hostlab import BRIDGE, SUBNET, HostLab, available  # noqa: E402
+from tests.test_gcp_backend import make_gcp_cli  # noqa: E402
+from tests.world.names import STORAGE_NAMES, VM_TOKEN  # noqa: E402
+
+needs_hosts = pytest.mark.skipif(available() is not None, reason=f"test hosts: {available()}")
+# Each VM's metadata server (a VM sees only its own); the new external address a start gives.
+METADATA = [f"{SUBNET}.{3 + i}" for i in range(3)]
+NEW_IP = [f"{SUBNET}.{60 + i}" for i in range(3)]
+# Tiny epochs, backed up every EVERY steps (the trainer reports progress every STEPS // 10 steps).
+STEPS, EVERY = 20, 5
+# What the metadata server says when nothing is announced, and when Google preempts the VM
+# (https://cloud.google.com/compute/docs/instances/create-use-preemptible#detecting_if_an_instance_was_preempted:
+# instance/preempted turns TRUE; https://cloud.google.com/compute/docs/instances/spot: the
+# preemption notice is an ACPI soft-off, and instance/maintenance-event reads
+# TERMINATE_ON_HOST_MAINTENANCE, which TensorFlow's save_before_preemption watches).
+CALM = {"instance/maintenance-event": "NONE", "instance/preempted": "FALSE"}
+PREEMPTED = {"instance/maintenance-event": "TERMINATE_ON_HOST_MAINTENANCE", "instance/preempted": "TRUE"}
+
+
+class SpotWorld:
+    """The lab hosts as Spot VMs: Google preempts one (notice, TERMINATED and a preempted
+    operation, every process lost) and a start boots it again with a new external address."""
+
+    def __init__(self, lab: HostLab, compute, metadata: list[FakeMetadataServer]):
+        self.lab, self.compute, self.metadata = lab, compute, metadata
+        compute.state.on_start = self.boot
+
+    def preempt(self, index: int) -> None:
+        self.metadata[index].values.update(PREEMPTED)
+        preempt_instance(self.compute.state, f"default-{index}")
+        host = self.lab.hosts[index]
+        self.lab.kill_processes(host, keep_sshd=False)  # The VM loses every process.
+        host.sshd.wait(timeout=10)
+
+    def boot(self, name: str, external_ip: str) -> None:
+        """The fake Compute's start completed: the machine boots (sshd up, on its new address)."""
+        index = int(name.rsplit("-", 1)[1])
+        host = self.lab.hosts[index]
+        if host.sshd.poll() is None:
+            return  # Never went down (a stop by API only).
+        subprocess.run(["ip", "-n", host.netns, "addr", "add", f"{external_ip}/24", "dev", "eth0"],
+                       capture_output=True)
+        host_dir = self.lab.root / f"h{index}"
+        host.sshd = subprocess.Popen(
+            ["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c",
+             f"hostname {host.hostname}; exec /usr/sbin/sshd -D -f {host_dir / 'sshd_config'} "
+             f"-E {host_dir / 'sshd.log'}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.lab._wait_for_port(host)
+        self.metadata[index].values.update(CALM)
+
+    def python_processes(self) -> list[str]:
+        found = []
+        for host in self.lab.hosts:
+            for pid in host.pids():
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+                except OSError:
+                    continue
+                if "trainer.task" in cmdline:
+                    found.append(f"{host.hostname}: {cmdline[:80]}")
+        return found
+
+
+@contextlib.contextmanager
+def spot_cli_in(tmp_path: Path, world, synthetic_data: Path):
+    """The CLI on three Spot "VMs" (namespace hosts, each with its own metadata server) in ``world``;
+    ``cli.spot`` is the SpotWorld. Shared by the tests and bench/bench_spot.py."""
+    storage_address = f"{SUBNET}.2"
+    etc = {"hosts": "", "ssl": world.trust_store(tmp_path / "ssl")}
+    lab = HostLab(tmp_path / "lab", 3, tag="ts", listen_all=True, etc=etc)
+    servers = []
+    try:
+        for address in [storage_address, *METADATA]:
+            subprocess.run(["ip", "addr", "add", f"{address}/24", "dev", BRIDGE], check=True)
+        world.storage_proxy.listen(storage_address, 443, world.tls_context)
+        world.storage_proxy.listen(storage_address, 80, None)
+        for index, host in enumerate(lab.hosts):
+            servers.append(FakeMetadataServer({
+                # https://cloud.google.com/compute/docs/access/authenticate-workloads#applications
+                "instance/service-accounts/default/token": json.dumps(
+                    {"access_token": VM_TOKEN, "expires_in": 3599, "token_type": "Bearer"}),
+                "instance/service-accounts/default/email": "default-vm@demo-project.iam.gserviceaccount.com",
+                "project/project-id": "demo-project", "instance/zone": "projects/1/zones/us-west1-b",
+                "instance/name": f"default-{index}", **CALM}, bind=(METADATA[index], 80)))
+            # Each VM reaches its own metadata server: its hosts file, written in place (ip netns
+            # exec bind-mounts this very file over /etc/hosts).
+            with open(f"/etc/netns/{host.netns}/hosts", "w") as hosts:
+                hosts.write(f"127.0.0.1 localhost\n{storage_address} {' '.join(STORAGE_NAMES)}\n"
+                            f"{METADATA[index]} metadata.google.internal\n")
+        cli = make_gcp_cli(tmp_path, world, lab, synthetic_data)
+        cli.env.update({"INVOKE_TFCLUSTER_SPOT": "true", "INVOKE_TFCLUSTER_CAPACITY_WAIT_SECONDS": "1",
+                        "INVOKE_TFCLUSTER_CAPACITY_TRIES": "5"})
+        for index in range(3):
+            world.compute.state.next_external_ip[f"default-{index}"] = NEW_IP[index]
+        cli.spot = SpotWorld(lab, world.compute, servers)
+        yield cli
+        if cli.cluster() is not None:
+            cli.run("down", "--delete-bucket", timeout=180)
+    finally:
+        for server in servers:
+            server.close()
+        lab.teardown()
+
+
+@pytest.fixture
+def spot(tmp_path, world, synthetic_data):
+    with spot_cli_in(tmp_path, world, synthetic_data) as cli:
+        yield cli
+
+
+def _remote_log(tmp_path: Path, run_id: str, worker: int) -> Path:
+    return tmp_path / "remote" / "default" / "runs" / run_id / f"worker-{worker}" / f"worker-{worker}.log"
+
+
+@needs_hosts
+def test_a_preempted_worker_comes_back_and_the_same_run_resumes(spot, world, tmp_path):
+    up = spot.run("up", timeout=240)
+    assert up.returncode == 0, up.stdout + up.stderr
+    # The zone has no capacity for the first three starts: the launcher waits and tries again.
+    world.compute.state.no_capacity_starts = 3
+    launcher = spot.popen("train", "--retries", "2", "--", "--epochs", "3", "--steps-per-epoch", str(STEPS),
+                          "--backup-every-steps", str(EVERY))
+    try:
+        run_dir = wait_for(lambda: spot.runs() and spot.runs()[-1], 60, what="the run's folder")
+
+        def mid_epoch_2():
+            log = _remote_log(tmp_path, run_dir.name, 0)
+            steps = [e for e in events_of(log.read_text()) if e["event"] == "step"] if log.exists() else []
+            return steps and steps[-1]["epoch"] == 2 and steps[-1]["step"] >= 8
+
+        wait_for(mid_epoch_2, 300, interval=0.05, what="the chief in epoch 2, step 8")
+        spot.spot.preempt(2)
+        output, _ = launcher.communicate(timeout=600)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, output[-4000:]
+    assert f"worker-2 ({SUBNET}.12) was preempted by Google at " in output
+    assert "restarting it (attempt 2 of 3)" in output
+    assert output.count("has no capacity for default-2 right now (ZONE_RESOURCE_POOL_EXHAUSTED); trying again") == 3
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["outcome"] == "succeeded" and run["attempts"] == 2
+    [preemption] = run["summary"]["preemptions"]
+    assert preemption["worker"] == "worker-2" and preemption["instance"] == "default-2"
+    assert preemption["attempt"] == 1 and preemption["restarted_at"] >= preemption["noticed_at"]
+    # The same run resumed from its gs:// step backup: at most the steps since the last one redone.
+    assert run["summary"]["resumed_at"]["2"] == 2
+    before, after = (run_dir / "worker-0.log").read_text().split("attempt 2 on", 1)
+    reached = max(e["step"] for e in events_of(before) if e["event"] == "step" and e["epoch"] == 2)
+    resumed = next(e for e in events_of(after) if e["event"] == "first_step")
+    assert resumed["epoch"] == 2 and 0 <= reached - (resumed["step"] - 1) < EVERY + 2  # Steps are reported every 2.
+    # The VM came back on a new external address, which the cluster record now holds.
+    assert spot.cluster()["hosts"][2]["ssh_address"] == NEW_IP[2]
+    assert world.compute.state.instances["default-2"]["status"] == "RUNNING"
+    assert world.compute.state.instances["default-2"]["max_run_seconds"] == 12 * 3600  # Deadline set again.
+
+    # Preempted again, and the zone stays full past the limit: one line, nothing left running.
+    world.compute.state.no_capacity_starts = 99
+    spot.env["INVOKE_TFCLUSTER_CAPACITY_TRIES"] = "2"
+    launcher = spot.popen("train", "--retries", "2", "--", "--epochs", "3")
+    try:
+        first = run_dir.name
+        run_dir = wait_for(lambda: spot.runs() and spot.runs()[-1].name != first and spot.runs()[-1], 60,
+                           what="the second run's folder")
+        wait_for(lambda: _remote_log(tmp_path, run_dir.name, 0).exists() and any(
+            e["event"] == "first_step" for e in events_of(_remote_log(tmp_path, run_dir.name, 0).read_text())),
+            300, what="the second run's first step")
+        spot.spot.preempt(1)
+        output, _ = launcher.communicate(timeout=300)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode != 0
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    # The workers' own tracebacks stream by (their peer vanished); the launcher's lines have none.
+    own = [line for line in output.splitlines() if "│" not in line]
+    assert len(errors) == 1 and not any("Traceback" in line for line in own), output[-3000:]
+    assert "zone us-west1-b has no capacity for default-1" in errors[0]
+    assert "no worker process is left running" in errors[0] and "bills until `invoke down`" in errors[0]
+    assert spot.spot.python_processes() == []
+    assert world.compute.state.instances["default-1"]["status"] == "TERMINATED"
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["outcome"] == "failed" and run["summary"]["preemptions"][0]["worker"] == "worker-1"
+
+
+@needs_hosts
+def test_preempted_while_no_launcher_runs_then_train_resume_brings_the_same_run_back(spot, world, tmp_path):
+    up = spot.run("up", timeout=240)
+    assert up.returncode == 0, up.stdout + up.stderr
+    # An ordinary failure is not taken for a preemption: --retries bounds it, and it says why.
+    failing = tmp_path / "fails.py"
+    failing.write_text("import sys\nsys.exit(3)\n")
+    failed = spot.run("train", "--script", str(failing), "--retries", "1", timeout=180)
+    assert failed.returncode != 0
+    assert "exited with code 3 after 2 attempt(s)" in failed.stderr and "preempted" not in failed.stdout
+
+    launcher = spot.popen("train", "--retries", "0", "--", "--epochs", "3")
+    first = spot.runs()[-1].name
+    run_dir = wait_for(lambda: spot.runs() and spot.runs()[-1].name != first and spot.runs()[-1], 60,
+                       what="the run's folder")
+
+    def epoch_done():
+        log = _remote_log(tmp_path, run_dir.name, 0)
+        return log.exists() and any(e["event"] == "epoch_end" for e in events_of(log.read_text()))
+
+    try:
+        wait_for(epoch_done, 300, what="the chief's first epoch")
+    finally:
+        launcher.kill()  # The laptop goes away; the workers run on.
+        launcher.communicate(timeout=30)
+    spot.spot.preempt(2)
+    follow = spot.run("logs", "--follow", timeout=120)
+    assert f"worker-2 ({SUBNET}.12) was preempted by Google at" in follow.stdout, follow.stdout[-2000:]
+    assert f"Resume the same run with: invoke train --resume {run_dir.name}" in follow.stdout
+    status = spot.run("status", timeout=120)
+    assert f"invoke train --resume {run_dir.name}" in status.stdout, status.stdout[-2000:]
+    # Nothing restarted the VM by itself.
+    assert world.compute.state.instances["default-2"]["status"] == "TERMINATED"
+
+    resumed = spot.run("train", "--resume", run_dir.name, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-4000:] + resumed.stderr[-2000:]
+    assert spot.runs()[-1].name == run_dir.name  # The same run, not a new one.
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["outcome"] == "succeeded" and run["attempts"] == 2
+    assert run["summary"]["resumed_at"]["2"] > 1  # From its gs:// backup.
+    assert [p["worker"] for p in run["summary"]["preemptions"]] == ["worker-2"]
+    assert spot.cluster()["hosts"][2]["ssh_address"] == NEW_IP[2]
