@@ -71,6 +71,11 @@ class FakeCompute:
     service_disabled: bool = False
     # The next N API calls answer 429 rateLimitExceeded.
     rate_limited_calls: int = 0
+    # Permissions the caller's account lacks (e.g. "compute.regions.get"): a call that needs one
+    # answers 403 forbidden, "Required '<permission>' permission for '<resource>'".
+    missing_permissions: set = field(default_factory=set)
+    # Refresh tokens Google has expired or revoked (an old `gcloud auth application-default login`).
+    revoked_refresh_tokens: set = field(default_factory=set)
     # The new ephemeral external IP each instance gets at its next start (name -> address).
     next_external_ip: dict = field(default_factory=dict)
     # Seconds a start's operation stays PENDING/RUNNING before DONE; other operations take less.
@@ -136,6 +141,30 @@ def stop_instance(state: FakeCompute, name: str) -> None:
         instance["external_ip"] = None  # An ephemeral address is released.
 
 
+# The permission each call tfcluster makes needs, from the API reference's "IAM Permissions" section
+# of each method (e.g. https://cloud.google.com/compute/docs/reference/rest/v1/regions/get:
+# compute.regions.get). Compute refuses with 403, reason "forbidden" and the message
+# "Required '<permission>' permission for '<resource>'" (the text gcloud and Terraform relay).
+PERMISSIONS = [
+    ("GET", BASE + "/zones/[^/]+/acceleratorTypes", "compute.acceleratorTypes.list"),
+    ("GET", BASE + "/regions/[^/]+", "compute.regions.get"),
+    ("GET", BASE, "compute.projects.get"),
+    ("GET", BASE + "/zones/[^/]+/instances", "compute.instances.list"),
+    ("GET", BASE + "/zones/[^/]+/instances/[^/]+", "compute.instances.get"),
+    ("POST", BASE + "/zones/[^/]+/instances/[^/]+/start", "compute.instances.start"),
+    ("POST", BASE + "/zones/[^/]+/instances/[^/]+/setScheduling", "compute.instances.setScheduling"),
+]
+
+
+def _forbidden(state: FakeCompute, method: str, path: str) -> tuple[int, dict] | None:
+    for verb, pattern, permission in PERMISSIONS:
+        if verb == method and permission in state.missing_permissions and re.fullmatch(pattern, path):
+            message = f"Required '{permission}' permission for '{path.removeprefix('/compute/v1/')}'"
+            return 403, {"error": {"code": 403, "message": message,
+                                   "errors": [{"message": message, "domain": "global", "reason": "forbidden"}]}}
+    return None
+
+
 def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | None,
           headers: dict) -> tuple[int, dict]:
     state.requests.append({"method": method, "path": path, "query": query, "authorization":
@@ -149,6 +178,9 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
             return 429, {"error": {"code": 429, "message": "Rate Limit Exceeded", "status": "RESOURCE_EXHAUSTED",
                                    "errors": [{"message": "Rate Limit Exceeded", "domain": "usageLimits",
                                                "reason": "rateLimitExceeded"}]}}
+        refused = _forbidden(state, method, path)
+        if refused:
+            return refused
     if path == "/_fake/others" and method == "POST":
         with state.lock:
             for kind, names in body.items():
@@ -319,6 +351,14 @@ class FakeComputeServer:
                                                "authorization": ""})
                     code, payload = 200, {"access_token": "ya29.test-world", "expires_in": 3600,
                                           "token_type": "Bearer"}
+                    # A user's refresh token (`gcloud auth application-default login`) that expired or
+                    # was revoked: 400 invalid_grant, "Token has been expired or revoked."
+                    # (https://developers.google.com/identity/protocols/oauth2#expiration; google-auth
+                    # raises RefreshError from it: google/oauth2/_client.py, _handle_error_response).
+                    grant = parse_qs(raw.decode(errors="replace"))
+                    if grant.get("refresh_token", [""])[0] in state_ref.revoked_refresh_tokens:
+                        code, payload = 400, {"error": "invalid_grant",
+                                              "error_description": "Token has been expired or revoked."}
                 else:
                     body = json.loads(raw or b"null") if raw else None
                     code, payload = route(state_ref, self.command, parsed.path, parse_qs(parsed.query), body,

@@ -69,7 +69,10 @@ def explain(text: str, project: str, reason: str = "", service: str = "", status
         return (f"quota {name} is exhausted in project {project}; request more in the console (IAM & Admin > "
                 f"Quotas, filter {name}) or use another region, then re-run the same command")
     if reason in ("IAM_PERMISSION_DENIED", "forbidden") or status == 403 or "permission" in lowered:
-        permission = re.search(r"(?:permission|Permission) '?([a-z]+\.[a-zA-Z]+\.[a-zA-Z]+)'?", text)
+        # Compute says "Required 'compute.regions.get' permission for 'projects/P/...'"; IAM's newer
+        # messages say "Permission 'x.y.z' denied on resource ...".
+        permission = re.search(r"'([a-z]+\.[a-zA-Z]+\.[a-zA-Z]+)' permission", text) or \
+            re.search(r"(?:permission|Permission) '?([a-z]+\.[a-zA-Z]+\.[a-zA-Z]+)'?", text)
         missing = f"the permission {permission[1]}" if permission else "a permission it needs"
         return (f"your account lacks {missing} in project {project}; ask a project owner for "
                 "roles/compute.admin, roles/storage.admin, roles/iam.serviceAccountAdmin and "
