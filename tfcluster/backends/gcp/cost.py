@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tfcluster.backends.gcp.compute import region_of
 from tfcluster.backends.gcp.pricing import CatalogUnavailable, Rates, read_catalog
 
 PRICES = Path(__file__).resolve().parents[2] / "prices.json"
@@ -119,7 +120,7 @@ def quote(project: str, zone: str, machine_type: str, gpu: str, gpu_count: int, 
           spot: bool, cache_dir: Path) -> Quote:
     """On-demand and Spot estimates for the cluster, from the catalog or, failing that, the table."""
     table = json.loads(PRICES.read_text())
-    region = zone.rsplit("-", 1)[0]
+    region = region_of(zone)
     try:
         on_demand, spot_rates, date, source = _cached_or_read(project, region, cache_dir)
         source += f" (disk: table of {table['date']})"

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from tfcluster.backends.gcp.compute import region_of
 from tfcluster.backends.gcp.terraform import Terraform, TerraformError
 
 REPOSITORY = "google_artifact_registry_repository.images"
@@ -30,7 +31,7 @@ class Stored:
 
 def registry_of(project: str, zone: str, cluster: str) -> str:
     """terraform/registry.tf's naming rule: REGION-docker.pkg.dev/PROJECT/CLUSTER-images."""
-    return f"{zone.rsplit('-', 1)[0]}-docker.pkg.dev/{project}/{cluster}-images"
+    return f"{region_of(zone)}-docker.pkg.dev/{project}/{cluster}-images"
 
 
 def resource_name(registry: str) -> str:
