@@ -276,7 +276,7 @@ def EventCallback(keras, epochs: int, steps_per_epoch: int):
             step = int(batch) + 1  # After a step-level restore, tf_keras passes a numpy integer.
             if not self._first_step_seen:
                 self._first_step_seen = True
-                emit("first_step", epoch=self._epoch, step=step)
+                emit("first_step", epoch=self._epoch, step=step, steps=steps_per_epoch)
             elif step % every == 0:
                 emit("step", epoch=self._epoch, step=step, steps=steps_per_epoch)
 
