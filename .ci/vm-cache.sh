@@ -8,8 +8,8 @@
 #       fallback runs -- plus the unit that runs the metadata startup-script as Compute Engine does.
 #   apt-KEY/     an offline apt repository (flat, Packages index) with python3-venv, docker.io and every
 #       package it needs beyond the rootfs; the tests give it to a machine through its apt sources.
-#   wheels-KEY/  the wheels startup/startup.sh installs (its requirements() list, for this
-#       Python), served to a machine as pip's find-links through /etc/pip.conf.
+#   wheels-KEY/  the wheels startup/startup.sh installs (requirements/vm.lock: its requirements()
+#       list, resolved and hash-pinned), served to a machine as pip's find-links through /etc/pip.conf.
 # Prints one JSON line with the timings and writes current.env, which tests/vmlab.py reads.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,6 +18,9 @@ MIRROR=http://deb.debian.org/debian
 DEBS=systemd,systemd-sysv,dbus,python3,curl,ca-certificates,psmisc
 APT_PACKAGES=(python3-venv docker.io)
 mkdir -p "$CACHE"
+# One builder at a time: every clone on the machine shares this cache (held until exit).
+exec 9>"$CACHE/.lock"
+flock 9
 key() { printf '%s\n' "$@" | sha256sum | cut -c1-12; }
 now() { date +%s.%N; }
 took() { python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$1" "$(now)"; }
@@ -107,22 +110,19 @@ if [ ! -f "$APT_REPO/Packages" ]; then
   timings+=("\"apt repo\": $(took "$t")")
 fi
 
-# ---- 3. wheelhouse: exactly what the boot script installs (its own list), for Debian 12's Python
-# (this machine's platform tags: Debian 12 too).
-REQUIREMENTS=$(
-  # shellcheck disable=SC1090
-  source <(sed -n -e '/^TF_VERSION=/p' -e '/^requirements() {/,/^}/p' startup/startup.sh)
-  requirements ""
-)
+# ---- 3. wheelhouse: exactly what the boot script installs (its requirements() list, resolved and
+# hash-pinned in requirements/vm.lock, which tests/test_locks.py keeps equal to the script's list),
+# for Debian 12's Python (this machine's platform tags: Debian 12 too). Keyed on the resolved
+# versions, so a warm cache never freezes older ones than a fresh machine would get.
+LOCK=requirements/vm.lock
 PYTHON_VERSION=3.11  # Debian 12's python3.
-WHEELS_KEY=$(key "$REQUIREMENTS" "$PYTHON_VERSION" v1)
+WHEELS_KEY=$(key "$(cat "$LOCK")" "$PYTHON_VERSION" v2)
 WHEELS="$CACHE/wheels-$WHEELS_KEY"
 if [ ! -f "$WHEELS/.complete" ]; then
   t=$(now)
   rm -rf "$WHEELS.tmp"
-  # shellcheck disable=SC2086
   PIP_CACHE_DIR="$CACHE/pip-cache" python3 -m pip download -q --dest "$WHEELS.tmp" --only-binary=:all: \
-    --python-version "$PYTHON_VERSION" pip $REQUIREMENTS >"$CACHE/pip-download.log" 2>&1 \
+    --python-version "$PYTHON_VERSION" --no-deps --require-hashes -r "$LOCK" >"$CACHE/pip-download.log" 2>&1 \
     || { grep -v 'is ignored' "$CACHE/pip-download.log" | tail -n 20 >&2; exit 1; }
   touch "$WHEELS.tmp/.complete"
   rm -rf "$WHEELS"

@@ -1,0 +1,41 @@
+"""Which lab network this test process uses: TFCLUSTER_TESTLAB_NET (1-200).
+
+The network number names everything a lab creates (hostlab's bridge and 10.250.N.0/24, vmlab's
+127.N.0.X metadata addresses and container label, the world's 127.77.N.X servers), so two
+suites on one machine (two clones, a bench beside the tests) never share one. A caller that
+sets the variable keeps its choice; otherwise the first free number is claimed with an
+exclusive flock held for the life of this process (the kernel drops it when the process dies,
+so a killed run frees its number) and skipping numbers whose bridge exists, in case another
+suite chose its number by hand.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+VARIABLE = "TFCLUSTER_TESTLAB_NET"
+LOCKS = Path("/run/lock/tfcluster-testlab")
+FIRST, LAST = 7, 200
+_held: list[int] = []  # Open lock descriptors: closing one would free its number.
+
+
+def claim() -> int:
+    """This process's lab network number, claimed once and exported for its subprocesses."""
+    if os.environ.get(VARIABLE):
+        return int(os.environ[VARIABLE])
+    LOCKS.mkdir(parents=True, exist_ok=True)
+    for number in range(FIRST, LAST + 1):
+        if Path(f"/sys/class/net/tfcbr{number}").exists():
+            continue  # A bridge of a suite that chose its number by hand (or a killed run's).
+        fd = os.open(LOCKS / f"{number}.lock", os.O_CREAT | os.O_RDWR, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        _held.append(fd)
+        os.environ[VARIABLE] = str(number)
+        return number
+    raise RuntimeError(f"every lab network {FIRST}-{LAST} is in use; set {VARIABLE}")
