@@ -18,6 +18,7 @@ from pathlib import Path
 VARIABLE = "TFCLUSTER_TESTLAB_NET"
 LOCKS = Path("/run/lock/tfcluster-testlab")
 FIRST, LAST = 7, 200
+WORLD_OCTET = 77  # tests/world/names.py: 127.77.N.X.
 _held: list[int] = []  # Open lock descriptors: closing one would free its number.
 
 
@@ -27,6 +28,8 @@ def claim() -> int:
         return int(os.environ[VARIABLE])
     LOCKS.mkdir(parents=True, exist_ok=True)
     for number in range(FIRST, LAST + 1):
+        if number == WORLD_OCTET:
+            continue  # vmlab's 127.N.0.X would land on the world's 127.77.*.* servers.
         if Path(f"/sys/class/net/tfcbr{number}").exists():
             continue  # A bridge of a suite that chose its number by hand (or a killed run's).
         fd = os.open(LOCKS / f"{number}.lock", os.O_CREAT | os.O_RDWR, 0o644)
