@@ -64,9 +64,7 @@ def main() -> None:
     reason = imagelab.ensure_dockerd()
     if reason:
         raise SystemExit(reason)
-    if args.image is None:
-        imagelab.build()
-    image = args.image or imagelab.TF_IMAGE
+    image = args.image or imagelab.build()[0][0]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         data = tmp / "data"

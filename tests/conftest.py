@@ -15,6 +15,10 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tests import labnet  # noqa: E402
+
+labnet.claim()  # Before any lab module reads it: this run's own network number.
+
 from tfcluster.backends.local import processes_with_env  # noqa: E402
 
 

@@ -25,15 +25,22 @@ from tests.conftest import events_of, wait_for
 from tfcluster.backends.local import free_ports, processes_with_env
 from tfcluster.container import LABEL_CLUSTER
 
-_reason = imagelab.ensure_dockerd()
-pytestmark = pytest.mark.skipif(_reason is not None, reason=f"docker: {_reason}")
+@pytest.fixture(scope="module", autouse=True)
+def docker() -> None:
+    """A Docker daemon, started when the first test here needs one (never at import)."""
+    reason = imagelab.ensure_dockerd()
+    if reason:
+        pytest.skip(f"docker: {reason}")
 
 
 @pytest.fixture(scope="session")
 def images() -> tuple[str, str]:
     """(image with TensorFlow, image with Python only), built or imported once."""
-    imagelab.build()
-    return imagelab.TF_IMAGE, imagelab.PYTHON_IMAGE
+    reason = imagelab.ensure_dockerd()
+    if reason:
+        pytest.skip(f"docker: {reason}")
+    images, _ = imagelab.build()
+    return images
 
 
 def containers(cli, running_only: bool = False) -> list[str]:

@@ -66,7 +66,16 @@ def test_machines_get_the_metadata_keys_terraform_sets(lab):
     assert terraform_metadata_keys() <= served
 
 
-def test_healthy_boot_is_ready_with_tensorflow_and_the_watchdog_came_first(lab):
+def test_healthy_machine_in_order(lab):
+    """One machine's life, in order (each step needs the one before; pytest's order across tests
+    is not a contract): boot, a killed watchdog, a second boot without reinstall, the idle halt."""
+    _boot_is_ready_with_tensorflow_and_the_watchdog_came_first(lab)
+    _killed_watchdog_is_restarted_by_systemd(lab)
+    _second_boot_uses_the_installed_environment_and_the_new_nonce(lab)
+    _the_watchdog_stop_action_halts_an_idle_machine(lab)
+
+
+def _boot_is_ready_with_tensorflow_and_the_watchdog_came_first(lab):
     machine = lab["healthy"]
     wait_for(lambda: machine.ready() not in (None, "healthy-1:starting"), 900, 1, "the healthy boot to finish")
     assert machine.ready() == "healthy-1:ok", machine.journal("google-startup-scripts")
@@ -83,7 +92,7 @@ def test_healthy_boot_is_ready_with_tensorflow_and_the_watchdog_came_first(lab):
     assert first_status < first_pip_request
 
 
-def test_killed_watchdog_is_restarted_by_systemd(lab):
+def _killed_watchdog_is_restarted_by_systemd(lab):
     machine = lab["healthy"]
     assert machine.ready() == "healthy-1:ok"
 
@@ -134,7 +143,7 @@ def test_without_venv_and_a_dead_apt_source_the_ready_attribute_carries_the_venv
     assert machine.exec("systemctl", "is-active", "tfcluster-watchdog").stdout.strip() == "active"
 
 
-def test_second_boot_uses_the_installed_environment_and_the_new_nonce(lab):
+def _second_boot_uses_the_installed_environment_and_the_new_nonce(lab):
     machine = lab["healthy"]
     assert machine.ready() == "healthy-1:ok"
     stamp = f"/opt/tfcluster/venv/.installed-tensorflow-{TF_VERSION}-tuner"
@@ -154,7 +163,7 @@ def test_second_boot_uses_the_installed_environment_and_the_new_nonce(lab):
     assert machine.exec("systemctl", "is-active", "tfcluster-watchdog").stdout.strip() == "active"
 
 
-def test_the_watchdog_stop_action_halts_an_idle_machine(lab):
+def _the_watchdog_stop_action_halts_an_idle_machine(lab):
     machine = lab["healthy"]
     assert machine.running() and machine.ready() == "healthy-2:ok"
     # `invoke idle --minutes 0.1` changes the metadata; the watchdog reads it at every poll.
