@@ -35,7 +35,7 @@ def _user_errors(body):
 
 @task(auto_shortflags=False,
       help={"workers": "number of workers (default: tfcluster.workers, 3)",
-            "backend": "local (default) or ssh", "cluster": "cluster name (default: default)",
+            "backend": "local (default), ssh or gcp", "cluster": "cluster name (default: default)",
             "hosts": "ssh: HOST[:SSHPORT],... one worker each",
             "ssh_user": "ssh: login user (default root)",
             "ssh_key": "ssh: private key file (default ~/.ssh/id_ed25519)",

@@ -28,11 +28,17 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports_of(path: Path) -> set[str]:
-    """Every module a file imports, resolved to absolute names (relative imports included)."""
+def imports_of(path: Path, runtime_only: bool = False) -> set[str]:
+    """Every module a file imports, resolved to absolute names (relative imports included);
+    with ``runtime_only``, not those under ``if TYPE_CHECKING:`` (annotations only)."""
     found = set()
     package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
-    for node in ast.walk(ast.parse(path.read_text())):
+    tree = ast.parse(path.read_text())
+    if runtime_only:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.If) and getattr(node.test, "id", getattr(node.test, "attr", "")) == "TYPE_CHECKING":
+                node.body = []
+    for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
@@ -76,6 +82,20 @@ def violations(edges: dict[str, set[str]]) -> list[str]:
 
 def test_imports_flow_one_way():
     assert violations(graph()) == []
+
+
+def mutual_imports(edges: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} <-> {b}" for a, targets in edges.items() for b in targets
+                  if a < b and a in edges.get(b, set()))
+
+
+def test_no_two_modules_import_each_other():
+    """A cycle makes import order matter and hides which module holds the concern."""
+    runtime = {module_name(path): imports_of(path, runtime_only=True) for path in PACKAGE.rglob("*.py")
+               if path.name != "__init__.py"}
+    edges = {name: {target for target in targets if target in runtime} for name, targets in runtime.items()}
+    assert mutual_imports(edges) == []
+    assert mutual_imports({"x.a": {"x.b"}, "x.b": {"x.a"}}) == ["x.a <-> x.b"]
 
 
 def test_layer_check_catches_a_backend_importing_the_commands():

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from tfcluster.backends import docker
 from tfcluster.config import Settings
 from tfcluster.errors import ClusterError
 from tfcluster.state import ClusterState, HostRecord
@@ -126,20 +127,14 @@ class Backend:
     def leftover_containers(self, cluster: ClusterState) -> dict[str, list[str]]:
         """Per machine: containers labelled with this cluster's id (`train --image`); should be
         none after `stop`. Default: asks Docker on every host (none where Docker is absent)."""
-        from tfcluster.backends import docker
-
         return docker.cluster_containers(self.hosts(cluster), cluster.cluster_id)
 
     def remove_containers(self, cluster: ClusterState) -> None:
         """`docker rm --force` every container labelled with this cluster's id."""
-        from tfcluster.backends import docker
-
         docker.remove_cluster_containers(self.hosts(cluster), cluster.cluster_id)
 
     def pre_pull(self, cluster: ClusterState, image: str) -> list[str]:
         """`up` with an image: pull it on every machine at once ("present"/"pulled" per machine)."""
-        from tfcluster.backends import docker
-
         return docker.pre_pull(self.hosts(cluster), image)
 
     def refresh(self, cluster: ClusterState, settings: Settings) -> None:
