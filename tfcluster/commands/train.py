@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfcluster import container, launch, ui
+from tfcluster import container, launch, stall, ui
 from tfcluster.backends import Payload
 from tfcluster.commands.attempts import clock, run_attempts
 from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
@@ -41,6 +41,19 @@ class TrainRequest:
     verbose: bool = False
     # Container image to run the workers in (None: tfcluster.image, else the one `up` pulled).
     image: str | None = None
+    # --stall-minutes: the stall limit's floor in minutes, 0 = off (None: tfcluster/stall.py's rule).
+    stall_minutes: int | None = None
+
+
+def stall_limit(minutes: int | None) -> stall.StallLimit:
+    """The stall rule for --stall-minutes (checked: a whole number of minutes, 0 = off)."""
+    if minutes is None:
+        return stall.StallLimit()
+    value = parse_int("stall_minutes", minutes, 0)
+    if value > 10080:
+        raise ConfigError(f"--stall-minutes must be between 1 and 10080, or 0 to turn stall detection off "
+                          f"(got {value})")
+    return stall.StallLimit(minutes=value)
 
 
 def ensure_synthetic_data(store: StateStore, python: str) -> Path:
@@ -105,6 +118,7 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     cluster = require_cluster(store)
     workers = _worker_count(request.workers, cluster)
     retries = settings.retries if request.retries is None else parse_int("retries", request.retries, 0)
+    limit = stall_limit(request.stall_minutes)
     script, project = _script_and_project(request)
     keras_env = _keras_env(settings, request, script)
     backend = backend_for_cluster(store, cluster)
@@ -178,7 +192,7 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     store.save_run(run)
     # What `train --resume` needs to start the same workers again (code and data stay on the hosts).
     (store.run_dir(run_id) / LAUNCH_FILE).write_text(json.dumps({"env": {**common_env, **staged.env}}))
-    return run_attempts(settings, store, backend, run, plans, verbose=request.verbose)
+    return run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit)
 
 
 LAUNCH_FILE = "launch.json"
