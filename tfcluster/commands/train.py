@@ -46,13 +46,16 @@ class TrainRequest:
 
 
 def stall_limit(minutes: int | None) -> stall.StallLimit:
-    """The stall rule for --stall-minutes (checked: a whole number of minutes, 0 = off)."""
+    """The stall rule for --stall-minutes: a whole number of minutes, 0 = off."""
     if minutes is None:
         return stall.StallLimit()
-    value = parse_int("stall_minutes", minutes, 0)
-    if value > 10080:
-        raise ConfigError(f"--stall-minutes must be between 1 and 10080, or 0 to turn stall detection off "
-                          f"(got {value})")
+    try:
+        value = int(str(minutes).strip())
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 10080 or isinstance(minutes, bool):
+        raise ConfigError(f"--stall-minutes must be a whole number of minutes from 1 to 10080, or 0 to turn "
+                          f"stall detection off (got {minutes})")
     return stall.StallLimit(minutes=value)
 
 
@@ -114,11 +117,11 @@ def _keras_env(settings: Settings, request: TrainRequest, script: Path | None) -
 
 
 def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
+    limit = stall_limit(request.stall_minutes)
     store = StateStore(settings)
     cluster = require_cluster(store)
     workers = _worker_count(request.workers, cluster)
     retries = settings.retries if request.retries is None else parse_int("retries", request.retries, 0)
-    limit = stall_limit(request.stall_minutes)
     script, project = _script_and_project(request)
     keras_env = _keras_env(settings, request, script)
     backend = backend_for_cluster(store, cluster)
