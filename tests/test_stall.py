@@ -206,3 +206,4 @@ def _kill(pid: int) -> None:
     except ProcessLookupError:
         pass
 
+
