@@ -155,7 +155,7 @@ def test_job_survives_the_launcher_and_reattaches(ssh_cli, lab, tmp_path):
     for index in range(3):
         log = (remote_run_root(ssh_cli, run_id, index) / f"worker-{index}.log").read_text()
         assert [e["step"] for e in events_of(log) if e["event"] == "progress"] == [1], log[-2000:]
-        assert re.search(r'^  File ".*sleeper\.py", line 7 in <module>$', log, re.M), log[-2000:]
+        assert re.search(r'^  File ".*sleeper\.py", line 6 in <module>$', log, re.M), log[-2000:]
 
 
 def test_cut_link_fails_fast_and_names_the_host(ssh_cli, lab, tmp_path):
