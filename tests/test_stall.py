@@ -79,13 +79,15 @@ def test_the_launchers_noise_does_not_count_and_steps_replace_lines():
 def test_the_worker_behind_is_named_and_the_median_comes_from_the_step_clock():
     watch = StallWatch(StallLimit(), [0, 1, 2], now=0.0)
     for step in range(1, 11):
-        for worker in (0, 1, 2):
+        for worker in (2, 0, 1):
             if worker == 2 and step == 10:
                 continue  # Worker 2 hangs before its step 10; the others finished it.
-            watch.event(worker, {"event": "progress", "step": step, "time": 100.0 + step * 40}, now=step * 40.0)
+            # Worker 2's step 9 is read last (its log is polled after the others'): the newest line.
+            now = 400.5 if (worker, step) == (2, 9) else step * 40.0
+            watch.event(worker, {"event": "progress", "step": step, "time": 100.0 + step * 40}, now=now)
     assert watch.clock.median_step_seconds == 40.0
-    assert watch.check(now=400 + 20 * 40) is None  # 20 x 40 s = 800 s > 10 min.
-    found = watch.check(now=400 + 801)
+    assert watch.check(now=400.5 + 20 * 40) is None  # 20 x 40 s = 800 s > 10 min.
+    found = watch.check(now=400.5 + 801)
     assert found is not None and found.worker == 2 and found.steps == {0: 10, 1: 10, 2: 9}
 
 
@@ -110,6 +112,9 @@ def test_a_faulthandler_dump_is_read_and_its_blocking_frame_found():
     assert len(dump.threads) == 2 and len(dump.main) == 5
     assert dump.blocking_frame == 'File "/home/me/train.py", line 62 in on_train_batch_end'
     assert parse_dump("no dump here\n") is None
+    # Waiting inside TensorFlow (a package beside the interpreter, not its library): that frame.
+    inside = parse_dump(DUMP.replace('  File "/home/me/train.py", line 62 in on_train_batch_end\n', ""))
+    assert inside.blocking_frame.startswith('File "/venv/lib/python3.11/site-packages/tf_keras/')
 
 
 def test_a_bad_stall_minutes_is_one_error_line(cli):

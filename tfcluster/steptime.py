@@ -31,10 +31,7 @@ class StepClock:
             return
         now = float(event["time"])
         if event["event"] == "progress":  # A global step from the script helper.
-            step = int(event["step"])
-            if not self.samples or step <= self.samples[-1][1]:
-                self.samples.append((now, step))  # Its first call, or a restart from a backup.
-                return
+            step = int(event["step"])  # After a restart it goes back: no interval below.
         else:
             if event.get("steps"):
                 self.steps_per_epoch = int(event["steps"])
