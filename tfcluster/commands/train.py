@@ -17,7 +17,7 @@ from tfcluster.commands.attempts import clock, run_attempts
 from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
                                        stop_processes)
 from tfcluster.config import Settings, parse_image, parse_int
-from tfcluster.errors import ClusterError, ConfigError, TfClusterError
+from tfcluster.errors import ClusterError, ConfigError, TfClusterError, TrainingFailed
 from tfcluster.state import ClusterState, RunRecord, StateStore
 
 
@@ -43,6 +43,23 @@ class TrainRequest:
     image: str | None = None
     # --stall-minutes: the stall limit's floor in minutes, 0 = off (None: tfcluster/stall.py's rule).
     stall_minutes: int | None = None
+    # --then: what to do with the cluster when the run ends, succeeded or failed ("down"; None: keep it).
+    then: str | None = None
+
+
+THEN_ACTIONS = ("down",)
+
+
+def _then_action(then: str | None) -> str | None:
+    if then is None:
+        return None
+    if then == "stop":
+        raise ConfigError("--then stop is not available yet (halting the VMs when the run ends); use --then down "
+                          "to remove the cluster when the run ends, or rely on the idle watchdog, which stops "
+                          "each VM idle_minutes after the run")
+    if then not in THEN_ACTIONS:
+        raise ConfigError(f"--then must be down (got {then!r}): remove the cluster when the run ends")
+    return then
 
 
 def stall_limit(minutes: int | None) -> stall.StallLimit:
@@ -118,6 +135,7 @@ def _keras_env(settings: Settings, request: TrainRequest, script: Path | None) -
 
 def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     limit = stall_limit(request.stall_minutes)
+    then = _then_action(request.then)
     store = StateStore(settings)
     cluster = require_cluster(store)
     workers = _worker_count(request.workers, cluster)
@@ -195,7 +213,27 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     store.save_run(run)
     # What `train --resume` needs to start the same workers again (code and data stay on the hosts).
     (store.run_dir(run_id) / LAUNCH_FILE).write_text(json.dumps({"env": {**common_env, **staged.env}}))
-    return run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit)
+    if then is None:
+        return run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit)
+    try:
+        run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit)
+    except TrainingFailed:
+        if run.outcome == "stopped":
+            raise  # Ctrl-C: the user is here and decides.
+        _then_down(settings, store, run)
+        raise
+    _then_down(settings, store, run)
+    return run
+
+
+def _then_down(settings: Settings, store: StateStore, run: RunRecord) -> None:
+    """`--then down`, after the run ended (succeeded or failed): recorded in run.json, then done."""
+    from tfcluster.commands.cluster import down
+
+    run.summary = {**run.summary, "then": "down"}
+    store.save_run(run)
+    console.print(f"--then down: run {run.run_id} {run.outcome}; removing cluster '{run.cluster}'...")
+    down(settings)
 
 
 LAUNCH_FILE = "launch.json"
