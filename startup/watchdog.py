@@ -153,7 +153,8 @@ def probe_jobs(proc: Path = Path("/proc"), settings: Settings | None = None,
 
 # The launcher's stall rule (tfcluster/stall.py), for a job read from its log.
 STARTUP_MINUTES, STEP_FLOOR_MINUTES, STEP_FACTOR = 30.0, 10.0, 20.0
-PROGRESS_EVENTS = ("first_step", "step", "progress", "val_step", "backup", "export")
+PROGRESS_EVENTS = ("first_step", "step", "progress", "val_step", "backup", "epoch_begin", "epoch_end",
+                   "export", "done")
 STEP_EVENTS = ("first_step", "step", "progress")
 EVENT_PREFIX = "TFCLUSTER_EVENT "
 TAIL_BYTES = 1 << 20

@@ -183,9 +183,10 @@ def test_a_job_whose_last_progress_is_older_than_the_stall_limit_is_idle(tmp_pat
     start = clock.now
     lines = [_event("first_step", start, epoch=1, step=1, steps=100)]
     lines += [_event("step", start + 100 + 45 * i, epoch=1, step=2 + i, steps=100) for i in range(5)]
-    lines += [_event("epoch_end", start + 400, epoch=1)]  # Not a step; not progress either.
+    # The epoch's end (after validation) is progress, though not a step; a strategy line is neither.
+    lines += [_event("epoch_end", start + 100 + 45 * 4 + 10, epoch=1), _event("strategy", start + 900)]
     log.write_text("\n".join(lines) + "\n")
-    last = start + 100 + 45 * 4
+    last = start + 100 + 45 * 4 + 10
     clock.now = last + 15 * 60
     assert watchdog.job_quiet(log, default, clock) == (15 * 60, 20 * 45.0)
     assert watchdog.probe_jobs(proc, default, clock) is True

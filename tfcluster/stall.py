@@ -35,9 +35,10 @@ STEP_FLOOR_MINUTES = 10.0
 LINE_FLOOR_MINUTES = 30.0
 STEP_FACTOR = 20.0
 GAP_FACTOR = 3.0
-# Events that are progress: the trainer's steps, validation batches, backups and final export,
-# and the script helper's calls (tfcluster.progress).
-PROGRESS_EVENTS = ("first_step", "step", "progress", "val_step", "backup", "export")
+# Events that are progress: the trainer's steps, validation batches, backups, epoch ends and final
+# export, and the script helper's calls (tfcluster.progress).
+PROGRESS_EVENTS = ("first_step", "step", "progress", "val_step", "backup", "epoch_begin", "epoch_end",
+                   "export", "done")
 # Events that carry a training step: seeing one makes this a step-reporting run.
 STEP_EVENTS = ("first_step", "step", "progress")
 # The wrapper's header line in each worker's log (launch.render_wrapper).
