@@ -102,7 +102,10 @@ def train(c, workers: Optional[int] = None, script: Optional[str] = None,
     """Train on the cluster; arguments after `--` go to the trainer (e.g. -- --epochs 5)."""
     settings = _settings(c, cluster=cluster, keras=keras)
     if resume:
-        commands.resume(settings, resume, retries=retries, verbose=verbose)
+        if then:
+            raise ConfigError("--then goes with a new run, not with --resume; after it, `invoke down` removes "
+                              "the cluster")
+        commands.resume(settings, resume, retries=retries, verbose=verbose, stall_minutes=stall_minutes)
         return
     commands.train(settings, commands.TrainRequest(
         workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),

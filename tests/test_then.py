@@ -36,11 +36,12 @@ def test_then_down_removes_the_cluster_when_the_run_ends(cli, tmp_path, exit_cod
         assert "Traceback" not in result.stderr
 
 
-@pytest.mark.parametrize("then, message", [
-    ("stop", "error: --then stop is not available yet"),
-    ("delete", "error: --then must be down (got 'delete')"),
-])
-def test_then_names_what_it_accepts(cli, then, message):
-    result = cli.run("train", "--then", then)
+@pytest.mark.parametrize("args, message", [
+    (["--then", "stop"], "error: --then stop is not available yet"),
+    (["--then", "delete"], "error: --then must be down (got 'delete')"),
+    (["--resume", "default-1", "--then", "down"], "error: --then goes with a new run, not with --resume"),
+], ids=["stop", "delete", "resume"])
+def test_then_names_what_it_accepts(cli, args, message):
+    result = cli.run("train", *args)
     assert result.returncode != 0 and result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert result.stderr.startswith(message), result.stderr

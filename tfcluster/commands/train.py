@@ -239,9 +239,11 @@ def _then_down(settings: Settings, store: StateStore, run: RunRecord) -> None:
 LAUNCH_FILE = "launch.json"
 
 
-def resume(settings: Settings, run_id: str, retries: int | None = None, verbose: bool = False) -> RunRecord:
+def resume(settings: Settings, run_id: str, retries: int | None = None, verbose: bool = False,
+           stall_minutes: int | None = None) -> RunRecord:
     """`train --resume RUN`: stop what is left of the run, start its preempted VMs again and
     resume the same run from its backup, as the next attempt."""
+    limit = stall_limit(stall_minutes)
     store = StateStore(settings)
     cluster = require_cluster(store)
     run = store.load_run(run_id)
@@ -281,7 +283,7 @@ def resume(settings: Settings, run_id: str, retries: int | None = None, verbose:
                             "at": item.at, "attempt": run.attempts, "noticed_at": noticed,
                             "restarted_at": time.time()})
     return run_attempts(settings, store, backend, run, plans, verbose=verbose, first_attempt=first,
-                        earlier=earlier)
+                        earlier=earlier, stall_limit=limit)
 
 
 def _print_plan(plans: list[launch.WorkerPlan]) -> None:
