@@ -87,6 +87,9 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
     "verbose": "show every worker line, TensorFlow's start-up noise included (the logs always have it)",
     "cluster": "cluster name (default: default)",
     "image": "run each worker in this container image (default: tfcluster.image, or the one `up` pulled)",
+    "stall_minutes": "end an attempt that makes no progress for this long (default: the larger of 10 min and "
+                     "20 median steps, or 30 min and 3 x the longest gap between a script's lines); 0 = off",
+    "then": "down: remove the cluster when the run ends, succeeded or failed (not after Ctrl-C)",
     "resume": "bring back run RUN (e.g. after a preemption while no launcher ran): restart its stopped "
               "VMs and resume it from its backup",
 })
@@ -94,15 +97,20 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
 def train(c, workers: Optional[int] = None, script: Optional[str] = None,
           project: Optional[str] = None, retries: Optional[int] = None, dry_run: bool = False,
           keras: Optional[str] = None, verbose: bool = False, cluster: Optional[str] = None,
-          image: Optional[str] = None, resume: Optional[str] = None):
+          image: Optional[str] = None, resume: Optional[str] = None, stall_minutes: Optional[int] = None,
+          then: Optional[str] = None):
     """Train on the cluster; arguments after `--` go to the trainer (e.g. -- --epochs 5)."""
     settings = _settings(c, cluster=cluster, keras=keras)
     if resume:
-        commands.resume(settings, resume, retries=retries, verbose=verbose)
+        if then:
+            raise ConfigError("--then goes with a new run, not with --resume; after it, `invoke down` removes "
+                              "the cluster")
+        commands.resume(settings, resume, retries=retries, verbose=verbose, stall_minutes=stall_minutes)
         return
     commands.train(settings, commands.TrainRequest(
         workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
-        retries=retries, dry_run=dry_run, keras=keras, verbose=verbose, image=image))
+        retries=retries, dry_run=dry_run, keras=keras, verbose=verbose, image=image,
+        stall_minutes=stall_minutes, then=then))
 
 
 @task(help={

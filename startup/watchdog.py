@@ -7,7 +7,8 @@ Runs on the VM (systemd service from startup.sh) or on a bring-your-own host (st
 Every poll (at most 60 s apart) it reads its settings afresh, so a change from the laptop
 (`invoke idle`) applies without recreating anything, runs each probe, and decides:
 
-- busy while any enabled probe sees activity: a tfcluster training process, an interactive
+- busy while any enabled probe sees activity: a tfcluster training process that makes progress
+  (see "stalls" below), an interactive
   SSH session (a pts whose parent is sshd), or GPU utilisation above a threshold; and, always,
   while the boot script is still working (its marker file exists), for at most
   ``boot_grace_minutes`` after it started, so a hung install cannot keep a VM billing;
@@ -16,6 +17,13 @@ Every poll (at most 60 s apart) it reads its settings afresh, so a change from t
 - after ``idle_minutes`` idle it logs the decision with the probe readings, then acts:
   ``stop`` halts the guest (the instance goes to TERMINATED; disks keep billing), ``delete``
   deletes the VM through the Compute API with the metadata server's token;
+- a training run counts as idle once its last progress is older than the stall limit, so a
+  stalled job cannot hold a VM past the limit plus the idle time. Progress is read from the job's
+  own log (its stdout, /proc/PID/fd/1): the trainer's step events and ``tfcluster.progress``
+  calls (``TFCLUSTER_EVENT`` lines with their time). The limit is the launcher's rule
+  (tfcluster/stall.py): max(``stall_minutes`` or 10 min, 20 x the median step time) after the
+  first step; before it, or for a script that reports no steps, 30 min (or ``stall_minutes`` if
+  larger) since the log was last written. A job whose log cannot be found counts as busy;
 - ``idle_minutes = 0`` disables it (the hypervisor deadline, max_run_duration, still applies).
 
 A failing probe is logged and read as "no activity seen": a broken probe must not keep a
@@ -59,6 +67,9 @@ class Settings:
     gpu_threshold: float = 10.0
     # The boot script counts as activity for at most this long after it started.
     boot_grace_minutes: float = 45.0
+    # A job whose last progress is older than the stall limit is idle; this replaces the limit's
+    # 10-minute floor (None: the defaults; 0: a live job is always busy).
+    stall_minutes: float | None = None
 
 
 def parse_settings(raw: dict) -> Settings:
@@ -86,6 +97,10 @@ def parse_settings(raw: dict) -> Settings:
         settings.boot_grace_minutes = float(raw["boot_grace_minutes"])
         if not 0 <= settings.boot_grace_minutes <= 1440:
             raise ValueError(f"boot_grace_minutes must be between 0 and 1440 (got {raw['boot_grace_minutes']})")
+    if raw.get("stall_minutes") not in (None, ""):
+        settings.stall_minutes = float(raw["stall_minutes"])
+        if not 0 <= settings.stall_minutes <= 10080:
+            raise ValueError(f"stall_minutes must be between 0 and 10080 (got {raw['stall_minutes']})")
     return settings
 
 
@@ -99,17 +114,87 @@ def _proc_entries():
             yield entry
 
 
-def probe_jobs(proc: Path = Path("/proc")) -> bool:
-    """A tfcluster worker runs: some process carries TFCLUSTER_RUN_ID in its environment."""
+def job_processes(proc: Path = Path("/proc")) -> list[Path]:
+    """Every process that carries TFCLUSTER_RUN_ID in its environment (a tfcluster worker)."""
+    found = []
     for entry in proc.iterdir():
         if not entry.name.isdigit():
             continue
         try:
             if any(item.startswith(b"TFCLUSTER_RUN_ID=") for item in (entry / "environ").read_bytes().split(b"\0")):
-                return True
+                found.append(entry)
         except OSError:
             continue  # Gone, or not ours to read.
-    return False
+    return found
+
+
+def probe_jobs(proc: Path = Path("/proc"), settings: Settings | None = None,
+               clock: Callable[[], float] = time.time, stalled: list[str] | None = None) -> bool:
+    """A tfcluster worker runs and makes progress (within the stall limit). ``stalled`` collects a
+    line for each job found stalled."""
+    logs, busy = set(), False
+    for entry in job_processes(proc):
+        try:
+            target = os.readlink(entry / "fd" / "1")
+        except OSError:
+            target = ""
+        if not target.endswith(".log") or not os.path.isfile(target):
+            busy = True  # A job whose progress cannot be read (its output goes elsewhere) is busy.
+            continue
+        logs.add(target)
+    for log in sorted(logs):
+        quiet, limit = job_quiet(Path(log), settings or Settings(), clock)
+        if limit is None or quiet <= limit:
+            busy = True
+        elif stalled is not None:
+            stalled.append(f"{log}: no progress for {quiet:.0f}s (stall limit {limit:.0f}s)")
+    return busy
+
+
+# The launcher's stall rule (tfcluster/stall.py), for a job read from its log.
+STARTUP_MINUTES, STEP_FLOOR_MINUTES, STEP_FACTOR = 30.0, 10.0, 20.0
+PROGRESS_EVENTS = ("first_step", "step", "progress", "val_step", "backup", "epoch_begin", "epoch_end",
+                   "export", "done")
+STEP_EVENTS = ("first_step", "step", "progress")
+EVENT_PREFIX = "TFCLUSTER_EVENT "
+TAIL_BYTES = 1 << 20
+
+
+def job_quiet(log: Path, settings: Settings, clock: Callable[[], float] = time.time) -> tuple[float, float | None]:
+    """(seconds since the job's last progress, its stall limit in seconds or None when off)."""
+    if settings.stall_minutes == 0:
+        return 0.0, None
+    with open(log, "rb") as handle:
+        size = handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, size - TAIL_BYTES))
+        text = handle.read().decode(errors="replace")
+        written = os.fstat(handle.fileno()).st_mtime
+    last, samples = None, []  # samples: (time, global step) of step events, this attempt only
+    for line in text.splitlines():
+        start = line.find(EVENT_PREFIX)
+        if start < 0:
+            if "=== tfcluster:" in line:
+                last, samples = None, []  # A new attempt starts in this log.
+            continue
+        try:
+            event = json.loads(line[start + len(EVENT_PREFIX):])
+            kind, at = event.get("event"), float(event["time"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            continue
+        if kind not in PROGRESS_EVENTS:
+            continue
+        last = at
+        if kind in STEP_EVENTS and "step" in event:
+            steps = int(event.get("steps") or 0)
+            step = int(event["step"]) + (max(int(event.get("epoch") or 1), 1) - 1) * steps \
+                if kind != "progress" else int(event["step"])
+            samples.append((at, step))
+    if not samples:  # Before the first step, or a script that reports none: the start-up limit.
+        return clock() - written, max(STARTUP_MINUTES, settings.stall_minutes or 0) * 60
+    rates = [(b[0] - a[0]) / (b[1] - a[1]) for a, b in zip(samples, samples[1:]) if b[1] > a[1]]
+    median = sorted(rates)[len(rates) // 2] if rates else 0.0
+    floor = (STEP_FLOOR_MINUTES if settings.stall_minutes is None else settings.stall_minutes) * 60
+    return clock() - max(last, samples[-1][0]), max(floor, STEP_FACTOR * median)
 
 
 def _stat(entry: Path) -> list[str] | None:
@@ -263,6 +348,7 @@ class Gce:
             "probes": self.attribute("tfcluster-idle-probes"),
             "gpu_threshold": self.attribute("tfcluster-gpu-threshold"),
             "boot_grace_minutes": self.attribute("tfcluster-boot-grace-minutes"),
+            "stall_minutes": self.attribute("tfcluster-stall-minutes"),
         })
 
     def delete_self(self) -> str:
@@ -317,7 +403,8 @@ class Watchdog:
             if self.gce is not None:
                 return self.gce.settings()
             raw = json.loads(Path(self.args.config).read_text())
-            return parse_settings({key: raw.get(key) for key in ("idle_minutes", "action", "probes", "gpu_threshold")})
+            return parse_settings({key: raw.get(key) for key in ("idle_minutes", "action", "probes", "gpu_threshold",
+                                                                  "stall_minutes")})
         except Exception as error:  # noqa: BLE001 - keep the last good settings
             self.log(f"cannot read settings ({type(error).__name__}: {error}); keeping the last good ones")
             return self.settings
@@ -341,12 +428,15 @@ class Watchdog:
     def poll_once(self) -> Decision:
         self.settings = self.read_settings()
         settings = self.settings
+        stalled: list[str] = []
         probes = {
-            "jobs": probe_jobs,
+            "jobs": lambda: probe_jobs(settings=settings, clock=self.tracker.clock, stalled=stalled),
             "ssh": probe_ssh,
             "gpu": lambda: probe_gpu(settings.gpu_threshold, self.args.nvidia_smi),
         }
         readings = read_probes(settings, probes, self.log)
+        if stalled:
+            readings["stalled"] = stalled
         marker = Path(self.args.boot_marker) if self.args.boot_marker else None
         readings["boot"] = probe_boot(marker, settings.boot_grace_minutes * 60, self.tracker.clock)
         decision = self.tracker.observe(readings, settings, boot_id())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -123,8 +124,11 @@ def test_three_hosts_train_and_the_model_comes_back(ssh_cli, lab):
 
 
 SLEEPER = """
-import os, sys, time
+import os, signal, sys, time
+import tfcluster  # The progress helper, shipped beside the code.
 print("worker", os.environ["TFCLUSTER_WORKER_INDEX"], "on", os.uname().nodename, flush=True)
+tfcluster.progress(1)
+os.kill(os.getpid(), signal.SIGUSR1)  # What a stalled run's launcher sends: the stacks go to the log.
 time.sleep(float(sys.argv[1]))
 print("finished", flush=True)
 """
@@ -145,6 +149,13 @@ def test_job_survives_the_launcher_and_reattaches(ssh_cli, lab, tmp_path):
     assert follow.stdout.count("finished") == 3 and "succeeded" in follow.stdout
     for index, host in enumerate(lab.hosts):
         assert f"worker {index} on {host.hostname}" in follow.stdout
+    # The sitecustomize shipped beside the code turned SIGUSR1 into a stack dump (not a kill), and
+    # `import tfcluster` found the helper (tfcluster/stall.py).
+    run_id = ssh_cli.latest_run()[1]["run_id"]
+    for index in range(3):
+        log = (remote_run_root(ssh_cli, run_id, index) / f"worker-{index}.log").read_text()
+        assert [e["step"] for e in events_of(log) if e["event"] == "progress"] == [1], log[-2000:]
+        assert re.search(r'^  File ".*sleeper\.py", line 6 in <module>$', log, re.M), log[-2000:]
 
 
 def test_cut_link_fails_fast_and_names_the_host(ssh_cli, lab, tmp_path):

@@ -29,3 +29,14 @@ def test_no_interval_spans_a_restart_and_none_before_two_events():
          {"event": "first_step", "time": 500.0, "epoch": 1, "step": 11, "steps": 100},
          {"event": "step", "time": 501.0, "epoch": 1, "step": 21, "steps": 100})  # 0.1 s/step
     assert clock.intervals == [0.1, 0.1]
+
+
+def test_a_scripts_progress_calls_are_global_steps_and_a_step_back_is_a_restart():
+    clock = StepClock()
+    feed(clock,
+         {"event": "progress", "time": 0.0, "step": 1},
+         {"event": "progress", "time": 0.5, "step": 2},
+         {"event": "progress", "time": 1.5, "step": 4},
+         {"event": "progress", "time": 90.0, "step": 3},   # Restarted from a backup: no interval.
+         {"event": "progress", "time": 90.5, "step": 4})
+    assert clock.intervals == [0.5, 0.5, 0.5] and clock.median_step_seconds == 0.5

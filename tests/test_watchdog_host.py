@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -177,3 +178,42 @@ def test_delete_action_calls_the_compute_api_with_the_metadata_token(tmp_path, w
     finally:
         dog.stop()
         metadata.close()
+
+
+STALLING_JOB = """
+import json, sys, time
+for step in range(1, 1000):
+    if time.time() > float(sys.argv[1]):
+        break
+    print("TFCLUSTER_EVENT " + json.dumps({"event": "progress", "step": step, "time": time.time()}), flush=True)
+    time.sleep(0.1)  # 20 x 0.1 s < the 3 s floor: the floor is the limit.
+print("stalled", time.time(), flush=True)
+time.sleep(120)  # Alive, heartbeats and all, but no progress.
+"""
+
+
+def test_a_stalled_job_is_idle_after_its_stall_limit(tmp_path):
+    """A live job that stops making progress: the watchdog acts within stall limit + idle + one poll
+    of its last progress, and not while it makes progress. The watchdog and the job run in their own
+    PID namespace, so other tfcluster jobs on this machine are not in its /proc."""
+    stall = 3.0
+    config = tmp_path / "watchdog.json"
+    config.write_text(json.dumps({"idle_minutes": IDLE_SECONDS / 60, "action": "stop", "probes": "jobs",
+                                  "stall_minutes": stall / 60}))
+    (tmp_path / "job.py").write_text(STALLING_JOB)
+    log, acted = tmp_path / "worker-0.log", tmp_path / "acted.log"
+    progress_until = time.time() + 2 * (stall + IDLE_SECONDS)  # Longer than the limit + idle.
+    inside = (f"TFCLUSTER_RUN_ID=test-run {shlex.quote(sys.executable)} {tmp_path / 'job.py'} {progress_until} "
+              f"> {log} 2>&1 & exec {shlex.join([sys.executable, str(WATCHDOG), '--config', str(config), '--state-dir', str(tmp_path / 'state'), '--poll-seconds', str(POLL), '--action-command', f'echo $TFCLUSTER_IDLE_ACTION $(date +%s.%N) >> {acted}'])}")
+    dog = RunningWatchdog(["unshare", "--pid", "--fork", "--mount-proc", "sh", "-c", inside], tmp_path / "state")
+    dog.acted = acted
+    try:
+        wait_for(lambda: "stalled" in (log.read_text() if log.exists() else ""), 60, what="the job to stall")
+        wait_for(lambda: acted_times(dog), 30, what="the idle action")
+    finally:
+        dog.stop()
+    last = max(e["time"] for e in (json.loads(line.split(" ", 1)[1]) for line in log.read_text().splitlines()
+                                   if line.startswith("TFCLUSTER_EVENT ")))
+    # Not while it made progress; then within the stall limit + idle + one poll (and a little slack).
+    assert last + stall + IDLE_SECONDS - POLL <= acted_times(dog)[0] <= last + stall + IDLE_SECONDS + POLL + 1.0
+    assert "no progress for" in json.dumps(dog.status()["readings"]["stalled"])

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -148,3 +150,65 @@ def test_a_working_boot_script_counts_as_activity_for_a_bounded_time(tmp_path):
     assert watchdog.parse_settings({"boot_grace_minutes": "5"}).boot_grace_minutes == 5
     with pytest.raises(ValueError, match="boot_grace_minutes must be between 0 and 1440"):
         watchdog.parse_settings({"boot_grace_minutes": "-1"})
+
+
+def _event(kind: str, at: float, **fields) -> str:
+    return "TFCLUSTER_EVENT " + json.dumps({"event": kind, "time": at, **fields})
+
+
+def _fake_job(proc: Path, pid: int, log: Path, run_id: str = "r1") -> None:
+    """A /proc entry for a worker: TFCLUSTER_RUN_ID in its environment, stdout on ``log``."""
+    (proc / str(pid) / "fd").mkdir(parents=True)
+    (proc / str(pid) / "environ").write_bytes(f"PATH=/bin\0TFCLUSTER_RUN_ID={run_id}\0".encode())
+    (proc / str(pid) / "fd" / "1").symlink_to(log)
+
+
+def test_a_job_whose_last_progress_is_older_than_the_stall_limit_is_idle(tmp_path):
+    """The launcher's rule read from the job's own log: max(10 min, 20 x median step) after the first
+    step; the start-up limit (30 min since the last write) before it."""
+    proc, log = tmp_path / "proc", tmp_path / "worker-0.log"
+    _fake_job(proc, 4242, log)
+    clock = Clock(10_000.0)
+    log.write_text("=== tfcluster: worker-0 (chief:0) attempt 1 on vm ===\nbuilding the model\n")
+    os.utime(log, (clock.now, clock.now))
+    default = watchdog.Settings()
+    clock.now += 29 * 60
+    assert watchdog.probe_jobs(proc, default, clock) is True  # Start-up: 30 minutes.
+    clock.now += 2 * 60
+    stalled = []
+    assert watchdog.probe_jobs(proc, default, clock, stalled) is False
+    assert stalled == [f"{log}: no progress for 1860s (stall limit 1800s)"]
+
+    # Steps of 45 s (the first one slow): 20 x 45 s = 15 min beats the 10-minute floor.
+    start = clock.now
+    lines = [_event("first_step", start, epoch=1, step=1, steps=100)]
+    lines += [_event("step", start + 100 + 45 * i, epoch=1, step=2 + i, steps=100) for i in range(5)]
+    # The epoch's end (after validation) is progress, though not a step; a strategy line is neither.
+    lines += [_event("epoch_end", start + 100 + 45 * 4 + 10, epoch=1), _event("strategy", start + 900)]
+    log.write_text("\n".join(lines) + "\n")
+    last = start + 100 + 45 * 4 + 10
+    clock.now = last + 15 * 60
+    assert watchdog.job_quiet(log, default, clock) == (15 * 60, 20 * 45.0)
+    assert watchdog.probe_jobs(proc, default, clock) is True
+    clock.now += 1
+    assert watchdog.probe_jobs(proc, default, clock) is False
+    # stall_minutes replaces the floor; 0 turns it off.
+    assert watchdog.job_quiet(log, watchdog.Settings(stall_minutes=30), clock)[1] == 1800
+    assert watchdog.probe_jobs(proc, watchdog.Settings(stall_minutes=0), clock) is True
+    # A new attempt in the same log starts over with its own start-up limit.
+    with log.open("a") as handle:
+        handle.write("=== tfcluster: worker-0 (chief:0) attempt 2 on vm ===\n")
+    os.utime(log, (clock.now, clock.now))
+    assert watchdog.job_quiet(log, default, clock) == (0, 1800)
+
+
+def test_a_job_without_a_readable_log_stays_busy_and_progress_calls_count(tmp_path):
+    proc = tmp_path / "proc"
+    _fake_job(proc, 7, Path("/dev/null"))  # Output elsewhere: nothing to judge, so busy.
+    assert watchdog.probe_jobs(proc, watchdog.Settings(stall_minutes=1), Clock(10 ** 9)) is True
+    log = tmp_path / "w.log"
+    log.write_text("\n".join(_event("progress", 100.0 + i, step=i) for i in range(1, 4)) + "\n")
+    assert watchdog.job_quiet(log, watchdog.Settings(stall_minutes=1), Clock(200.0)) == (97.0, 60.0)
+    assert watchdog.parse_settings({"stall_minutes": "2.5"}).stall_minutes == 2.5
+    with pytest.raises(ValueError, match="stall_minutes must be between 0 and 10080"):
+        watchdog.parse_settings({"stall_minutes": "-1"})

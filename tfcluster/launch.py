@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator
 
-from tfcluster import container, tfconfig
+from tfcluster import container, stall, tfconfig
 from tfcluster.backends.base import WorkerHost
 from tfcluster.errors import HostUnreachable
 from trainer import events
@@ -339,23 +339,30 @@ class AttemptResult:
     failures: list[tuple[WorkerPlan, WorkerStatus]]
     # True when the user asked to stop (Ctrl-C) before the attempt ended.
     interrupted: bool = False
+    # Set when the attempt made no progress for longer than the stall limit (workers still live).
+    stall: stall.Stall | None = None
 
 
 def follow_attempt(plans: list[WorkerPlan], attempt: int, follower: LogFollower,
                    on_line: Callable[[WorkerPlan, str], None],
                    on_event: Callable[[WorkerPlan, dict], None],
                    on_tick: Callable[[list[WorkerStatus]], None] | None = None,
-                   should_stop: Callable[[], bool] = lambda: False) -> AttemptResult:
+                   should_stop: Callable[[], bool] = lambda: False,
+                   watch: stall.StallWatch | None = None) -> AttemptResult:
     """Stream logs until every worker finished, or one failed (returns at once: fail fast),
-    or ``should_stop()`` turns true (checked every tick)."""
+    or ``should_stop()`` turns true (checked every tick), or ``watch`` sees a stall."""
 
     def drain(flush: bool = False) -> None:
         for plan, line in follower.poll(flush):
             event = events.parse(line)
             if event is not None:
                 on_event(plan, event)
+                if watch is not None:
+                    watch.event(plan.index, event)
             else:
                 on_line(plan, line)
+                if watch is not None:
+                    watch.line(plan.index, line)
 
     while True:
         if should_stop():
@@ -370,6 +377,10 @@ def follow_attempt(plans: list[WorkerPlan], attempt: int, follower: LogFollower,
         if failures or all(status.state == SUCCEEDED for status in statuses):
             drain(flush=True)
             return AttemptResult(ok=not failures, failures=failures)
+        # After fail-fast: a stopped worker (SIGSTOP, a lost VM) makes its peers fail, not stall.
+        found = watch.check() if watch is not None else None
+        if found is not None:
+            return AttemptResult(ok=False, failures=[], stall=found)
         time.sleep(POLL_SECONDS)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-STEP_EVENTS = ("first_step", "step")
+STEP_EVENTS = ("first_step", "step", "progress")
 
 
 @dataclass
@@ -29,11 +29,14 @@ class StepClock:
         """Take one event; anything that is not a step event is ignored."""
         if event.get("event") not in STEP_EVENTS or "time" not in event or "step" not in event:
             return
-        if event.get("steps"):
-            self.steps_per_epoch = int(event["steps"])
-        epoch = max(int(event.get("epoch") or 1), 1)
-        step = int(event["step"]) + (epoch - 1) * (self.steps_per_epoch or 0)
         now = float(event["time"])
+        if event["event"] == "progress":  # A global step from the script helper.
+            step = int(event["step"])  # After a restart it goes back: no interval below.
+        else:
+            if event.get("steps"):
+                self.steps_per_epoch = int(event["steps"])
+            epoch = max(int(event.get("epoch") or 1), 1)
+            step = int(event["step"]) + (epoch - 1) * (self.steps_per_epoch or 0)
         if event["event"] == "first_step":
             self.samples.append((now, step))  # A new attempt: no interval across a restart.
             return

@@ -222,7 +222,9 @@ def main(argv=None) -> int:
     keras_path = os.path.join(model_dir, "model.keras")
     saved_model_path = os.path.join(model_dir, "saved_model")
     model.save(keras_path)
+    emit("export", path=keras_path if chief else None)  # Each finished save is progress (stall limit).
     model.save(saved_model_path, save_format="tf")
+    emit("export", path=saved_model_path if chief else None)
     if scratch:
         shutil.rmtree(scratch, ignore_errors=True)
         emit("scratch_removed", path=scratch)
@@ -251,6 +253,10 @@ def backup_callback(keras, backup_dir: str, every_steps: int | None, steps_per_e
         return base(backup_dir=backup_dir, save_before_preemption=on_gpu)
 
     class StepBackup(base):
+        def _backup(self, epoch, batch=0):
+            super()._backup(epoch, batch)
+            emit("backup", epoch=int(epoch) + 1, batch=int(batch))  # Progress for the stall limit.
+
         def on_train_batch_end(self, batch, logs=None):
             super().on_train_batch_end(batch, logs)
             if batch == steps_per_epoch - 1 and self._batches_count:
@@ -279,6 +285,10 @@ def EventCallback(keras, epochs: int, steps_per_epoch: int):
                 emit("first_step", epoch=self._epoch, step=step, steps=steps_per_epoch)
             elif step % every == 0:
                 emit("step", epoch=self._epoch, step=step, steps=steps_per_epoch)
+
+        def on_test_batch_end(self, batch, logs=None):
+            if (int(batch) + 1) % every == 0:  # Validation is progress too (tfcluster/stall.py).
+                emit("val_step", epoch=self._epoch, step=int(batch) + 1)
 
         def on_epoch_begin(self, epoch, logs=None):
             self._epoch = epoch + 1

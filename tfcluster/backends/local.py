@@ -211,7 +211,9 @@ class LocalBackend(Backend):
             argv = [payload.python, "-u", str(payload.script.resolve())]
         # What a container must see at the same path (`train --image`): the code, the data.
         code = [str(PROJECT_ROOT)] + ([] if payload.script is None else [str(payload.script.resolve().parent)])
-        env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
+        # tfcluster/workerpath holds the sitecustomize that lets a stalled worker dump its stacks.
+        env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT_ROOT / "tfcluster" / "workerpath"),
+                                                           str(PROJECT_ROOT), os.environ.get("PYTHONPATH")]))}
         if payload.data_dir is not None:
             env["TFCLUSTER_DATA_DIR"] = str(payload.data_dir.resolve())
             code.append(env["TFCLUSTER_DATA_DIR"])

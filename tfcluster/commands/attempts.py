@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from rich.status import Status
 
-from tfcluster import launch, tflog, ui
+from tfcluster import launch, stall, tflog, ui
 from tfcluster.commands.common import console
 from tfcluster.config import Settings
 from tfcluster.backends.base import Preemption
@@ -25,9 +25,12 @@ def clock(at: float) -> str:
 
 def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
                  plans: list[launch.WorkerPlan], verbose: bool = False, first_attempt: int = 1,
-                 earlier: list[dict] | None = None) -> RunRecord:
+                 earlier: list[dict] | None = None, stall_limit: stall.StallLimit | None = None) -> RunRecord:
     """``verbose`` prints every worker line; otherwise TensorFlow's known noise is folded.
-    ``first_attempt`` > 1 continues a run (`train --resume`); ``earlier``: its preemptions so far."""
+    ``first_attempt`` > 1 continues a run (`train --resume`); ``earlier``: its preemptions so far.
+    ``stall_limit``: when an attempt counts as stalled (tfcluster/stall.py; default: its defaults)."""
+    stall_limit = stall_limit or stall.StallLimit()
+    stalls: list[dict] = []  # Each stall handled, for run.json.
     progress = launch.Progress()
     cause: str | None = None  # A known failure's cause and fix, from the failed workers' logs.
     started = time.time()
@@ -48,9 +51,14 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
                               "resuming from the last checkpoint[/]")
                 backend.before_retry([plan.host for plan in plans], run.run_id)
             attempt_started = time.time()
-            failure = _one_attempt(settings, plans, attempt, progress, interrupted.is_set, verbose)
+            failure = _one_attempt(settings, plans, attempt, progress, interrupted.is_set, verbose, stall_limit)
             if failure is None or failure.interrupted:
                 break
+            if failure.stall is not None:
+                stalls.append(_report_stall(failure.stall, plans, attempt))
+                run.summary = {**run.summary, "stalls": list(stalls)}
+                launch.stop_attempt(plans, attempt, settings.stop_grace_seconds)
+                continue
             # A worker lost with its machine, or its peers failing because of it: ask the cloud
             # whether it took a machine back before treating this as the program's failure.
             lost = Preemptions(_preemptions(backend, store, attempt_started - CLOCK_SLACK_SECONDS))
@@ -91,7 +99,17 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
                 setattr(progress, name, remote.replace(progress.model_dir, local_model, 1))
         progress.model_dir = local_model
     _finish(store, run, outcome, progress, started)
+    if stalls:
+        run.summary["stalls"] = stalls
+        store.save_run(run)
     _print_summary(run, progress, time.time() - started)
+    if failure is not None and failure.stall is not None:
+        hung = plans[failure.stall.worker]
+        raise TrainingFailed(f"run {run.run_id} failed: it stalled, {hung.name} ({hung.task}) made no progress "
+                             f"for {failure.stall.quiet_seconds:.0f} s (limit {failure.stall.limit_seconds:.0f} s) "
+                             f"after {run.attempts} attempt(s); every worker's Python stack is in its log, see "
+                             f"`invoke logs --worker {hung.index}`; retry with --retries, or raise --stall-minutes "
+                             "if it was only slow")
     if failure is not None:
         plan, status = failure.failures[0]
         raise TrainingFailed(f"run {run.run_id} failed: {plan.name} ({plan.task}) {status.describe()}"
@@ -161,7 +179,7 @@ def _recover(settings: Settings, store: StateStore, backend, run: RunRecord, pla
 
 
 def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progress, should_stop,
-                 verbose: bool):
+                 verbose: bool, stall_limit: stall.StallLimit):
     waiting = Status(f"Starting {len(plans)} workers (attempt {attempt})...", console=console)
     waiting.start()
     spinning = True
@@ -208,13 +226,45 @@ def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progr
     follower = launch.LogFollower(plans, from_end=True)
     launch.start_attempt(plans, attempt)
     try:
-        result = launch.follow_attempt(plans, attempt, follower, on_line, on_event, on_tick, should_stop)
+        watch = stall.StallWatch(stall_limit, [plan.index for plan in plans])
+        result = launch.follow_attempt(plans, attempt, follower, on_line, on_event, on_tick, should_stop, watch)
     finally:
         if spinning:
             waiting.stop()
     for plan in plans:
         announce(plan)  # Workers that printed nothing but noise.
     return None if result.ok else result
+
+
+def _report_stall(found: stall.Stall, plans, attempt: int) -> dict:
+    """Name the worker behind, have every worker dump its Python stacks into its log, and show where
+    the one behind blocks and where the others wait; the record for run.json."""
+    hung = plans[found.worker]
+    phase = "" if found.started else " before the first step (the start-up limit)"
+    console.print(f"[bold red]⏸ Stalled{phase}: no worker made progress for {found.quiet_seconds:.0f} s "
+                  f"(limit {found.limit_seconds:.0f} s). {hung.name} ({hung.task} on {hung.host.record.endpoint}) "
+                  f"is the one behind: its last progress is the oldest"
+                  + (f" (step {found.steps[found.worker]})" if found.steps.get(found.worker, -1) >= 0 else "")
+                  + ".[/]", soft_wrap=True)
+    with console.status("Dumping every worker's Python stack into its log (SIGUSR1)..."):
+        dumps = stall.request_dumps(plans, attempt)
+    for plan in sorted(plans, key=lambda p: p.index != found.worker):
+        dump = dumps.get(plan.index)
+        if dump is None:
+            console.print(ui.prefixed(plan.index, plan.name, "(no stack dump: its Python did not answer SIGUSR1)"),
+                          soft_wrap=True)
+            continue
+        where = "blocks here" if plan.index == found.worker else "waits here (inside the collective, for its peers)"
+        console.print(ui.prefixed(plan.index, plan.name, f"main thread {where}, innermost first:"), soft_wrap=True)
+        for frame in dump.main[: 6 if plan.index == found.worker else 3]:
+            console.print(ui.prefixed(plan.index, plan.name, "  " + frame), soft_wrap=True)
+        if plan.index == found.worker:
+            console.print(ui.prefixed(plan.index, plan.name, f"blocking frame: {dump.blocking_frame}"),
+                          style="bold", soft_wrap=True)
+    console.print("[red]Stopping every worker (stalled)...[/]")
+    return {"worker": hung.name, "attempt": attempt, "quiet_seconds": round(found.quiet_seconds, 1),
+            "limit_seconds": round(found.limit_seconds, 1), "started": found.started,
+            "frame": dumps[found.worker].blocking_frame if dumps.get(found.worker) else None}
 
 
 def _report_failure(result: launch.AttemptResult, plans, verbose: bool) -> str | None:

@@ -11,13 +11,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfcluster import container, launch, ui
+from tfcluster import container, launch, stall, ui
 from tfcluster.backends import Payload
 from tfcluster.commands.attempts import clock, run_attempts
 from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
                                        stop_processes)
 from tfcluster.config import Settings, parse_image, parse_int
-from tfcluster.errors import ClusterError, ConfigError, TfClusterError
+from tfcluster.errors import ClusterError, ConfigError, TfClusterError, TrainingFailed
 from tfcluster.state import ClusterState, RunRecord, StateStore
 
 
@@ -41,6 +41,39 @@ class TrainRequest:
     verbose: bool = False
     # Container image to run the workers in (None: tfcluster.image, else the one `up` pulled).
     image: str | None = None
+    # --stall-minutes: the stall limit's floor in minutes, 0 = off (None: tfcluster/stall.py's rule).
+    stall_minutes: int | None = None
+    # --then: what to do with the cluster when the run ends, succeeded or failed ("down"; None: keep it).
+    then: str | None = None
+
+
+THEN_ACTIONS = ("down",)
+
+
+def _then_action(then: str | None) -> str | None:
+    if then is None:
+        return None
+    if then == "stop":
+        raise ConfigError("--then stop is not available yet (halting the VMs when the run ends); use --then down "
+                          "to remove the cluster when the run ends, or rely on the idle watchdog, which stops "
+                          "each VM idle_minutes after the run")
+    if then not in THEN_ACTIONS:
+        raise ConfigError(f"--then must be down (got {then!r}): remove the cluster when the run ends")
+    return then
+
+
+def stall_limit(minutes: int | None) -> stall.StallLimit:
+    """The stall rule for --stall-minutes: a whole number of minutes, 0 = off."""
+    if minutes is None:
+        return stall.StallLimit()
+    try:
+        value = int(str(minutes).strip())
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 10080 or isinstance(minutes, bool):
+        raise ConfigError(f"--stall-minutes must be a whole number of minutes from 1 to 10080, or 0 to turn "
+                          f"stall detection off (got {minutes})")
+    return stall.StallLimit(minutes=value)
 
 
 def ensure_synthetic_data(store: StateStore, python: str) -> Path:
@@ -101,6 +134,8 @@ def _keras_env(settings: Settings, request: TrainRequest, script: Path | None) -
 
 
 def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
+    limit = stall_limit(request.stall_minutes)
+    then = _then_action(request.then)
     store = StateStore(settings)
     cluster = require_cluster(store)
     workers = _worker_count(request.workers, cluster)
@@ -178,15 +213,37 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     store.save_run(run)
     # What `train --resume` needs to start the same workers again (code and data stay on the hosts).
     (store.run_dir(run_id) / LAUNCH_FILE).write_text(json.dumps({"env": {**common_env, **staged.env}}))
-    return run_attempts(settings, store, backend, run, plans, verbose=request.verbose)
+    if then is None:
+        return run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit)
+    try:
+        run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit)
+    except TrainingFailed:
+        if run.outcome == "stopped":
+            raise  # Ctrl-C: the user is here and decides.
+        _then_down(settings, store, run)
+        raise
+    _then_down(settings, store, run)
+    return run
+
+
+def _then_down(settings: Settings, store: StateStore, run: RunRecord) -> None:
+    """`--then down`, after the run ended (succeeded or failed): recorded in run.json, then done."""
+    from tfcluster.commands.cluster import down
+
+    run.summary = {**run.summary, "then": "down"}
+    store.save_run(run)
+    console.print(f"--then down: run {run.run_id} {run.outcome}; removing cluster '{run.cluster}'...")
+    down(settings)
 
 
 LAUNCH_FILE = "launch.json"
 
 
-def resume(settings: Settings, run_id: str, retries: int | None = None, verbose: bool = False) -> RunRecord:
+def resume(settings: Settings, run_id: str, retries: int | None = None, verbose: bool = False,
+           stall_minutes: int | None = None) -> RunRecord:
     """`train --resume RUN`: stop what is left of the run, start its preempted VMs again and
     resume the same run from its backup, as the next attempt."""
+    limit = stall_limit(stall_minutes)
     store = StateStore(settings)
     cluster = require_cluster(store)
     run = store.load_run(run_id)
@@ -226,7 +283,7 @@ def resume(settings: Settings, run_id: str, retries: int | None = None, verbose:
                             "at": item.at, "attempt": run.attempts, "noticed_at": noticed,
                             "restarted_at": time.time()})
     return run_attempts(settings, store, backend, run, plans, verbose=verbose, first_attempt=first,
-                        earlier=earlier)
+                        earlier=earlier, stall_limit=limit)
 
 
 def _print_plan(plans: list[launch.WorkerPlan]) -> None:

@@ -182,10 +182,16 @@ class SshBackend(Backend):
             code = make_bundle("code", payload.script.parent, [payload.script])
             argv = [payload.python, "-u", "{run_root}/code/" + payload.script.name]
         data = make_bundle("data", payload.data_dir) if payload.data_dir is not None else None
+        # What every worker gets beside its code: the tfcluster.progress helper and the sitecustomize
+        # that dumps its stacks on SIGUSR1 when the run stalls (tfcluster/stall.py).
+        support = make_bundle("worker", PROJECT_ROOT, [PROJECT_ROOT / "tfcluster" / "__init__.py",
+                                                      PROJECT_ROOT / "tfcluster" / "workerpath" / "sitecustomize.py"])
 
         def stage_one(host: SshHost) -> bool:
             code_dir, code_new = upload_bundle(host, code)
-            links = [f"ln -sfn {shlex.quote(code_dir)} {shlex.quote(host.run_root(run_id) + '/code')}"]
+            support_dir, _ = upload_bundle(host, support)
+            links = [f"ln -sfn {shlex.quote(code_dir)} {shlex.quote(host.run_root(run_id) + '/code')}",
+                     f"ln -sfn {shlex.quote(support_dir)} {shlex.quote(host.run_root(run_id) + '/worker')}"]
             data_new = False
             if data is not None:
                 data_dir, data_new = upload_bundle(host, data)
@@ -198,7 +204,7 @@ class SshBackend(Backend):
 
         uploaded = in_parallel(hosts, stage_one, lambda h: f"{h.record.name} ({h.record.address})",
                                "uploading code and data")
-        env = {"PYTHONPATH": "{run_root}/code"}
+        env = {"PYTHONPATH": "{run_root}/worker/tfcluster/workerpath:{run_root}/code:{run_root}/worker"}
         if data is not None:
             env["TFCLUSTER_DATA_DIR"] = "{run_root}/data"
         # code/ and data/ link into the cluster's folder: a container must see all of it.

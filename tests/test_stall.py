@@ -1,0 +1,214 @@
+"""Stalls (tfcluster/stall.py): the limit rule on a simulated clock, the stack dump's reading, and
+2-worker local clusters where a script hangs in Python on one worker (caught, named, its frame
+shown, resumed from the backup) and where a worker is stopped with SIGSTOP (a failure, not a stall)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+from pathlib import Path
+
+from tests.conftest import events_of, wait_for
+from tfcluster.stall import StallLimit, StallWatch, counts_as_output, parse_dump
+
+SCRIPTS = Path(__file__).resolve().parent / "scripts"
+MINUTE = 60.0
+
+
+# ---------------------------------------------------------------- the rule
+
+
+def test_the_limit_rule_and_its_defaults():
+    default, one, off = StallLimit(), StallLimit(minutes=1), StallLimit(minutes=0)
+    # Before the first step: the start-up limit, 30 minutes.
+    assert default.seconds(started=False, steps=True, median_step=None, longest_gap=0) == 30 * MINUTE
+    assert one.seconds(started=False, steps=False, median_step=None, longest_gap=0) == 30 * MINUTE
+    # Steps: max(10 min, 20 x median); --stall-minutes replaces the 10.
+    assert default.seconds(True, True, 0.5, 0) == 10 * MINUTE
+    assert default.seconds(True, True, 45.0, 0) == 20 * 45.0
+    assert one.seconds(True, True, 0.5, 0) == MINUTE
+    # Lines: max(30 min, 3 x longest gap); --stall-minutes replaces the 30.
+    assert default.seconds(True, False, None, 90) == 30 * MINUTE
+    assert default.seconds(True, False, None, 1200) == 3600
+    assert one.seconds(True, False, None, 90) == 270
+    assert off.seconds(True, True, 0.5, 0) is None and off.seconds(False, False, None, 0) is None
+
+
+def _printer(watch: StallWatch, every: float, lines: int, until: float, start: float = 0.0):
+    """Two workers print a line every ``every`` s (``lines`` in all); the launcher checks every 0.5 s
+    until ``until``. Returns the first stall, or None."""
+    printed = [start + 5 + i * every for i in range(lines)]
+    t = start
+    while t <= until:
+        for at in printed:
+            if t - 0.5 < at <= t:
+                for worker in (0, 1):
+                    watch.line(worker, f"epoch {printed.index(at) + 1} done", now=t)
+        found = watch.check(now=t)
+        if found:
+            return found
+        t += 0.5
+    return None
+
+
+def test_a_script_that_prints_every_90_s_is_not_killed_with_stall_minutes_1():
+    """The gap between its first two lines is start-up; after it, 3 x 90 s > 1 min."""
+    watch = StallWatch(StallLimit(minutes=1), [0, 1], now=0.0)
+    assert _printer(watch, every=90, lines=20, until=20 * 90) is None
+    # When it then falls silent, it is caught after 3 x 90 s, within a poll.
+    found = _printer(watch, every=90, lines=0, until=20 * 90 + 400, start=20 * 90 + 0.5)
+    assert found is not None and found.limit_seconds == 270 and 270 < found.quiet_seconds <= 271
+
+
+def test_the_launchers_noise_does_not_count_and_steps_replace_lines():
+    assert not counts_as_output("=== tfcluster: worker-0 (chief:0) attempt 1 on vm ===")
+    assert not counts_as_output("I0000 00:00:1795357008.749365    9100 port.cc:153] oneDNN custom operations are on.")
+    assert not counts_as_output('  File "/x/y.py", line 3 in wait')
+    assert counts_as_output("epoch 1 loss 0.3")
+    watch = StallWatch(StallLimit(minutes=1), [0, 1], now=0.0)
+    for t in (10.0, 10.2):
+        watch.event(0, {"event": "progress", "step": 1, "time": t}, now=t)
+        watch.event(1, {"event": "progress", "step": 1, "time": t}, now=t)
+    watch.line(0, "a line", now=65.0)  # A script that reports steps: its lines are not progress.
+    found = watch.check(now=70.3)
+    assert found is not None and found.started and found.limit_seconds == MINUTE
+
+
+def test_the_worker_behind_is_named_and_the_median_comes_from_the_step_clock():
+    watch = StallWatch(StallLimit(), [0, 1, 2], now=0.0)
+    for step in range(1, 11):
+        for worker in (2, 0, 1):
+            if worker == 2 and step == 10:
+                continue  # Worker 2 hangs before its step 10; the others finished it.
+            # Worker 2's step 9 is read last (its log is polled after the others'): the newest line.
+            now = 400.5 if (worker, step) == (2, 9) else step * 40.0
+            watch.event(worker, {"event": "progress", "step": step, "time": 100.0 + step * 40}, now=now)
+    assert watch.clock.median_step_seconds == 40.0
+    assert watch.check(now=400.5 + 20 * 40) is None  # 20 x 40 s = 800 s > 10 min.
+    found = watch.check(now=400.5 + 801)
+    assert found is not None and found.worker == 2 and found.steps == {0: 10, 1: 10, 2: 9}
+
+
+DUMP = """\
+hanging at step 13
+Thread 0x00007f33db6126c0 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 331 in wait
+  File "/usr/lib/python3.11/threading.py", line 1002 in _bootstrap
+
+Current thread 0x00007f33dcc5bb80 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 331 in wait
+  File "/usr/lib/python3.11/threading.py", line 629 in wait
+  File "/home/me/train.py", line 62 in on_train_batch_end
+  File "/venv/lib/python3.11/site-packages/tf_keras/src/callbacks.py", line 396 in _call_batch_hook_helper
+  File "<frozen runpy>", line 88 in _run_code
+I0000 00:00:1795357008.749365    9100 port.cc:153] after the dump
+"""
+
+
+def test_a_faulthandler_dump_is_read_and_its_blocking_frame_found():
+    dump = parse_dump(DUMP)
+    assert len(dump.threads) == 2 and len(dump.main) == 5
+    assert dump.blocking_frame == 'File "/home/me/train.py", line 62 in on_train_batch_end'
+    assert parse_dump("no dump here\n") is None
+    # Waiting inside TensorFlow (a package beside the interpreter, not its library): that frame.
+    inside = parse_dump(DUMP.replace('  File "/home/me/train.py", line 62 in on_train_batch_end\n', ""))
+    assert inside.blocking_frame.startswith('File "/venv/lib/python3.11/site-packages/tf_keras/')
+
+
+def test_a_bad_stall_minutes_is_one_error_line(cli):
+    result = cli.run("train", "--stall-minutes", "-1")
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines() == [
+        "error: --stall-minutes must be a whole number of minutes from 1 to 10080, or 0 to turn stall "
+        "detection off (got -1)"]
+
+
+# ---------------------------------------------------------------- a real cluster
+
+HANG_STEP, BACKUP_EVERY = 13, 5
+
+
+def _progress_steps(log: str) -> list[tuple[int, int]]:
+    """(attempt, step) of each progress event in a worker's log."""
+    found, attempt = [], 0
+    for line in log.splitlines():
+        header = re.search(r"=== tfcluster: .* attempt (\d+) on ", line)
+        if header:
+            attempt = int(header.group(1))
+        for event in events_of(line):
+            if event["event"] == "progress":
+                found.append((attempt, event["step"]))
+    return found
+
+
+def test_a_hung_worker_is_caught_named_dumped_and_resumed(cli):
+    """worker-1 blocks in Python at step 13 of attempt 1; its peer waits in the all-reduce."""
+    assert cli.run("up", "--workers", "2").returncode == 0
+    script = str(SCRIPTS / "hung_at_step.py")
+    result = cli.run("train", "--script", script, "--stall-minutes", "1", "--retries", "1", "--",
+                     "--hang-step", str(HANG_STEP), "--backup-every", str(BACKUP_EVERY), timeout=240)
+    out = result.stdout
+    assert result.returncode == 0, out[-4000:] + result.stderr[-2000:]
+    run_dir, run = cli.latest_run()
+    assert run["outcome"] == "succeeded" and run["attempts"] == 2
+    [stalled] = run["summary"]["stalls"]
+    # Detected within the limit: the launcher checks every half second.
+    assert stalled["worker"] == "worker-1" and stalled["limit_seconds"] == 60
+    assert 60 < stalled["quiet_seconds"] <= 62, stalled
+    assert re.search(r"Stalled: no worker made progress for \d+ s \(limit 60 s\)\. worker-1 \(worker:0 on \S+\) "
+                     r"is the one behind: its last progress is the oldest \(step 12\)", out), out[-4000:]
+    # Its blocking frame, from the dump in its log; the chief waits inside TensorFlow's collective.
+    assert re.search(r"worker-1 +│ blocking frame: File \".*hung_at_step\.py\", line \d+ in on_train_batch_end", out)
+    assert stalled["frame"].endswith("in on_train_batch_end") and "hung_at_step.py" in stalled["frame"]
+    assert re.search(r"worker-0 +│ +File \".*/tensorflow/python/eager/", out), out[-4000:]
+    for worker in ("worker-0", "worker-1"):
+        log = (run_dir / f"{worker}.log").read_text()
+        assert "(most recent call first):" in log, worker
+    assert "in on_train_batch_end" in (run_dir / "worker-1.log").read_text()
+    # Resumed from the backup: at most one backup interval redone.
+    steps = _progress_steps((run_dir / "worker-0.log").read_text())
+    reached = max(step for attempt, step in steps if attempt == 1)
+    resumed = min(step for attempt, step in steps if attempt == 2)
+    assert reached >= HANG_STEP - 1 and reached - (resumed - 1) <= BACKUP_EVERY, (reached, resumed)
+    assert max(step for attempt, step in steps if attempt == 2) == 40
+
+
+def test_a_stopped_worker_is_a_failure_not_a_stall(cli):
+    """worker-1 stopped (SIGSTOP, like a lost VM): its peer aborts on missed heartbeats (fail-fast),
+    before a limit of 20 median steps (6 s) would pass, had the floor not been there."""
+    assert cli.run("up", "--workers", "2").returncode == 0
+    script = str(SCRIPTS / "hung_at_step.py")
+    launcher = cli.popen("train", "--script", script, "--stall-minutes", "1", "--",
+                         "--step-seconds", "0.3", "--epochs", "20")
+    stopped = None
+    try:
+        run_dir = wait_for(lambda: cli.runs() and cli.runs()[-1], 30, what="the run folder")
+        wait_for(lambda: '"progress"' in _read(run_dir / "worker-1.log"), 90, what="worker-1 training")
+        stopped = int((run_dir / "worker-1.attempt1.pid").read_text())
+        os.kill(stopped, signal.SIGSTOP)
+        out, _ = launcher.communicate(timeout=90)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(timeout=10)
+        if stopped is not None:
+            _kill(stopped)
+    assert launcher.returncode == 1, out[-4000:]
+    assert "Stalled" not in out and "stalls" not in json.loads((run_dir / "run.json").read_text())["summary"]
+    assert re.search(r"✗ worker-0 \(chief:0 on \S+\) (exited with code|was killed)", out), out[-4000:]
+    assert "stopped sending heartbeats" in (run_dir / "worker-0.log").read_text()
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
