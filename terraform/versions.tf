@@ -1,5 +1,6 @@
 terraform {
-  required_version = ">= 1.5.0, < 2.0.0"
+  # 1.9: a variable's validation refers to another variable (variables.tf), which 1.5-1.8 refuse to load.
+  required_version = ">= 1.9.0, < 2.0.0"
 
   required_providers {
     google = {
