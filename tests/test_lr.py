@@ -126,3 +126,24 @@ def test_a_wrong_flag_is_one_error_line_naming_the_valid_values(tmp_path, flags,
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == f"trainer.task: error: {named}"
     assert "Traceback" not in result.stderr
+
+
+def test_tunes_best_trial_command_reproduces_the_searched_reference_rate(tmp_path):
+    """A trial trains on one replica at its batch: the rate it found is the trainer's reference rate.
+    The best trial's command gives it back exactly, and `train` on one replica trains at it."""
+    from tfcluster.commands.tune_loop import _train_command
+    from tfcluster.commands.tune_plans import Trial
+
+    searched = 0.0031234567891234567
+    trial = Trial("03", "tuner0", "COMPLETED", 0.9,
+                  {"learning_rate": searched, "batch_size": 32, "width": 16, "depth": 3, "dropout": 0.2})
+    command = _train_command(trial)
+    assert command.startswith("invoke train -- ") and command.endswith("--dropout 0.2")
+    (tmp_path / "manifest.json").write_text("{}")
+    parse = ("import sys; from trainer.task import parse_args; "
+             "a = parse_args(sys.argv[1:]); print(repr(a.learning_rate), a.batch_size)")
+    result = subprocess.run([sys.executable, "-c", parse, "--data-dir", str(tmp_path),
+                             *command.split(" -- ", 1)[1].split()], cwd=REPO, capture_output=True, text=True)
+    rate, batch = result.stdout.split()
+    assert float(rate) == searched and batch == "32"
+    assert lr.plan("adam", float(rate), None, 1, int(batch), None, 10).effective == searched
