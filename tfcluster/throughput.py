@@ -72,9 +72,8 @@ class ThroughputMeter:
     def epochs(self) -> list[dict]:
         """One record per epoch the chief timed."""
         chief = self.clocks.get(0)
-        numbers = sorted(set(chief.epoch_intervals) if chief else set()) if chief else []
         records = []
-        for epoch in numbers:
+        for epoch in sorted(chief.epoch_intervals) if chief else []:
             median, global_rate, per_worker = self._rates(lambda c, e=epoch: c.epoch_median_step_seconds(e))
             record = {"epoch": epoch, "median_step_seconds": median, "global_images_per_second": global_rate,
                       "per_worker_images_per_second": per_worker}
