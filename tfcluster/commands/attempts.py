@@ -194,10 +194,10 @@ def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progr
             waiting.stop()
             spinning = False
         if kind == "strategy":
+            rate = f", learning rate {event['learning_rate']['text']}" if event.get("learning_rate") else ""
             console.print(ui.prefixed(0, plan.name, f"MultiWorkerMirroredStrategy: "
                                       f"{event.get('replicas_in_sync')} replicas in sync, global batch "
-                                      f"{event.get('global_batch')}, shard policy {event.get('shard_policy')}"
-                                      + (f", learning rate {event['learning_rate']['text']}" if event.get("learning_rate") else ""),
+                                      f"{event.get('global_batch')}, shard policy {event.get('shard_policy')}{rate}",
                                       ), style="bold", soft_wrap=True)
         elif kind == "epoch_end":
             console.print(ui.prefixed(0, plan.name, f"epoch {event.get('epoch')}/{event.get('epochs')}  "
