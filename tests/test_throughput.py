@@ -133,3 +133,23 @@ def tensorboard_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
     accumulator.Reload()
     return {tag: [(e.step, round(e.value, 3)) for e in accumulator.Scalars(tag)]
             for tag in accumulator.Tags()["scalars"]}
+
+
+def test_gpu_sampler_reads_the_nvidia_smi_on_the_path(tmp_path, monkeypatch):
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (folder / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    sampler = gpu.GpuSampler.start_if_available()
+    try:
+        epoch = sampler.take_epoch()  # At least one sample: taken now if the thread has none yet.
+    finally:
+        sampler.stop()
+    assert epoch["utilization"] == 89.0 and epoch["per_gpu"] == {"0": 87.0, "1": 91.0}
+    assert epoch["memory_used_mib"] == {"0": 10240.0, "1": 10300.0} and epoch["samples"] >= 1
+    # A query the stand-in (like nvidia-smi) refuses, or no nvidia-smi at all: no sampler.
+    (folder / "nvidia-smi").write_text("#!/bin/sh\nexit 2\n")
+    assert gpu.GpuSampler.start_if_available() is None
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert gpu.GpuSampler.start_if_available() is None
