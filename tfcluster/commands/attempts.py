@@ -94,6 +94,8 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
     tensorboard = throughput.write_tensorboard(
         store.run_dir(run.run_id) / "output" / "tensorboard" / "throughput",
         throughput.tensorboard_scalars(run.summary["throughput"], run.summary["scaling"]))
+    if tensorboard is not None:
+        tensorboard = _publish_throughput(store, run, tensorboard)
     _print_summary(run, progress, time.time() - started, tensorboard)
     if failure is not None:
         plan, status = failure.failures[0]
@@ -320,6 +322,25 @@ def _print_summary(run: RunRecord, progress: launch.Progress, wall: float, tenso
         table.add_row("SavedModel", progress.saved_model_path)
     table.add_row("wall time", ui.duration(wall))
     console.print(table)
+
+
+def _publish_throughput(store: StateStore, run: RunRecord, local_dir) -> str:
+    """Where TensorBoard finds the throughput figures: the local run folder, and on a cluster with a
+    bucket the bucket too, beside the trainer's logs (`invoke tensorboard` reads the bucket there)."""
+    cluster = store.load_cluster()
+    if cluster is None or not cluster.bucket:
+        return str(local_dir)
+    from tfcluster.backends.gcp import storage as gcs
+    from tfcluster.backends.gcp.errors import translated
+
+    url = f"gs://{cluster.bucket}/runs/{run.run_id}/tensorboard/throughput"
+    try:
+        with translated(cluster.project, f"uploading the throughput figures to {url}"):
+            gcs.upload_dir(gcs.client(cluster.project), local_dir, url)
+    except TfClusterError as error:  # The run's outcome stands; the figures stay in run.json and locally.
+        console.print(f"[yellow]Throughput figures kept in {local_dir} only: {error}[/]", soft_wrap=True)
+        return str(local_dir)
+    return url
 
 
 def _print_throughput(speed: dict) -> None:
