@@ -148,8 +148,14 @@ def test_gpu_sampler_reads_the_nvidia_smi_on_the_path(tmp_path, monkeypatch):
         sampler.stop()
     assert epoch["utilization"] == 89.0 and epoch["per_gpu"] == {"0": 87.0, "1": 91.0}
     assert epoch["memory_used_mib"] == {"0": 10240.0, "1": 10300.0} and epoch["samples"] >= 1
-    # A query the stand-in (like nvidia-smi) refuses, or no nvidia-smi at all: no sampler.
-    (folder / "nvidia-smi").write_text("#!/bin/sh\nexit 2\n")
+    # An nvidia-smi that refuses the query (no driver loaded), or none at all: no sampler.
+    refusing = tmp_path / "refusing"
+    refusing.mkdir()
+    (refusing / "nvidia-smi").write_text(  # What nvidia-smi says, exit 9, on a machine whose driver is not up.
+        "#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.\"\nexit 9\n")
+    (refusing / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{refusing}{os.pathsep}{os.environ['PATH']}")
     assert gpu.GpuSampler.start_if_available() is None
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert gpu.GpuSampler.start_if_available() is None

@@ -91,4 +91,6 @@ class GpuSampler:
                 "samples": len(samples)}
 
     def stop(self) -> None:
+        """Ends the sampling; returns once no query is running (at most one query's timeout)."""
         self._stop.set()
+        self._thread.join(QUERY_TIMEOUT_SECONDS + 1)
