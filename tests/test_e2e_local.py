@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import events_of, wait_for
+from tests.test_throughput import check_run_speed, install_fake_nvidia_smi, tensorboard_scalars
 from tfcluster.backends.local import processes_with_env
 
 
@@ -22,8 +23,14 @@ def _cluster_processes(cli) -> list:
     return processes_with_env(f"TFCLUSTER_CLUSTER_ID={cluster['cluster_id']}") if cluster else []
 
 
-def test_three_worker_training_end_to_end(cli):
+def test_three_worker_training_end_to_end(cli, tmp_path):
+    install_fake_nvidia_smi(cli, tmp_path / "bin")
     assert cli.run("up", "--workers", "3").returncode == 0
+    # A short 1-worker run of the same configuration (model, image size, per-replica batch, data,
+    # backend, machine, GPUs; not epochs or steps): the 3-worker run's scaling reference.
+    one = cli.run("train", "--workers", "1", "--", "--epochs", "1", "--steps-per-epoch", "6")
+    assert one.returncode == 0, one.stdout + one.stderr
+    one_dir, one_run = cli.latest_run()
     result = cli.run("train", "--workers", "3", "--", "--epochs", "3")
     assert result.returncode == 0, result.stdout + result.stderr
     run_dir, run = cli.latest_run()
@@ -51,6 +58,32 @@ def test_three_worker_training_end_to_end(cli):
         assert not Path(path).exists()
     assert sorted(summary["scratch_removed"]) == sorted(summary["scratch_dirs"].values())
     assert (run_dir / "output" / "tensorboard" / "train").is_dir()
+
+    # The learning rate follows the global batch: Adam's default sqrt rule, the reference rate on
+    # 1 replica and x sqrt(3) on 3, in the header, the summary and each epoch's end.
+    assert one_run["summary"]["learning_rate"]["effective"] == 2e-3
+    assert summary["learning_rate"]["effective"] == pytest.approx(2e-3 * 3 ** 0.5)
+    assert "learning rate 0.003464 (adam, sqrt: 0.002 at batch 32 x 1 replica, x sqrt(3 replicas))" in result.stdout
+    ends = [e for e in events_of((run_dir / "worker-0.log").read_text()) if e["event"] == "epoch_end"]
+    assert [e["learning_rate"] for e in ends] == pytest.approx([2e-3 * 3 ** 0.5] * 3)
+    # Throughput in both summaries, per epoch and per worker, with each worker's GPU use.
+    check_run_speed(one_dir, one_run, 1)
+    check_run_speed(run_dir, run, 3)
+    assert [e["epoch"] for e in summary["throughput"]["epochs"]] == [1, 2, 3]
+    assert "Throughput per epoch" in result.stdout and "w2 89%" in result.stdout
+    # Scaling efficiency against the 1-worker run, in the summary and in TensorBoard.
+    assert one_run["summary"]["scaling"] is None
+    scaling = summary["scaling"]
+    rates = [r["summary"]["throughput"]["global_images_per_second"] for r in (one_run, run)]
+    assert scaling["reference_run"] == one_run["run_id"]
+    assert scaling["efficiency"] == pytest.approx(rates[1] / (3 * rates[0]), abs=1e-3)
+    row = next(line for line in result.stdout.splitlines() if "scaling efficiency" in line)
+    assert f"{scaling['efficiency']:.2f} ({scaling['speedup']:.2f}x the 1-worker run {one_run['run_id']}" in row
+    scalars = tensorboard_scalars(run_dir / "output" / "tensorboard" / "throughput")
+    assert scalars["throughput/global_images_per_second"] == [
+        (e["epoch"], pytest.approx(e["global_images_per_second"], abs=1e-3)) for e in summary["throughput"]["epochs"]]
+    assert scalars["gpu/worker_2_utilization_percent"] == [(1, 89.0), (2, 89.0), (3, 89.0)]
+    assert [step for step, _ in scalars["throughput/scaling_efficiency"]] == [1, 2, 3]
     assert not list((run_dir / "output" / "checkpoints").glob("**/*.index"))  # Backup cleared on success.
 
     # The saved models load and predict.
@@ -82,7 +115,8 @@ def test_three_worker_training_end_to_end(cli):
 
 def test_killed_worker_fails_fast_then_retries_resume(cli):
     assert cli.run("up", "--workers", "3").returncode == 0
-    launcher = cli.popen("train", "--retries", "1", "--", "--epochs", "5")
+    # SGD: linear scaling with a 5-epoch warm-up (the default), so the resume lands inside it.
+    launcher = cli.popen("train", "--retries", "1", "--", "--epochs", "5", "--optimizer", "sgd")
     try:
         run_dir = wait_for(lambda: cli.runs() and cli.runs()[-1], 60, what="run folder")
         chief_log = run_dir / "worker-0.log"
@@ -116,6 +150,22 @@ def test_killed_worker_fails_fast_then_retries_resume(cli):
     assert run["summary"]["resumed_at"]["2"] == begun_second[0]
     assert f"resumed at epoch {begun_second[0]}" in output
     assert run["summary"]["last_epoch"] == 5
+
+    # The warm-up is a schedule of the optimiser's step, restored with the backup: each epoch of
+    # attempt 2 ends at the rate of its global step (not the rate of a warm-up started over).
+    plan = run["summary"]["learning_rate"]
+    assert plan["rule"] == "linear" and plan["effective"] == pytest.approx(3 * 2e-3) and plan["warmup_steps"] > 0
+    steps = [e for e in events_of(chief_text) if e["event"] == "first_step"][0]["steps"]
+    assert plan["warmup_steps"] == 5 * steps
+
+    def rate_at(step):
+        return plan["reference"] + (plan["effective"] - plan["reference"]) * min(step, plan["warmup_steps"]) \
+            / plan["warmup_steps"]
+
+    resumed = [e for e in events_of(second) if e["event"] == "epoch_end"]
+    assert resumed[0]["epoch"] < 5  # Inside the warm-up.
+    for event in resumed:
+        assert event["learning_rate"] == pytest.approx(rate_at(event["epoch"] * steps - 1), rel=1e-5)
 
 
 USER_SCRIPT = """

@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 from tfcluster import container, stall, tfconfig
 from tfcluster.backends.base import WorkerHost
 from tfcluster.errors import HostUnreachable
+from tfcluster.throughput import ThroughputMeter
 from trainer import events
 
 POLL_SECONDS = 0.5
@@ -302,9 +303,14 @@ class Progress:
     # Each preemption the launcher handled: worker, instance, address, at, attempt, noticed_at,
     # restarted_at (epoch seconds), for run.json and the summary.
     preemptions: list[dict] = field(default_factory=list)
+    # The chief's strategy event (model, batch, data, devices, learning rate), for the summary.
+    strategy: dict = field(default_factory=dict)
+    # Every worker's step times and GPU samples, for the throughput figures.
+    throughput: ThroughputMeter = field(default_factory=ThroughputMeter)
 
     def update(self, plan: WorkerPlan, event: dict, attempt: int) -> None:
         kind = event["event"]
+        self.throughput.observe(plan.index, event)
         if kind in ("scratch_dir", "scratch_removed"):
             target = self.scratch_removed if kind == "scratch_removed" else None
             if target is None:
@@ -315,6 +321,7 @@ class Progress:
             return  # Everything else comes from the chief, which sees the global view.
         if kind == "strategy":
             self.replicas_in_sync = event.get("replicas_in_sync")
+            self.strategy = event
         elif kind == "first_step" and self.first_step_at is None:
             self.first_step_at = event.get("time")
         elif kind == "epoch_begin":

@@ -14,6 +14,8 @@ Only the chief writes them; other workers write to temp dirs that are removed.
 """
 
 import argparse
+import hashlib
+import json
 import os
 import shutil
 import socket
@@ -24,7 +26,9 @@ import time
 # Must be set before TensorFlow is imported: it makes tf.keras resolve to tf_keras.
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
+from trainer import lr  # noqa: E402
 from trainer.events import emit  # noqa: E402
+from trainer.gpu import GpuSampler  # noqa: E402
 
 MODELS = ("cnn", "densenet121", "resnet50")
 WEIGHTS = ("none", "imagenet")
@@ -52,6 +56,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0 (got {value})")
+    return value
+
+
 def _fraction(text: str) -> float:
     try:
         value = float(text)
@@ -73,7 +87,17 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=_int_at_least(1), default=8)
     parser.add_argument("--batch-size", type=_int_at_least(1), default=32,
                         help="per replica; the global batch is this x replicas in sync")
-    parser.add_argument("--learning-rate", type=_positive_float, default=2e-3)
+    parser.add_argument("--learning-rate", type=_positive_float, default=2e-3,
+                        help="the rate for the reference batch (--batch-size on 1 replica); "
+                             "--lr-scaling makes it follow the replicas in sync")
+    parser.add_argument("--optimizer", choices=lr.OPTIMIZERS, default="adam",
+                        help=f"sgd is SGD with momentum {lr.SGD_MOMENTUM}")
+    parser.add_argument("--lr-scaling", choices=lr.RULES, default=None,
+                        help="how the rate follows the replicas: x replicas, x sqrt(replicas), or not "
+                             "(default: sqrt for adam and rmsprop, linear for sgd)")
+    parser.add_argument("--warmup-epochs", type=_non_negative_float, default=None,
+                        help="epochs over which the rate rises from the reference to the scaled one "
+                             "(default: 5 for sgd, 0 for adam and rmsprop)")
     parser.add_argument("--width", type=_int_at_least(4), default=32,
                         help="cnn: filters of the first conv block (block i has i x width)")
     parser.add_argument("--depth", type=_int_at_least(1), default=3, help="cnn: conv blocks")
@@ -99,6 +123,11 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error(f"--data-dir {args.data_dir} has no manifest.json; "
                      "make it with: python -m trainer.create_tfrecords --synthetic --out DIR")
     return args
+
+
+def data_fingerprint(manifest: dict) -> str:
+    """Names the data set for "same configuration" comparisons, wherever its copy lives."""
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def is_chief(task_type, task_id, has_chief_task: bool) -> bool:
@@ -182,11 +211,18 @@ def main(argv=None) -> int:
     val_count = sum(manifest["counts"]["val"].values())
     steps_per_epoch = args.steps_per_epoch or max(1, train_count // global_batch)
     validation_steps = max(1, val_count // global_batch) if val_count else None
+    lr_plan = lr.plan(args.optimizer, args.learning_rate, args.lr_scaling, strategy.num_replicas_in_sync,
+                      args.batch_size, args.warmup_epochs, steps_per_epoch)
+    gpus = [tf.config.experimental.get_device_details(gpu).get("device_name", "GPU")
+            for gpu in tf.config.list_physical_devices("GPU")]
     emit("strategy", task_type=task_type, task_id=task_id, chief=chief, num_workers=num_workers,
          cluster_spec=spec, hostname=socket.gethostname(),
          replicas_in_sync=strategy.num_replicas_in_sync, global_batch=global_batch,
+         local_replicas=len(strategy.extended.worker_devices),
          mixed_precision=mixed, model=args.model, steps_per_epoch=steps_per_epoch,
-         shard_policy=data.shard_policy(len(manifest["shards"]["train"]), num_workers).name)
+         shard_policy=data.shard_policy(len(manifest["shards"]["train"]), num_workers).name,
+         batch_size=args.batch_size, image_size=image_size, data=data_fingerprint(manifest), gpus=gpus,
+         learning_rate={**lr_plan.as_event(), "text": lr_plan.describe()})
 
     train_ds = data.make_dataset(args.data_dir, "train", global_batch, image_size, num_workers,
                                  seed=args.seed)
@@ -196,7 +232,7 @@ def main(argv=None) -> int:
     with strategy.scope():
         model = build_model(keras, args.model, num_classes, image_size, args.weights,
                             args.width, args.depth, args.dropout)
-        model.compile(optimizer=keras.optimizers.Adam(args.learning_rate),
+        model.compile(optimizer=lr.build_optimizer(keras, lr_plan),
                       loss=keras.losses.SparseCategoricalCrossentropy(),
                       metrics=["accuracy"])
 
@@ -205,17 +241,22 @@ def main(argv=None) -> int:
     if scratch:
         emit("scratch_dir", path=scratch)
     tensorboard_dir = args.tensorboard_dir if chief else os.path.join(scratch, "tensorboard")
+    gpu_sampler = GpuSampler.start_if_available()
     callbacks = [
         # Every worker passes the same backup dir; tf_keras lets only the chief keep it.
         backup_callback(keras, args.checkpoint_dir, args.backup_every_steps, steps_per_epoch,
                         on_gpu=bool(tf.config.list_physical_devices("GPU"))),
         keras.callbacks.TensorBoard(log_dir=tensorboard_dir),
-        EventCallback(keras, args.epochs, steps_per_epoch),
+        EventCallback(keras, args.epochs, steps_per_epoch, global_batch, gpu_sampler),
     ]
     started = time.time()
-    history = model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps_per_epoch,
-                        validation_data=val_ds, validation_steps=validation_steps,
-                        callbacks=callbacks, verbose=2 if chief else 0)
+    try:
+        history = model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps_per_epoch,
+                            validation_data=val_ds, validation_steps=validation_steps,
+                            callbacks=callbacks, verbose=2 if chief else 0)
+    finally:
+        if gpu_sampler:
+            gpu_sampler.stop()
 
     model_dir = args.model_dir if chief else os.path.join(scratch, "model")
     tf.io.gfile.makedirs(model_dir)
@@ -266,10 +307,12 @@ def backup_callback(keras, backup_dir: str, every_steps: int | None, steps_per_e
     return StepBackup(backup_dir=backup_dir, save_freq=every_steps, save_before_preemption=on_gpu)
 
 
-def EventCallback(keras, epochs: int, steps_per_epoch: int):
+def EventCallback(keras, epochs: int, steps_per_epoch: int, global_batch: int, gpu_sampler=None):
     """A Keras callback that reports progress as TFCLUSTER_EVENT lines: the first step of each
     process (with the epoch and step it starts at: after a restore, where the backup left off),
-    about ten steps per epoch, and each epoch's begin and end."""
+    about ten steps per epoch, and each epoch's begin and end. Step events carry the global batch
+    (images per step, for throughput); epoch ends carry the rate of the epoch's last step and, with
+    a sampler, the GPU utilisation."""
     every = max(1, steps_per_epoch // 10)
 
     class _Events(keras.callbacks.Callback):
@@ -282,9 +325,9 @@ def EventCallback(keras, epochs: int, steps_per_epoch: int):
             step = int(batch) + 1  # After a step-level restore, tf_keras passes a numpy integer.
             if not self._first_step_seen:
                 self._first_step_seen = True
-                emit("first_step", epoch=self._epoch, step=step, steps=steps_per_epoch)
+                emit("first_step", epoch=self._epoch, step=step, steps=steps_per_epoch, batch=global_batch)
             elif step % every == 0:
-                emit("step", epoch=self._epoch, step=step, steps=steps_per_epoch)
+                emit("step", epoch=self._epoch, step=step, steps=steps_per_epoch, batch=global_batch)
 
         def on_test_batch_end(self, batch, logs=None):
             if (int(batch) + 1) % every == 0:  # Validation is progress too (tfcluster/stall.py).
@@ -296,7 +339,9 @@ def EventCallback(keras, epochs: int, steps_per_epoch: int):
 
         def on_epoch_end(self, epoch, logs=None):
             metrics = {key: float(value) for key, value in (logs or {}).items()}
-            emit("epoch_end", epoch=epoch + 1, epochs=epochs, metrics=metrics)
+            extra = {"gpu": gpu_sampler.take_epoch()} if gpu_sampler else {}
+            emit("epoch_end", epoch=epoch + 1, epochs=epochs, metrics=metrics,
+                 learning_rate=lr.current_rate(self.model.optimizer), **extra)
 
     return _Events()
 

@@ -19,7 +19,7 @@ import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Before TensorFlow: tf.keras is tf_keras.
 
-from trainer import tune_hooks  # noqa: E402
+from trainer import lr, tune_hooks  # noqa: E402
 from trainer.task import _fraction, _int_at_least, _positive_float  # noqa: E402
 
 OBJECTIVE = "val_accuracy"
@@ -81,7 +81,11 @@ def make_tuner(args, manifest: dict):
         values = _space(hp, pinned)
         model = build_model(keras, "cnn", num_classes, image_size, "none",
                             values["width"], values["depth"], values["dropout"])
-        model.compile(optimizer=keras.optimizers.Adam(values["learning_rate"]),
+        # One replica at the trial's batch: the rate searched is the trainer's reference rate
+        # (trainer/lr.py), built the same way, so `train -- --learning-rate R` starts from it.
+        rate = lr.plan("adam", values["learning_rate"], None, replicas=1, batch_size=values["batch_size"],
+                       warmup_epochs=None, steps_per_epoch=1)
+        model.compile(optimizer=lr.build_optimizer(keras, rate),
                       loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"])
         return model
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from rich.status import Status
 
-from tfcluster import launch, stall, tflog, ui
+from tfcluster import launch, stall, tflog, throughput, ui
 from tfcluster.commands.common import console
 from tfcluster.config import Settings
 from tfcluster.backends.base import Preemption
@@ -75,7 +75,7 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
         if interrupted.is_set():
             console.print("\n[yellow]Interrupted: stopping every worker...[/]")
             launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
-            _finish(store, run, "stopped", progress, started)
+            _finish(settings, store, run, "stopped", progress, started)
             raise TrainingFailed(f"run {run.run_id} stopped by Ctrl-C; no worker is left running")
     finally:
         signal.signal(signal.SIGINT, previous_handler)
@@ -83,7 +83,7 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
     outcome = "succeeded" if failure is None else "failed"
     if lost is not None and lost.found and failure is not None:
         # Preempted on the last attempt allowed: say so, not the survivors' collective errors.
-        _finish(store, run, "failed", progress, started)
+        _finish(settings, store, run, "failed", progress, started)
         raise TrainingFailed(f"run {run.run_id} failed: {lost.describe()} was preempted by Google and no retry "
                              f"is left (--retries {run.retries} counts preemptions too); no worker process is "
                              f"left running; the VM(s) stay stopped and their disks bill until `invoke down`; "
@@ -98,11 +98,16 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
             if remote:
                 setattr(progress, name, remote.replace(progress.model_dir, local_model, 1))
         progress.model_dir = local_model
-    _finish(store, run, outcome, progress, started)
+    _finish(settings, store, run, outcome, progress, started)
     if stalls:
         run.summary["stalls"] = stalls
         store.save_run(run)
-    _print_summary(run, progress, time.time() - started)
+    tensorboard = throughput.write_tensorboard(
+        store.run_dir(run.run_id) / "output" / "tensorboard" / "throughput",
+        throughput.tensorboard_scalars(run.summary["throughput"], run.summary["scaling"]))
+    if tensorboard is not None:
+        tensorboard = _publish_throughput(store, run, tensorboard)
+    _print_summary(run, progress, time.time() - started, tensorboard)
     if failure is not None and failure.stall is not None:
         hung = plans[failure.stall.worker]
         raise TrainingFailed(f"run {run.run_id} failed: it stalled, {hung.name} ({hung.task}) made no progress "
@@ -168,7 +173,7 @@ def _recover(settings: Settings, store: StateStore, backend, run: RunRecord, pla
     try:
         backend.restart_preempted(cluster, settings)
     except TfClusterError as error:
-        _finish(store, run, "failed", progress, started)
+        _finish(settings, store, run, "failed", progress, started)
         raise TrainingFailed(f"run {run.run_id} failed: {error}; no worker process is left running; resume "
                              f"it later with `invoke train --resume {run.run_id}`") from None
     store.save_cluster(cluster)  # New external addresses and host keys.
@@ -209,9 +214,10 @@ def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progr
             waiting.stop()
             spinning = False
         if kind == "strategy":
+            rate = f", learning rate {event['learning_rate']['text']}" if event.get("learning_rate") else ""
             console.print(ui.prefixed(0, plan.name, f"MultiWorkerMirroredStrategy: "
                                       f"{event.get('replicas_in_sync')} replicas in sync, global batch "
-                                      f"{event.get('global_batch')}, shard policy {event.get('shard_policy')}",
+                                      f"{event.get('global_batch')}, shard policy {event.get('shard_policy')}{rate}",
                                       ), style="bold", soft_wrap=True)
         elif kind == "epoch_end":
             console.print(ui.prefixed(0, plan.name, f"epoch {event.get('epoch')}/{event.get('epochs')}  "
@@ -286,7 +292,20 @@ def _report_failure(result: launch.AttemptResult, plans, verbose: bool) -> str |
     return cause
 
 
-def _finish(store, run: RunRecord, outcome: str, progress: launch.Progress, started: float) -> None:
+def _speed(settings: Settings, store: StateStore, run: RunRecord, progress: launch.Progress) -> dict:
+    """The learning rate, the configuration, the throughput and (N workers) the scaling efficiency."""
+    cluster = store.load_cluster()
+    backend = cluster.backend if cluster else settings.backend
+    config = throughput.run_config(progress.strategy, backend,
+                                   settings.machine_type if backend == "gcp" else "")
+    figures = progress.throughput.summary()
+    scaling = throughput.scaling(run.workers, figures, throughput.reference_run(store, config, run.run_id))
+    return {"learning_rate": progress.strategy.get("learning_rate"), "config": config,
+            "throughput": figures, "scaling": scaling}
+
+
+def _finish(settings: Settings, store, run: RunRecord, outcome: str, progress: launch.Progress,
+            started: float) -> None:
     run.outcome = outcome
     run.ended_at = time.time()
     run.summary = {
@@ -304,15 +323,35 @@ def _finish(store, run: RunRecord, outcome: str, progress: launch.Progress, star
         "scratch_removed": progress.scratch_removed,
         "wall_seconds": round(run.ended_at - started, 2),
         "preemptions": list(progress.preemptions),
+        **_speed(settings, store, run, progress),
     }
     store.save_run(run)
 
 
-def _print_summary(run: RunRecord, progress: launch.Progress, wall: float) -> None:
+def _print_summary(run: RunRecord, progress: launch.Progress, wall: float, tensorboard=None) -> None:
+    _print_throughput(run.summary["throughput"])
     table = ui.table(f"Run {run.run_id}: {run.outcome}", ["", ""])
     table.show_header = False
     table.add_row("workers", str(run.workers))
     table.add_row("replicas in sync", str(progress.replicas_in_sync or "n/a"))
+    rate = run.summary.get("learning_rate")
+    table.add_row("learning rate", rate["text"] if rate else "n/a")
+    speed = run.summary["throughput"]
+    if speed["global_images_per_second"]:
+        per_worker = ", ".join(f"{v:.0f}" for v in speed["per_worker_images_per_second"].values())
+        table.add_row("throughput", f"{speed['global_images_per_second']:.0f} images/s (per worker: {per_worker}), "
+                                    f"median step {speed['median_step_seconds'] * 1000:.1f} ms")
+    else:
+        table.add_row("throughput", "n/a")
+    scaling = run.summary.get("scaling")
+    if scaling:
+        table.add_row("scaling efficiency",
+                      f"{scaling['efficiency']:.2f} ({scaling['speedup']:.2f}x the 1-worker run "
+                      f"{scaling['reference_run']}, {scaling['reference_images_per_second']:.0f} images/s)")
+    elif run.workers > 1:
+        table.add_row("scaling efficiency", "n/a (no 1-worker run of the same configuration yet)")
+    if tensorboard:
+        table.add_row("throughput in TensorBoard", str(tensorboard))
     if progress.epochs:
         table.add_row("epochs", f"{progress.last_epoch}/{progress.epochs}")
     resumed = {a: e for a, e in progress.resumed_at.items() if a > 1}
@@ -332,4 +371,42 @@ def _print_summary(run: RunRecord, progress: launch.Progress, wall: float) -> No
     if progress.saved_model_path:
         table.add_row("SavedModel", progress.saved_model_path)
     table.add_row("wall time", ui.duration(wall))
+    console.print(table)
+
+
+def _publish_throughput(store: StateStore, run: RunRecord, local_dir) -> str:
+    """Where TensorBoard finds the throughput figures: the local run folder, and on a cluster with a
+    bucket the bucket too, beside the trainer's logs (`invoke tensorboard` reads the bucket there)."""
+    cluster = store.load_cluster()
+    if cluster is None or not cluster.bucket:
+        return str(local_dir)
+    from tfcluster.backends.gcp import storage as gcs
+    from tfcluster.backends.gcp.errors import translated
+
+    url = f"gs://{cluster.bucket}/runs/{run.run_id}/tensorboard/throughput"
+    try:
+        with translated(cluster.project, f"uploading the throughput figures to {url}"):
+            gcs.upload_dir(gcs.client(cluster.project), local_dir, url)
+    except TfClusterError as error:  # The run's outcome stands; the figures stay in run.json and locally.
+        console.print(f"[yellow]Throughput figures kept in {local_dir} only: {error}[/]", soft_wrap=True)
+        return str(local_dir)
+    return url
+
+
+def _print_throughput(speed: dict) -> None:
+    """Per epoch: the chief's median step time, images/s for all workers and each, GPU use."""
+    if not speed.get("epochs"):
+        return
+    gpu = any(record.get("gpu_utilization") for record in speed["epochs"])
+    table = ui.table("Throughput per epoch", ["epoch", "median step", "images/s (all)", "images/s per worker",
+                                              *(["GPU utilisation per worker"] if gpu else [])])
+    for record in speed["epochs"]:
+        step = record["median_step_seconds"]
+        row = [str(record["epoch"]), f"{step * 1000:.1f} ms" if step else "n/a",
+               f"{record['global_images_per_second']:.0f}" if record["global_images_per_second"] else "n/a",
+               "  ".join(f"w{w} {v:.0f}" for w, v in record["per_worker_images_per_second"].items()) or "n/a"]
+        if gpu:
+            row.append("  ".join(f"w{w} {v:.0f}%" for w, v in (record.get("gpu_utilization") or {}).items())
+                       or "n/a")
+        table.add_row(*row)
     console.print(table)

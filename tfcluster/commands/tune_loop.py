@@ -171,9 +171,19 @@ def _trial_line(trial: Trial, book: TrialBook, tuners: dict) -> ui.Text:
     return text
 
 
+def _flag_value(value) -> str:
+    """A float short when that is exact, else in full: the command must reproduce the trial's values.
+    (The learning rate a trial trained with is the trainer's reference rate, --batch-size on one
+    replica; `train` scales it to the replicas in sync.)"""
+    if isinstance(value, float):
+        short = f"{value:.6g}"
+        return short if float(short) == value else repr(value)
+    return str(value)
+
+
 def _train_command(trial: Trial) -> str:
-    flags = " ".join(f"--{name.replace('_', '-')} {value:.6g}" if isinstance(value, float) else
-                     f"--{name.replace('_', '-')} {value}" for name, value in trial.hyperparameters.items())
+    flags = " ".join(f"--{name.replace('_', '-')} {_flag_value(value)}"
+                     for name, value in trial.hyperparameters.items())
     return f"invoke train -- {flags}"
 
 

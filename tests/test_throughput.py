@@ -1,0 +1,161 @@
+"""Throughput in every run summary: images/s (all workers and each), the median step time from the
+shared measure, GPU utilisation from nvidia-smi, scaling efficiency, and the same in TensorBoard."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import events_of
+from tfcluster import throughput
+from tfcluster.config import Settings
+from tfcluster.state import RunRecord, StateStore
+from tfcluster.steptime import StepClock
+from trainer import gpu
+
+# Two workers, global batch 64 (32 each), steps of 0.1 s (worker 1: 0.125 s in epoch 2, as its own
+# events report it), 20 steps per epoch, events every 5 steps.
+STRATEGY = {"event": "strategy", "replicas_in_sync": 2, "local_replicas": 1, "global_batch": 64}
+
+
+def _steps(seconds_per_step: dict[int, float]) -> list[dict]:
+    """One worker's step events; ``seconds_per_step``: epoch -> its steady step time."""
+    events, now, done = [], 0.0, 1
+    for epoch, seconds in seconds_per_step.items():
+        for step in (1, 5, 10, 15, 20) if epoch == 1 else (5, 10, 15, 20):
+            now += seconds * ((epoch - 1) * 20 + step - done)
+            done = (epoch - 1) * 20 + step
+            events.append({"event": "first_step" if not events else "step", "time": now, "epoch": epoch,
+                           "step": step, "steps": 20, "batch": 64})
+    return events
+
+
+def test_figures_per_epoch_and_per_worker_from_each_workers_step_events():
+    meter = throughput.ThroughputMeter()
+    for worker, timing in ((0, {1: 0.1, 2: 0.1}), (1, {1: 0.1, 2: 0.125})):
+        meter.observe(worker, {**STRATEGY})
+        for event in _steps(timing):
+            meter.observe(worker, event)
+        meter.observe(worker, {"event": "epoch_end", "epoch": 2, "gpu": {"utilization": 80.0 + worker}})
+    summary = meter.summary()
+    assert summary["global_batch"] == 64 and summary["median_step_seconds"] == pytest.approx(0.1)
+    assert summary["global_images_per_second"] == pytest.approx(640)
+    first, second = summary["epochs"]
+    assert first == {"epoch": 1, "median_step_seconds": pytest.approx(0.1), "global_images_per_second": 640.0,
+                     "per_worker_images_per_second": {"0": 320.0, "1": 320.0}}
+    assert second["per_worker_images_per_second"] == {"0": 320.0, "1": 256.0}
+    assert second["gpu_utilization"] == {"0": 80.0, "1": 81.0}
+
+
+def _record(store: StateStore, run_id: str, started: float, workers: int, config: dict, rate: float | None,
+            outcome: str = "succeeded") -> None:
+    store.save_run(RunRecord(run_id=run_id, cluster="default", workers=workers, command=[], retries=0,
+                             started_at=started, outcome=outcome,
+                             summary={"config": config, "throughput": {"global_images_per_second": rate}}))
+
+
+def test_scaling_is_against_the_last_one_worker_run_of_the_same_configuration(tmp_path):
+    store = StateStore(Settings(state_dir=str(tmp_path)))
+    config = throughput.run_config({"model": "cnn", "image_size": 32, "batch_size": 32, "data": "abc",
+                                    "gpus": ["Tesla T4"]}, "gcp", "n1-standard-8")
+    assert config["gpus"] == "1 x Tesla T4"
+    other_batch = {**config, "batch_size": 64}
+    _record(store, "old", 1.0, 1, config, 100.0)
+    _record(store, "last", 2.0, 1, config, 120.0)
+    _record(store, "failed", 3.0, 1, config, 500.0, outcome="failed")
+    _record(store, "bigger-batch", 4.0, 1, other_batch, 900.0)
+    _record(store, "two-workers", 5.0, 2, config, 200.0)
+    reference = throughput.reference_run(store, config, exclude="now")
+    assert reference.run_id == "last"
+    figures = throughput.scaling(3, {"global_images_per_second": 270.0}, reference)
+    assert figures == {"workers": 3, "efficiency": 0.75, "speedup": 2.25, "reference_run": "last",
+                       "reference_images_per_second": 120.0}
+    assert throughput.reference_run(store, {**config, "machine_type": "n1-standard-16"}, "now") is None
+    assert throughput.scaling(1, {"global_images_per_second": 120.0}, reference) is None
+
+
+def test_nvidia_smi_output_skips_what_a_gpu_cannot_report():
+    # nvidia-smi --query-gpu=index,utilization.gpu,memory.used --format=csv,noheader,nounits
+    assert gpu.parse("0, 87, 10240\n1, [N/A], 300\n2, 15, [Not Supported]\n") == {0: (87.0, 10240.0)}
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# A stand-in for nvidia-smi (NVIDIA's nvidia-smi manual, --query-gpu): one CSV line per GPU with the
+# fields in the order asked, no header and no units with --format=csv,noheader,nounits. An unknown
+# field or a missing --format is refused with exit 2, as nvidia-smi does.
+query=""; format=""
+for arg in "$@"; do
+  case "$arg" in
+    --query-gpu=*) query="${arg#--query-gpu=}" ;;
+    --format=*) format="${arg#--format=}" ;;
+  esac
+done
+if [ "$query" != "index,utilization.gpu,memory.used" ] || [ "$format" != "csv,noheader,nounits" ]; then
+  echo "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help." >&2
+  exit 2
+fi
+echo "0, 87, 10240"
+echo "1, 91, 10300"
+"""
+
+
+def install_fake_nvidia_smi(cli, folder: Path) -> None:
+    """Puts on the test host's PATH (the local workers inherit the CLI's environment) an nvidia-smi
+    reporting two GPUs at 87 % and 91 % (mean 89 %)."""
+    folder.mkdir()
+    (folder / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (folder / "nvidia-smi").chmod(0o755)
+    cli.env["PATH"] = f"{folder}{os.pathsep}{cli.env['PATH']}"
+
+
+def check_run_speed(run_dir: Path, run: dict, workers: int) -> None:
+    """What every summary of the bundled trainer must show about speed (see tests/test_e2e_local.py)."""
+    speed = run["summary"]["throughput"]
+    assert speed["global_batch"] == 32 * workers
+    # The median step time is the shared measure's, over the chief's own step events.
+    clock = StepClock()
+    for event in events_of((run_dir / "worker-0.log").read_text()):
+        clock.observe(event)
+    assert speed["median_step_seconds"] == pytest.approx(clock.median_step_seconds, abs=1e-5)
+    assert speed["global_images_per_second"] == pytest.approx(32 * workers / clock.median_step_seconds, rel=1e-3)
+    for epoch in speed["epochs"]:
+        assert sorted(epoch["per_worker_images_per_second"]) == [str(w) for w in range(workers)]
+        # Each worker sampled the nvidia-smi on its PATH: the mean of 87 % and 91 %.
+        assert epoch["gpu_utilization"] == {str(w): 89.0 for w in range(workers)}
+
+
+def tensorboard_scalars(logdir: Path) -> dict[str, list[tuple[int, float]]]:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    accumulator = EventAccumulator(str(logdir))
+    accumulator.Reload()
+    return {tag: [(e.step, round(e.value, 3)) for e in accumulator.Scalars(tag)]
+            for tag in accumulator.Tags()["scalars"]}
+
+
+def test_gpu_sampler_reads_the_nvidia_smi_on_the_path(tmp_path, monkeypatch):
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "nvidia-smi").write_text(FAKE_NVIDIA_SMI)
+    (folder / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    sampler = gpu.GpuSampler.start_if_available()
+    try:
+        epoch = sampler.take_epoch()  # At least one sample: taken now if the thread has none yet.
+    finally:
+        sampler.stop()
+    assert epoch["utilization"] == 89.0 and epoch["per_gpu"] == {"0": 87.0, "1": 91.0}
+    assert epoch["memory_used_mib"] == {"0": 10240.0, "1": 10300.0} and epoch["samples"] >= 1
+    # An nvidia-smi that refuses the query (no driver loaded), or none at all: no sampler.
+    refusing = tmp_path / "refusing"
+    refusing.mkdir()
+    (refusing / "nvidia-smi").write_text(  # What nvidia-smi says, exit 9, on a machine whose driver is not up.
+        "#!/bin/sh\necho \"NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver. "
+        "Make sure that the latest NVIDIA driver is installed and running.\"\nexit 9\n")
+    (refusing / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{refusing}{os.pathsep}{os.environ['PATH']}")
+    assert gpu.GpuSampler.start_if_available() is None
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert gpu.GpuSampler.start_if_available() is None

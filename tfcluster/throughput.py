@@ -1,0 +1,161 @@
+"""A run's speed, for its summary and TensorBoard: images per second, step time, GPU use, scaling.
+
+Step times come from ``tfcluster/steptime.py`` (the one shared measure), one ``StepClock`` per
+worker fed with that worker's own step events; the step events carry the global batch. A worker's
+share of each step is its replicas over the replicas in sync (every worker of a run has the same
+machine, so that is 1/workers). GPU utilisation is what each worker sampled from ``nvidia-smi``
+during the epoch (trainer/gpu.py). The scaling efficiency compares a run of N workers with the
+last successful 1-worker run of the same configuration: N-worker images/s / (N x 1-worker images/s).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tfcluster.state import RunRecord, StateStore
+from tfcluster.steptime import StepClock
+
+# What must match for two runs' speeds to be compared (the trainer's strategy event gives the first
+# five, the cluster the backend and machine type).
+CONFIG_KEYS = ("model", "image_size", "batch_size", "data", "gpus", "backend", "machine_type")
+
+
+@dataclass
+class ThroughputMeter:
+    """Step events of every worker in, per-epoch and whole-run figures out."""
+
+    # Worker index -> its StepClock.
+    clocks: dict[int, StepClock] = field(default_factory=dict)
+    # Images per step (the global batch), from the step events.
+    global_batch: int | None = None
+    # Worker index -> replicas on that worker, from its strategy event.
+    local_replicas: dict[int, int] = field(default_factory=dict)
+    # Replicas in sync (all workers), from the strategy events.
+    replicas_in_sync: int | None = None
+    # Epoch -> worker index -> that epoch's GPU sample summary (trainer/gpu.py take_epoch()).
+    gpu: dict[int, dict[int, dict]] = field(default_factory=dict)
+
+    def observe(self, worker: int, event: dict) -> None:
+        kind = event.get("event")
+        if kind == "strategy":
+            self.replicas_in_sync = event.get("replicas_in_sync") or self.replicas_in_sync
+            if event.get("local_replicas"):
+                self.local_replicas[worker] = int(event["local_replicas"])
+        elif kind in ("first_step", "step"):
+            if event.get("batch"):
+                self.global_batch = int(event["batch"])
+            self.clocks.setdefault(worker, StepClock()).observe(event)
+        elif kind == "epoch_end" and event.get("gpu"):
+            self.gpu.setdefault(int(event.get("epoch") or 0), {})[worker] = event["gpu"]
+
+    def _share(self, worker: int) -> float:
+        """The fraction of each global batch this worker computes."""
+        replicas = self.replicas_in_sync or len(self.clocks) or 1
+        return self.local_replicas.get(worker, replicas / max(1, len(self.clocks))) / replicas
+
+    def _rates(self, seconds_of) -> tuple[float | None, float | None, dict[str, float]]:
+        """(median step seconds, global images/s, worker -> images/s) for one step-time reader."""
+        if not self.global_batch:
+            return None, None, {}
+        chief = self.clocks.get(0)
+        median = seconds_of(chief) if chief else None
+        per_worker = {}
+        for worker, clock in sorted(self.clocks.items()):
+            seconds = seconds_of(clock)
+            if seconds:
+                per_worker[str(worker)] = round(self.global_batch * self._share(worker) / seconds, 1)
+        return (round(median, 5) if median else None,
+                round(self.global_batch / median, 1) if median else None, per_worker)
+
+    def epochs(self) -> list[dict]:
+        """One record per epoch the chief timed."""
+        chief = self.clocks.get(0)
+        records = []
+        for epoch in sorted(chief.epoch_intervals) if chief else []:
+            median, global_rate, per_worker = self._rates(lambda c, e=epoch: c.epoch_median_step_seconds(e))
+            record = {"epoch": epoch, "median_step_seconds": median, "global_images_per_second": global_rate,
+                      "per_worker_images_per_second": per_worker}
+            gpu = self.gpu.get(epoch)
+            if gpu:
+                record["gpu_utilization"] = {str(w): g.get("utilization") for w, g in sorted(gpu.items())}
+            records.append(record)
+        return records
+
+    def summary(self) -> dict:
+        """The whole run: medians over every interval, and each epoch."""
+        median, global_rate, per_worker = self._rates(lambda c: c.median_step_seconds)
+        return {"global_batch": self.global_batch, "median_step_seconds": median,
+                "global_images_per_second": global_rate, "per_worker_images_per_second": per_worker,
+                "epochs": self.epochs()}
+
+
+def run_config(strategy: dict, backend: str, machine_type: str) -> dict:
+    """The configuration a speed belongs to, from the chief's strategy event and the cluster."""
+    gpus = strategy.get("gpus") or []
+    return {"model": strategy.get("model"), "image_size": strategy.get("image_size"),
+            "batch_size": strategy.get("batch_size"), "data": strategy.get("data"),
+            "gpus": f"{len(gpus)} x {sorted(set(gpus))[0]}" if gpus else "none",
+            "backend": backend, "machine_type": machine_type}
+
+
+def reference_run(store: StateStore, config: dict, exclude: str) -> RunRecord | None:
+    """The last successful 1-worker training run of the same configuration, with a throughput."""
+    if not store.runs_dir.is_dir() or not all(config.get(key) is not None for key in CONFIG_KEYS[:4]):
+        return None
+    found = []
+    for path in store.runs_dir.iterdir():
+        run = store.load_run(path.name) if path.is_dir() and path.name != exclude else None
+        if (run is not None and run.kind == "train" and run.workers == 1 and run.outcome == "succeeded"
+                and run.summary.get("config") == config
+                and (run.summary.get("throughput") or {}).get("global_images_per_second")):
+            found.append(run)
+    return max(found, key=lambda run: run.started_at, default=None)
+
+
+def scaling(workers: int, throughput: dict, reference: RunRecord | None) -> dict | None:
+    """N-worker images/s over N x the reference's, or None without both figures (or with 1 worker)."""
+    rate = throughput.get("global_images_per_second")
+    if workers < 2 or reference is None or not rate:
+        return None
+    one = reference.summary["throughput"]["global_images_per_second"]
+    return {"workers": workers, "efficiency": round(rate / (workers * one), 3), "speedup": round(rate / one, 3),
+            "reference_run": reference.run_id, "reference_images_per_second": one}
+
+
+def tensorboard_scalars(throughput: dict, scaling_figures: dict | None) -> list[tuple[str, int, float]]:
+    """(tag, epoch, value) of every figure, as the summary has them."""
+    scalars = []
+    for record in throughput.get("epochs", []):
+        epoch = record["epoch"]
+        for name in ("global_images_per_second", "median_step_seconds"):
+            if record.get(name) is not None:
+                scalars.append((f"throughput/{name}", epoch, record[name]))
+        for worker, rate in record.get("per_worker_images_per_second", {}).items():
+            scalars.append((f"throughput/worker_{worker}_images_per_second", epoch, rate))
+        for worker, utilization in (record.get("gpu_utilization") or {}).items():
+            if utilization is not None:
+                scalars.append((f"gpu/worker_{worker}_utilization_percent", epoch, utilization))
+        if scaling_figures and record.get("global_images_per_second"):
+            one = scaling_figures["reference_images_per_second"] * scaling_figures["workers"]
+            scalars.append(("throughput/scaling_efficiency", epoch,
+                            round(record["global_images_per_second"] / one, 3)))
+    return scalars
+
+
+def write_tensorboard(logdir: Path, scalars: list[tuple[str, int, float]]) -> Path | None:
+    """An event file of ``scalars`` in ``logdir``, written with TensorBoard's own writer (no TensorFlow
+    in the launcher)."""
+    if not scalars:
+        return None
+    from tensorboard.compat.proto import event_pb2, summary_pb2
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    logdir.mkdir(parents=True, exist_ok=True)
+    writer = EventFileWriter(str(logdir))
+    for tag, step, value in scalars:
+        summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))])
+        writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
+    writer.close()
+    return logdir
