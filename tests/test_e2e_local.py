@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import events_of, wait_for
+from tests.test_console import assert_console_folds_tensorflow_noise_and_logs_keep_it
 from tests.test_throughput import check_run_speed, install_fake_nvidia_smi, tensorboard_scalars
 from tfcluster.backends.local import processes_with_env
 
@@ -24,6 +25,8 @@ def _cluster_processes(cli) -> list:
 
 
 def test_three_worker_training_end_to_end(cli, tmp_path):
+    """The README's quick start, as a user's shell runs it, and everything it promises."""
+    cli.env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # As a user's shell has it: TensorFlow's own default.
     install_fake_nvidia_smi(cli, tmp_path / "bin")
     assert cli.run("up", "--workers", "3").returncode == 0
     # A short 1-worker run of the same configuration (model, image size, per-replica batch, data,
@@ -39,6 +42,7 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
     assert summary["replicas_in_sync"] == 3
     assert summary["last_epoch"] == 3
     assert "replicas in sync" in result.stdout and "validation accuracy" in result.stdout
+    assert_console_folds_tensorflow_noise_and_logs_keep_it(cli, result.stdout, workers=3)
 
     # Every worker joined the same 3-replica collective, each as its own task.
     tasks = set()
