@@ -5,6 +5,7 @@ import os
 import tensorflow as tf
 
 from trainer.create_tfrecords import read_manifest
+from trainer.export import scale_and_resize
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -30,10 +31,8 @@ def parse_batch_fn(stored_size: int, image_size: int):
         examples = tf.io.parse_example(serialized, features)
         images = tf.io.decode_raw(examples["image"], tf.uint8)
         images = tf.reshape(images, [-1, stored_size, stored_size, 3])
-        images = tf.cast(images, tf.float32) / 255.0
-        if image_size != stored_size:
-            images = tf.image.resize(images, [image_size, image_size])
-        return images, examples["label"]
+        # The same resize and scaling the served model applies to raw images (trainer/export.py).
+        return scale_and_resize(tf, images, image_size), examples["label"]
 
     return parse
 

@@ -248,6 +248,7 @@ def _finish(store, run: RunRecord, outcome: str, progress: launch.Progress, star
         "model_dir": progress.model_dir,
         "keras_path": progress.keras_path,
         "saved_model_path": progress.saved_model_path,
+        "signatures": progress.signatures,
         "chance": progress.chance,
         "first_step_at": progress.first_step_at,
         "scratch_dirs": {str(k): v for k, v in progress.scratch_dirs.items()},
@@ -283,3 +284,6 @@ def _print_summary(run: RunRecord, progress: launch.Progress, wall: float) -> No
         table.add_row("SavedModel", progress.saved_model_path)
     table.add_row("wall time", ui.duration(wall))
     console.print(table)
+    if progress.signatures:
+        console.print(f"Signatures of {progress.saved_model_path}:", soft_wrap=True)
+        console.print(progress.signatures, markup=False, highlight=False, soft_wrap=True)
