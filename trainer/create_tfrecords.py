@@ -87,7 +87,9 @@ def _example(tf, stored: bytes, size: int, label: int) -> bytes:
         "height": tf.train.Feature(int64_list=tf.train.Int64List(value=[size])),
         "width": tf.train.Feature(int64_list=tf.train.Int64List(value=[size])),
     }
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString()
+    # deterministic: map fields in key order. Otherwise the order follows the process's string
+    # hashing, and a re-run writes other bytes: a resumed upload would find every shard changed.
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
 
 
 def _decoded(jobs: list, processes: int):

@@ -57,10 +57,12 @@ def data(settings: Settings, src: str | None, out: str | None, synthetic: bool,
 
         url = f"gs://{cluster.bucket}/data/{target.name}"
         with console.status(f"Uploading the shards to {url} ..."):
-            names = gcs.upload_dir(gcs.client(cluster.project), target, url)
+            result = gcs.upload_dir(gcs.client(cluster.project), target, url)
         cluster.data_url = url
         store.save_cluster(cluster)
-        console.print(f"[green]✓[/] Uploaded {len(names)} files to {url}; `invoke train` reads them from there.")
+        already = f" ({len(result.unchanged)} already there)" if result.unchanged else ""
+        console.print(f"[green]✓[/] Uploaded {len(result.uploaded)} files to {url}{already}; "
+                      "`invoke train` reads them from there.")
         return target
     if not settings.data_dir and out and Path(out).resolve() != store.synthetic_data_dir:
         console.print(f"Train on it with: INVOKE_TFCLUSTER_DATA_DIR={target} invoke train "
