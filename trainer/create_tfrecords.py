@@ -9,8 +9,9 @@ resized image re-encoded as JPEG (about 10x fewer bytes to upload and read, deco
 pipeline). Corrupt or unreadable images are skipped and counted. ``DATA/manifest.json``
 describes the result and is written last.
 
-It streams: images are decoded by ``--processes`` worker processes, in order, and each is
-written to its shard as soon as it comes back, so memory stays flat whatever the folder's size.
+It streams: ``--processes`` processes each own some of the shards, and decode and write their
+images one at a time, so memory stays flat whatever the folder's size. No TensorFlow is needed:
+trainer/records.py writes the TFRecord format.
 """
 
 import argparse
@@ -20,18 +21,19 @@ import multiprocessing
 import os
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from PIL import Image, UnidentifiedImageError
+
+from trainer import records
 
 MANIFEST = "manifest.json"
 SPLITS = ("train", "val")
 ENCODINGS = ("raw", "jpeg")
 DEFAULT_SHARDS = 16
 JPEG_QUALITY = 95
-# Images handed to a worker process at a time: enough to hide the hand-over, few enough in flight.
-CHUNK = 16
 # Below this many images a pool's start-up (about 1.5 s here) costs more than it saves.
 POOL_FROM = 1000
 
@@ -66,46 +68,73 @@ def load_image(path: Path, size: int) -> np.ndarray:
         raise ValueError(f"{type(err).__name__}: {err}") from err
 
 
-def decode(job: tuple[str, int, int, str]) -> tuple[int, bytes | None, str | None]:
-    """In a worker process: (path, label, size, encoding) -> (label, stored image bytes, error)."""
-    path, label, size, encoding = job
-    try:
-        pixels = load_image(Path(path), size)
-    except ValueError as err:
-        return label, None, str(err)
+def stored_image(path: Path, size: int, encoding: str) -> bytes:
+    """What a record holds for one image: raw RGB bytes or a JPEG; raises ValueError if unreadable."""
+    pixels = load_image(path, size)
     if encoding == "raw":
-        return label, pixels.tobytes(), None
+        return pixels.tobytes()
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format="JPEG", quality=JPEG_QUALITY)
-    return label, buffer.getvalue(), None
+    return buffer.getvalue()
 
 
-def _example(tf, stored: bytes, size: int, label: int) -> bytes:
-    feature = {
-        "image": tf.train.Feature(bytes_list=tf.train.BytesList(value=[stored])),
-        "label": tf.train.Feature(int64_list=tf.train.Int64List(value=[label])),
-        "height": tf.train.Feature(int64_list=tf.train.Int64List(value=[size])),
-        "width": tf.train.Feature(int64_list=tf.train.Int64List(value=[size])),
-    }
-    # deterministic: map fields in key order. Otherwise the order follows the process's string
-    # hashing, and a re-run writes other bytes: a resumed upload would find every shard changed.
-    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
+@dataclass
+class ShardJob:
+    """One decoding process's share: whole shards, so it writes them itself (no pixels travel)."""
+
+    # Output folder.
+    out: str
+    # Side in pixels and "raw" or "jpeg".
+    size: int
+    encoding: str
+    # (index in the shuffled file list, path, label, shard file name), in writing order.
+    items: list[tuple[int, str, int, str]]
 
 
-def _decoded(jobs: list, processes: int):
-    """The decoded images in the order of ``jobs``, from ``processes`` worker processes."""
-    if processes == 1:
-        yield from map(decode, jobs)
-        return
-    # spawn, not fork: this process has TensorFlow's threads running.
-    with multiprocessing.get_context("spawn").Pool(processes) as pool:
-        yield from pool.imap(decode, jobs, chunksize=CHUNK)
+def write_shards(job: ShardJob) -> tuple[dict[str, list[int]], list[tuple[int, str, str]]]:
+    """In a decoding process: decode and write ``job``'s images as they come. Returns the labels
+    written to each shard and the (index, path, error) of each unreadable file."""
+    labels: dict[str, list[int]] = {}
+    writers: dict[str, records.RecordWriter] = {}
+    skipped = []
+    try:
+        for index, path, label, name in job.items:
+            try:
+                stored = stored_image(Path(path), job.size, job.encoding)
+            except ValueError as err:
+                skipped.append((index, path, str(err)))
+                continue
+            if name not in writers:
+                writers[name] = records.RecordWriter(os.path.join(job.out, name))
+            writers[name].write(records.example({"image": stored, "label": [label], "height": [job.size],
+                                                 "width": [job.size]}))
+            labels.setdefault(name, []).append(label)
+    finally:
+        for writer in writers.values():
+            writer.close()
+    return labels, skipped
 
 
 def goes_to_val(index: int, val_fraction: float) -> bool:
-    """Whether the index-th readable image is a validation one: spread evenly over the (shuffled)
-    stream, so that of any first N images round(N x fraction) are validation ones."""
+    """Whether the index-th file of the shuffled list is a validation one: spread evenly, so
+    that of any first N files round(N x fraction) are validation ones."""
     return round((index + 1) * val_fraction) > round(index * val_fraction)
+
+
+def plan(count: int, shards: int, val_fraction: float) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
+    """Shard names per split, and (split, shard name) for each of ``count`` shuffled files:
+    round-robin within each split, by position in the list (a file that proves unreadable
+    leaves a gap rather than moving the others, so each shard can be written independently)."""
+    splits = ["val" if count > 1 and goes_to_val(i, val_fraction) else "train" for i in range(count)]
+    sizes = {split: splits.count(split) for split in SPLITS}
+    n_shards = {"train": min(shards, sizes["train"]), "val": min(max(1, shards // 4), sizes["val"])}
+    names = {split: [f"{split}-{i:05d}-of-{n:05d}.tfrecord" for i in range(n)] for split, n in n_shards.items()}
+    seen = {split: 0 for split in SPLITS}
+    placement = []
+    for split in splits:
+        placement.append((split, names[split][seen[split] % n_shards[split]]))
+        seen[split] += 1
+    return names, placement
 
 
 def convert(src: Path, out: Path, image_size: int = 32, shards: int = DEFAULT_SHARDS,
@@ -113,52 +142,44 @@ def convert(src: Path, out: Path, image_size: int = 32, shards: int = DEFAULT_SH
             encoding: str = "raw") -> dict:
     """Write train/val shards and the manifest into ``out``; returns the manifest.
 
-    ``processes`` decode in parallel (spawned: a script that calls this needs the usual
-    ``if __name__ == "__main__":`` guard); None picks one per core for large folders."""
-    import tensorflow as tf  # Imported here so --help and argument errors stay instant.
-
+    ``processes`` decode and write in parallel, each its own shards (spawned: a script that
+    calls this needs the usual ``if __name__ == "__main__":`` guard); None picks one per core
+    for large folders. The validation share is a fraction of the files listed."""
     if encoding not in ENCODINGS:
         raise ValueError(f"unknown encoding {encoding!r}; valid: {', '.join(ENCODINGS)}")
     classes, items = list_images(src)
     order = np.random.default_rng(seed).permutation(len(items))
-    jobs = [(str(items[i][0]), items[i][1], image_size, encoding) for i in order]
-    expected_val = round(len(jobs) * val_fraction)
-    n_shards = {"train": max(1, min(shards, len(jobs) - expected_val)),
-                "val": max(1, min(max(1, shards // 4), expected_val))}
+    names, placement = plan(len(items), shards, val_fraction)
+    all_names = names["train"] + names["val"]
+    if processes is None:
+        processes = (os.cpu_count() or 1) if len(items) >= POOL_FROM else 1
+    processes = max(1, min(processes, len(all_names)))
+    # Shard i goes to process i mod processes; each process gets its shards' files in list order.
+    owner = {name: i % processes for i, name in enumerate(all_names)}
+    jobs = [ShardJob(str(out), image_size, encoding, []) for _ in range(processes)]
+    for index, (position, (split, name)) in enumerate(zip(order, placement)):
+        path, label = items[position]
+        jobs[owner[name]].items.append((index, str(path), label, name))
     out.mkdir(parents=True, exist_ok=True)
-    names = {split: [f"{split}-{i:05d}-of-{n:05d}.tfrecord" for i in range(n)] for split, n in n_shards.items()}
-    writers = {split: [tf.io.TFRecordWriter(str(out / name)) for name in names[split]] for split in SPLITS}
-    written = {split: [0] * n_shards[split] for split in SPLITS}
-    counts = {split: [0] * len(classes) for split in SPLITS}
-    skipped, readable = [], 0
-    try:
-        if processes is None:
-            processes = (os.cpu_count() or 1) if len(jobs) >= POOL_FROM else 1
-        for job, (label, stored, error) in zip(jobs, _decoded(jobs, processes)):
-            if stored is None:
-                skipped.append({"path": job[0], "error": error})
-                continue
-            split = "val" if goes_to_val(readable, val_fraction) and len(jobs) > 1 else "train"
-            readable += 1
-            shard = sum(counts[split]) % n_shards[split]
-            writers[split][shard].write(_example(tf, stored, image_size, label))
-            written[split][shard] += 1
-            counts[split][label] += 1
-    finally:
-        for split in SPLITS:
-            for writer in writers[split]:
-                writer.close()
-    if not readable:
+    if processes == 1:
+        results = [write_shards(jobs[0])]
+    else:
+        # spawn, not fork: the caller may have TensorFlow's threads running.
+        with multiprocessing.get_context("spawn").Pool(processes) as pool:
+            results = pool.map(write_shards, jobs, chunksize=1)
+    labels = {name: found for result, _ in results for name, found in result.items()}
+    skipped = sorted(item for _, failed in results for item in failed)
+    if not labels:
         raise ValueError(f"no readable images under {src} ({len(skipped)} skipped)")
     manifest = {"image_size": image_size, "encoding": encoding, "classes": classes, "shards": {},
-                "counts": {}, "skipped": skipped, "source": str(src)}
+                "counts": {}, "skipped": [{"path": path, "error": error} for _, path, error in skipped],
+                "source": str(src)}
     for split in SPLITS:
-        # Skipped images can leave a shard empty: it is removed, and not listed.
-        for name, count in zip(names[split], written[split]):
-            if not count:
-                (out / name).unlink()
-        manifest["shards"][split] = [name for name, count in zip(names[split], written[split]) if count]
-        manifest["counts"][split] = dict(zip(classes, counts[split]))
+        # A shard whose files were all unreadable was never created, and is not listed.
+        manifest["shards"][split] = [name for name in names[split] if name in labels]
+        counts = np.bincount([label for name in names[split] for label in labels.get(name, [])],
+                             minlength=len(classes))
+        manifest["counts"][split] = dict(zip(classes, (int(c) for c in counts)))
     # The manifest is written last and atomically: its presence means the set is complete.
     with tempfile.NamedTemporaryFile("w", dir=out, delete=False, suffix=".tmp") as tmp:
         json.dump(manifest, tmp, indent=2)
