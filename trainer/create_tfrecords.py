@@ -5,7 +5,7 @@
 
 Each record holds the image resized to ``--image-size`` plus its label: raw RGB bytes (the
 default: the training pipeline only parses and normalises) or, with ``--encoding jpeg``, the
-resized image re-encoded as JPEG (about 10x fewer bytes to upload and read, decoded in the
+resized image re-encoded as JPEG (about 9x fewer bytes at 224 px to upload and read, decoded in the
 pipeline). Corrupt or unreadable images are skipped and counted. ``DATA/manifest.json``
 describes the result and is written last.
 
@@ -38,8 +38,9 @@ JPEG_QUALITY = 95
 POOL_FROM = 1000
 
 
-def list_images(src: Path) -> tuple[list[str], list[tuple[Path, int]]]:
-    """Classes (sorted sub-folder names) and (path, label) for every file below them."""
+def list_images(src: Path) -> tuple[list[str], list[tuple[str, int]]]:
+    """Classes (sorted sub-folder names) and (path, label) for every file below them (paths as
+    text: a Path object per file would cost memory in proportion to the folder)."""
     classes = sorted(p.name for p in src.iterdir() if p.is_dir() and not p.name.startswith("."))
     if len(classes) < 2:
         raise ValueError(f"{src} needs at least 2 class sub-folders (found {len(classes)})")
@@ -47,7 +48,7 @@ def list_images(src: Path) -> tuple[list[str], list[tuple[Path, int]]]:
     for label, name in enumerate(classes):
         for path in sorted((src / name).rglob("*")):
             if path.is_file() and not path.name.startswith("."):
-                items.append((path, label))
+                items.append((str(path), label))
     return classes, items
 
 
@@ -57,7 +58,7 @@ def load_image(path: Path, size: int) -> np.ndarray:
         with Image.open(path) as image:
             if image.format == "JPEG" and min(image.size) >= 2 * size:
                 # Let libjpeg decode at 1/2, 1/4 or 1/8 scale when that is still larger than
-                # the target: the same result after the resize below, several times faster.
+                # the target: nearly the same pixels after the resize below, several times faster.
                 image.draft("RGB", (size, size))
             image.load()
             rgb = image.convert("RGB")
@@ -80,25 +81,40 @@ def stored_image(path: Path, size: int, encoding: str) -> bytes:
 
 @dataclass
 class ShardJob:
-    """One decoding process's share: whole shards, so it writes them itself (no pixels travel)."""
+    """One process's share: whole shards, so it writes them itself (no pixels travel). Each process
+    lists the folder and shuffles it again (the same way): no list of files is handed over."""
 
-    # Output folder.
+    src: str
     out: str
-    # Side in pixels and "raw" or "jpeg".
     size: int
     encoding: str
-    # (index in the shuffled file list, path, label, shard file name), in writing order.
-    items: list[tuple[int, str, int, str]]
+    seed: int
+    shards: int
+    val_fraction: float
+    # This process writes the shards whose index (train first, then val) is worker mod processes.
+    worker: int
+    processes: int
+
+
+def shuffled_files(src: Path, seed: int) -> tuple[list[str], list[tuple[str, int]]]:
+    """Classes and (path, label) of every file, in the seeded order that decides splits and shards."""
+    classes, items = list_images(src)
+    return classes, [items[i] for i in np.random.default_rng(seed).permutation(len(items))]
 
 
 def write_shards(job: ShardJob) -> tuple[dict[str, list[int]], list[tuple[int, str, str]]]:
-    """In a decoding process: decode and write ``job``'s images as they come. Returns the labels
-    written to each shard and the (index, path, error) of each unreadable file."""
+    """Decode and write ``job``'s images one at a time. Returns the labels written to each shard
+    and the (index, path, error) of each unreadable file."""
+    _, files = shuffled_files(Path(job.src), job.seed)
+    names = shard_names(len(files), job.shards, job.val_fraction)
+    owner = {name: i % job.processes for i, name in enumerate(names["train"] + names["val"])}
     labels: dict[str, list[int]] = {}
     writers: dict[str, records.RecordWriter] = {}
     skipped = []
     try:
-        for index, path, label, name in job.items:
+        for index, ((path, label), name) in enumerate(zip(files, placements(len(files), names, job.val_fraction))):
+            if owner[name] != job.worker:
+                continue
             try:
                 stored = stored_image(Path(path), job.size, job.encoding)
             except ValueError as err:
@@ -121,20 +137,22 @@ def goes_to_val(index: int, val_fraction: float) -> bool:
     return round((index + 1) * val_fraction) > round(index * val_fraction)
 
 
-def plan(count: int, shards: int, val_fraction: float) -> tuple[dict[str, list[str]], list[tuple[str, str]]]:
-    """Shard names per split, and (split, shard name) for each of ``count`` shuffled files:
-    round-robin within each split, by position in the list (a file that proves unreadable
-    leaves a gap rather than moving the others, so each shard can be written independently)."""
-    splits = ["val" if count > 1 and goes_to_val(i, val_fraction) else "train" for i in range(count)]
-    sizes = {split: splits.count(split) for split in SPLITS}
-    n_shards = {"train": min(shards, sizes["train"]), "val": min(max(1, shards // 4), sizes["val"])}
-    names = {split: [f"{split}-{i:05d}-of-{n:05d}.tfrecord" for i in range(n)] for split, n in n_shards.items()}
+def shard_names(count: int, shards: int, val_fraction: float) -> dict[str, list[str]]:
+    """The shard files of each split for ``count`` files (val gets a quarter of ``shards``)."""
+    n_val = round(count * val_fraction) if count > 1 else 0  # What goes_to_val adds up to.
+    n_shards = {"train": min(shards, count - n_val), "val": min(max(1, shards // 4), n_val)}
+    return {split: [f"{split}-{i:05d}-of-{n:05d}.tfrecord" for i in range(n)] for split, n in n_shards.items()}
+
+
+def placements(count: int, names: dict[str, list[str]], val_fraction: float):
+    """The shard name of each of ``count`` shuffled files: round-robin within each split, by
+    position in the list (an unreadable file leaves a gap rather than moving the others, so
+    each shard can be written on its own)."""
     seen = {split: 0 for split in SPLITS}
-    placement = []
-    for split in splits:
-        placement.append((split, names[split][seen[split] % n_shards[split]]))
+    for index in range(count):
+        split = "val" if count > 1 and goes_to_val(index, val_fraction) else "train"
+        yield names[split][seen[split] % len(names[split])]
         seen[split] += 1
-    return names, placement
 
 
 def convert(src: Path, out: Path, image_size: int = 32, shards: int = DEFAULT_SHARDS,
@@ -148,18 +166,14 @@ def convert(src: Path, out: Path, image_size: int = 32, shards: int = DEFAULT_SH
     if encoding not in ENCODINGS:
         raise ValueError(f"unknown encoding {encoding!r}; valid: {', '.join(ENCODINGS)}")
     classes, items = list_images(src)
-    order = np.random.default_rng(seed).permutation(len(items))
-    names, placement = plan(len(items), shards, val_fraction)
-    all_names = names["train"] + names["val"]
+    count = len(items)
+    del items  # Each process lists the folder itself.
+    names = shard_names(count, shards, val_fraction)
     if processes is None:
-        processes = (os.cpu_count() or 1) if len(items) >= POOL_FROM else 1
-    processes = max(1, min(processes, len(all_names)))
-    # Shard i goes to process i mod processes; each process gets its shards' files in list order.
-    owner = {name: i % processes for i, name in enumerate(all_names)}
-    jobs = [ShardJob(str(out), image_size, encoding, []) for _ in range(processes)]
-    for index, (position, (split, name)) in enumerate(zip(order, placement)):
-        path, label = items[position]
-        jobs[owner[name]].items.append((index, str(path), label, name))
+        processes = (os.cpu_count() or 1) if count >= POOL_FROM else 1
+    processes = max(1, min(processes, len(names["train"]) + len(names["val"])))
+    jobs = [ShardJob(str(src), str(out), image_size, encoding, seed, shards, val_fraction, worker, processes)
+            for worker in range(processes)]
     out.mkdir(parents=True, exist_ok=True)
     if processes == 1:
         results = [write_shards(jobs[0])]
