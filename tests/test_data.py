@@ -155,7 +155,8 @@ def test_invoke_data_makes_four_shards_per_cluster_worker(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     manifest = json.loads((tmp_path / "records" / "manifest.json").read_text())
     assert len(manifest["shards"]["train"]) == 20
-    assert data.shard_policy(len(manifest["shards"]["train"]), 5) == tf.data.experimental.AutoShardPolicy.FILE
+    for split in ("train", "val"):  # 8 validation files: 8 validation shards.
+        assert data.shard_policy(len(manifest["shards"][split]), 5) == tf.data.experimental.AutoShardPolicy.FILE
     bad = cli.run("data", "--src", str(tmp_path / "shapes"), "--shards", "0")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines() == ["error: --shards must be a whole number of at least 1 (got 0); omit it for the default, 20"], bad.stderr

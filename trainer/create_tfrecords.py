@@ -138,9 +138,10 @@ def goes_to_val(index: int, val_fraction: float) -> bool:
 
 
 def shard_names(count: int, shards: int, val_fraction: float) -> dict[str, list[str]]:
-    """The shard files of each split for ``count`` files (val gets a quarter of ``shards``)."""
+    """The shard files of each split for ``count`` files: ``shards`` each (fewer if there are
+    fewer files), so that with as many shards as workers both splits shard by FILE."""
     n_val = round(count * val_fraction) if count > 1 else 0  # What goes_to_val adds up to.
-    n_shards = {"train": min(shards, count - n_val), "val": min(max(1, shards // 4), n_val)}
+    n_shards = {"train": min(shards, count - n_val), "val": min(shards, n_val)}
     return {split: [f"{split}-{i:05d}-of-{n:05d}.tfrecord" for i in range(n)] for split, n in n_shards.items()}
 
 
@@ -234,7 +235,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, required=True, help="output folder for shards + manifest")
     parser.add_argument("--image-size", type=_positive_int, default=32, help="square side in pixels")
     parser.add_argument("--shards", type=_positive_int, default=DEFAULT_SHARDS,
-                        help=f"number of train shards (default {DEFAULT_SHARDS}; val gets a quarter)")
+                        help=f"shards per split (default {DEFAULT_SHARDS})")
     parser.add_argument("--processes", type=_positive_int, default=None,
                         help=f"decoding processes (default: one per core from {POOL_FROM} images)")
     parser.add_argument("--encoding", choices=ENCODINGS, default="raw",
