@@ -44,7 +44,9 @@ if __name__ == "__main__":
                                         encoding=encoding)
     seconds = time.perf_counter() - started
     images = sum(manifest["counts"]["train"].values()) + sum(manifest["counts"]["val"].values())
-    print(json.dumps({"seconds": seconds, "images": images,
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime  # Includes the listing.
+    print(json.dumps({"seconds": seconds, "images": images, "cpu_seconds": cpu,
                       "self_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -133,20 +135,22 @@ def main() -> None:
         # each round in the other order, and compare medians.
         # Written to memory (/dev/shm): this machine's shared disk takes about 30 MB/s of raw
         # 224 px shards, which would time the disk, not the decoding.
-        rates = {1: [], 2: []}
+        rates, cores = {1: [], 2: []}, {1: [], 2: []}
         speed_out = Path(tempfile.mkdtemp(prefix="bench-data-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None))
         for round_ in range(args.rounds):
             for processes in ((1, 2) if round_ % 2 == 0 else (2, 1)):
                 run = convert(small, speed_out / "out", args.stored, processes)
                 rates[processes].append(run["images"] / run["seconds"])
-            print(f"round {round_ + 1}: 1 process {rates[1][-1]:.0f}, 2 processes {rates[2][-1]:.0f} images/s",
-                  flush=True)
+                cores[processes].append(run["cpu_seconds"] / run["seconds"])
+            print(f"round {round_ + 1}: 1 process {rates[1][-1]:.0f}, 2 processes {rates[2][-1]:.0f} images/s; "
+                  f"cores busy {cores[1][-1]:.2f}, {cores[2][-1]:.2f}", flush=True)
         shutil.rmtree(speed_out)
-        print(f"\n| processes | images/s (median of {args.rounds}) | speed-up |")
-        print("|---:|---:|---:|")
+        print(f"\n| processes | images/s (median of {args.rounds}) | speed-up | cores busy (CPU s / wall s) |")
+        print("|---:|---:|---:|---:|")
         for processes in (1, 2):
             median = statistics.median(rates[processes])
-            print(f"| {processes} | {median:.0f} | {median / statistics.median(rates[1]):.2f}x |")
+            print(f"| {processes} | {median:.0f} | {median / statistics.median(rates[1]):.2f}x | "
+                  f"{statistics.median(cores[processes]):.2f} |")
 
         print("\n| stored px | shards | bytes | pipeline images/s |")
         print("|---:|---|---:|---:|")
