@@ -112,13 +112,13 @@ def test_a_killed_upload_resumes_with_only_the_missing_shards(emulator, cli, tmp
     assert len(landed) == 3 and "data/records/manifest.json" not in landed
 
     local = sorted(p.name for p in records.iterdir())
-    assert len(local) == 8  # 6 train shards, 1 val shard, the manifest.
+    assert len(local) == 11  # 6 train shards, 4 val shards (4 val images), the manifest.
     start = len(proxy.log)
     again = cli.run(*argv)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "(3 already there)" in again.stdout
     written = writes_since(start)
-    assert len(written) == 8 - 3 and written[-1].endswith("/o")  # 4 shards, then the manifest:
+    assert len(written) == 11 - 3 and written[-1].endswith("/o")  # 7 shards, then the manifest:
     uploads = [b for b in client.list_blobs(BUCKET, prefix="data/records/")]
     assert sorted(b.name.rsplit("/", 1)[-1] for b in uploads) == local
     assert max(uploads, key=lambda b: b.updated).name == "data/records/manifest.json"
