@@ -173,12 +173,13 @@ def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bo
 @task(help={"src": "image folder with one sub-folder per class",
             "out": "output folder (default: the folder `train` reads)",
             "synthetic": "generate the built-in coloured-shapes set instead",
-            "image_size": "square side in pixels (default 32)"})
+            "image_size": "square side in pixels (default 32)",
+            "shards": "train shards (default: the larger of 16 and 4 x the cluster's workers)"})
 @_user_errors
 def data(c, src: Optional[str] = None, out: Optional[str] = None, synthetic: bool = False,
-         image_size: Optional[int] = None):
-    """Turn an image folder into TFRecord shards (trainer/create_tfrecords.py)."""
-    commands.data(_settings(c), src, out, synthetic, image_size)
+         image_size: Optional[int] = None, shards: Optional[int] = None):
+    """Turn an image folder into TFRecord shards (trainer/create_tfrecords.py); upload them to a gcp cluster's bucket."""
+    commands.data(_settings(c), src, out, synthetic, image_size, shards)
 
 
 @task(help={"minutes": "act after this many idle minutes (1-1440)",

@@ -56,7 +56,7 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
     # Only the chief's output directory holds the model; non-chief scratch dirs are gone.
     model_dir = run_dir / "output" / "model"
     assert summary["model_dir"] == str(model_dir)
-    assert sorted(p.name for p in model_dir.iterdir()) == ["model.keras", "saved_model"]
+    assert sorted(p.name for p in model_dir.iterdir()) == ["1", "model.keras"]
     assert sorted(summary["scratch_dirs"]) == ["1", "2"]
     for path in summary["scratch_dirs"].values():
         assert not Path(path).exists()
@@ -99,9 +99,11 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
         model = tf_keras.models.load_model({str(model_dir / "model.keras")!r})
         p = model.predict(x, verbose=0)
         assert p.shape == (4, 4) and np.allclose(p.sum(axis=1), 1, atol=1e-4), p
-        served = tf.saved_model.load({str(model_dir / "saved_model")!r})
-        q = served.signatures["serving_default"](tf.constant(x))
-        q = list(q.values())[0].numpy()
+        # The served model takes uint8 pixels and scales them itself (trainer/export.py).
+        pixels = np.round(x * 255).astype(np.uint8)
+        p = model.predict(pixels.astype(np.float32) / 255, verbose=0)
+        served = tf.saved_model.load({str(model_dir / "1")!r})
+        q = served.signatures["serving_uint8"](images=tf.constant(pixels))["probabilities"].numpy()
         assert np.allclose(p, q, atol=1e-4)
         print("ok")
     """)

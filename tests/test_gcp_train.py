@@ -75,13 +75,15 @@ def test_three_workers_train_on_gs_and_the_results_come_back(gs_cli, world, tmp_
 
     pulled = gs_cli.run("pull", timeout=120)
     assert pulled.returncode == 0, pulled.stderr
-    model = next((run_dir / "output" / "model").rglob("model.keras"))
+    assert (run_dir / "output" / "model" / "model.keras").is_file()
+    served = run_dir / "output" / "model" / "1"  # Pulled in TF Serving's layout; it takes raw pixels.
     predict = subprocess.run([sys.executable, "-c", (
-        "import os, sys; os.environ['TF_USE_LEGACY_KERAS'] = '1'; import numpy as np, tf_keras; "
-        f"m = tf_keras.models.load_model({str(model)!r}); "
-        "print('PRED', m.predict(np.zeros((2,) + m.input_shape[1:], 'float32'), verbose=0).shape)")],
+        "import numpy as np, tensorflow as tf; "
+        f"m = tf.saved_model.load({str(served)!r}); "
+        "print('PRED', m.signatures['serving_uint8'](images=tf.zeros((2, 40, 40, 3), tf.uint8))"
+        "['probabilities'].shape)")],
         capture_output=True, text=True, timeout=180)
-    assert "PRED (2," in predict.stdout, predict.stdout + predict.stderr[-2000:]
+    assert "PRED (2, 4)" in predict.stdout, predict.stdout + predict.stderr[-2000:]
     events = list((run_dir / "output" / "tensorboard").rglob("*tfevents*"))
     assert events, "no TensorBoard event files came back"
 

@@ -22,7 +22,7 @@ def emulator(world):
 
 def test_upload_then_download_round_trip(emulator, synthetic_data, tmp_path):
     client = gcs.client("demo-project")
-    names = gcs.upload_dir(client, synthetic_data, f"gs://{BUCKET}/data/shapes")
+    names = gcs.upload_dir(client, synthetic_data, f"gs://{BUCKET}/data/shapes").uploaded
     local = sorted(p.name for p in synthetic_data.iterdir())
     assert sorted(n.rsplit("/", 1)[-1] for n in names) == local
     assert names[-1] == "data/shapes/manifest.json"  # Last: its presence means the set is complete.
@@ -62,17 +62,79 @@ def test_invoke_data_uploads_and_pull_downloads(emulator, cli, tmp_path):
     store.save_run(run)
     bucket = client.bucket(BUCKET)
     bucket.blob(f"runs/{run.run_id}/model/model.keras").upload_from_string(b"keras-bytes")
-    bucket.blob(f"runs/{run.run_id}/model/saved_model/saved_model.pb").upload_from_string(b"pb")
+    bucket.blob(f"runs/{run.run_id}/model/1/saved_model.pb").upload_from_string(b"pb")
     bucket.blob(f"runs/{run.run_id}/tensorboard/train/events.out").upload_from_string(b"ev")
     bucket.blob(f"runs/{run.run_id}/checkpoints/chief/ckpt").upload_from_string(b"not pulled")
     pulled = cli.run("pull")
     assert pulled.returncode == 0, pulled.stderr
     output = store.run_dir(run.run_id) / "output"
     assert (output / "model" / "model.keras").read_bytes() == b"keras-bytes"
-    assert (output / "model" / "saved_model" / "saved_model.pb").read_bytes() == b"pb"
+    assert (output / "model" / "1" / "saved_model.pb").read_bytes() == b"pb"
     assert (output / "tensorboard" / "train" / "events.out").read_bytes() == b"ev"
     assert not (output / "checkpoints").exists()
 
     from tfcluster import commands
 
     assert commands.tensorboard_logdir(settings) == f"gs://{BUCKET}/runs/{run.run_id}/tensorboard"
+
+
+def test_a_killed_upload_resumes_with_only_the_missing_shards(emulator, cli, tmp_path):
+    """`invoke data` killed after 3 object writes: the re-run writes only what is missing, the
+    manifest last; a shard changed in place (same size) is written again, under no manifest."""
+    from tests.conftest import wait_for
+    from tests.world.storage import is_object_write
+    from trainer.synthetic import write_image_folder
+
+    cli.enter(emulator)
+    store = StateStore(Settings(state_dir=str(cli.state_dir)))
+    store.save_cluster(ClusterState(name="default", backend="gcp", hosts=[], project="demo-project",
+                                    zone="us-west1-b", bucket=BUCKET))
+    write_image_folder(tmp_path / "images", per_class=5, size=16)
+    records = tmp_path / "records"
+    argv = ("data", "--src", str(tmp_path / "images"), "--out", str(records), "--image-size", "16",
+            "--shards", "6")
+    proxy = emulator.storage_proxy
+
+    def writes_since(start: int) -> list[str]:
+        return [path for method, path, *_ in proxy.log[start:] if is_object_write(method, path)]
+
+    proxy.hold_writes_after = 3
+    launcher = cli.popen(*argv)
+    try:
+        wait_for(proxy.holding.is_set, 120, what="the fourth object write")
+    finally:
+        launcher.kill()
+        launcher.communicate(timeout=60)
+    proxy.hold_writes_after = None
+    proxy.release.set()
+    client = gcs.client("demo-project")
+    landed = {b.name for b in client.list_blobs(BUCKET, prefix="data/records/")}
+    assert len(landed) == 3 and "data/records/manifest.json" not in landed
+
+    local = sorted(p.name for p in records.iterdir())
+    assert len(local) == 11  # 6 train shards, 4 val shards (4 val images), the manifest.
+    start = len(proxy.log)
+    again = cli.run(*argv)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "(3 already there)" in again.stdout
+    written = writes_since(start)
+    assert len(written) == 11 - 3 and written[-1].endswith("/o")  # 7 shards, then the manifest:
+    uploads = [b for b in client.list_blobs(BUCKET, prefix="data/records/")]
+    assert sorted(b.name.rsplit("/", 1)[-1] for b in uploads) == local
+    assert max(uploads, key=lambda b: b.updated).name == "data/records/manifest.json"
+    for blob in uploads:
+        assert blob.crc32c == gcs.crc32c_of(records / blob.name.rsplit("/", 1)[-1])
+
+    # Same size, other bytes: only the CRC32C tells. The manifest goes first, and comes back last.
+    shard = records / next(name for name in local if name.endswith(".tfrecord"))
+    payload = bytearray(shard.read_bytes())
+    payload[-1] ^= 0xFF
+    shard.write_bytes(bytes(payload))
+    start = len(proxy.log)
+    result = gcs.upload_dir(client, records, f"gs://{BUCKET}/data/records")
+    assert result.uploaded == [f"data/records/{shard.name}", "data/records/manifest.json"]
+    written = [(method, path) for method, path, *_ in proxy.log[start:] if is_object_write(method, path)]
+    assert [m for m, _ in written] == ["DELETE", "POST", "POST"] and written[0][1].endswith("manifest.json")
+    start = len(proxy.log)
+    assert gcs.upload_dir(client, records, f"gs://{BUCKET}/data/records").uploaded == []
+    assert writes_since(start) == []

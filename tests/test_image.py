@@ -90,7 +90,7 @@ def test_three_workers_train_inside_the_image(icli, images):
     # The program ran on the image's Python (the launcher's venv is not in the image).
     assert run["command"][0] == "python3"
     model = run_dir / "output" / "model"
-    assert (model / "model.keras").is_file() and (model / "saved_model").is_dir()
+    assert (model / "model.keras").is_file() and (model / "1" / "saved_model.pb").is_file()
     tasks = {(e["task_type"], e["task_id"]) for i in range(3)
              for e in events_of((run_dir / f"worker-{i}.log").read_text()) if e["event"] == "strategy"}
     assert tasks == {("chief", 0), ("worker", 0), ("worker", 1)}

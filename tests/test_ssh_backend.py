@@ -107,7 +107,7 @@ def test_three_hosts_train_and_the_model_comes_back(ssh_cli, lab):
 
     # The chief's model came back; the other hosts hold no model.
     model = run_dir / "output" / "model"
-    assert (model / "model.keras").is_file() and (model / "saved_model" / "saved_model.pb").is_file()
+    assert (model / "model.keras").is_file() and (model / "1" / "saved_model.pb").is_file()
     assert run["summary"]["keras_path"] == str(model / "model.keras")
     for index in (1, 2):
         assert not (remote_run_root(ssh_cli, run["run_id"], index) / "output" / "model").exists()

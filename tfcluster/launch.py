@@ -296,6 +296,8 @@ class Progress:
     model_dir: str | None = None
     keras_path: str | None = None
     saved_model_path: str | None = None
+    # The served model's signatures, as `saved_model_cli show --all` prints them.
+    signatures: str | None = None
     chance: float | None = None
     first_step_at: float | None = None
     scratch_dirs: dict[int, str] = field(default_factory=dict)
@@ -335,6 +337,7 @@ class Progress:
             self.model_dir = event.get("model_dir")
             self.keras_path = event.get("keras_path")
             self.saved_model_path = event.get("saved_model_path")
+            self.signatures = event.get("signatures")
             self.chance = event.get("chance")
 
 

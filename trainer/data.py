@@ -5,6 +5,7 @@ import os
 import tensorflow as tf
 
 from trainer.create_tfrecords import read_manifest
+from trainer.export import scale_and_resize
 
 AUTOTUNE = tf.data.AUTOTUNE
 
@@ -20,7 +21,7 @@ def shard_policy(num_files: int, num_workers: int) -> "tf.data.experimental.Auto
 
 
 def parse_batch_fn(stored_size: int, image_size: int):
-    """Parses a batch of serialized examples at once (vectorized: one op per batch)."""
+    """Parses a batch of serialized raw-pixel examples at once (vectorized: one op per batch)."""
     features = {
         "image": tf.io.FixedLenFeature([], tf.string),
         "label": tf.io.FixedLenFeature([], tf.int64),
@@ -30,10 +31,24 @@ def parse_batch_fn(stored_size: int, image_size: int):
         examples = tf.io.parse_example(serialized, features)
         images = tf.io.decode_raw(examples["image"], tf.uint8)
         images = tf.reshape(images, [-1, stored_size, stored_size, 3])
-        images = tf.cast(images, tf.float32) / 255.0
-        if image_size != stored_size:
-            images = tf.image.resize(images, [image_size, image_size])
-        return images, examples["label"]
+        # The same resize and scaling the served model applies to raw images (trainer/export.py).
+        return scale_and_resize(tf, images, image_size), examples["label"]
+
+    return parse
+
+
+def decode_jpeg_fn(stored_size: int):
+    """Parses one example whose image is a JPEG (create_tfrecords --encoding jpeg) to uint8 pixels:
+    JPEG decoding works image by image, so this runs before batching."""
+    features = {
+        "image": tf.io.FixedLenFeature([], tf.string),
+        "label": tf.io.FixedLenFeature([], tf.int64),
+    }
+
+    def parse(serialized):
+        example = tf.io.parse_single_example(serialized, features)
+        image = tf.io.decode_jpeg(example["image"], channels=3)
+        return tf.ensure_shape(image, [stored_size, stored_size, 3]), example["label"]
 
     return parse
 
@@ -45,18 +60,24 @@ def make_dataset(data_dir: str, split: str, global_batch: int, image_size: int,
     files = [os.path.join(data_dir, name) for name in manifest["shards"][split]]
     if not files:
         raise ValueError(f"{data_dir} has no {split} shards; regenerate it with a larger set")
+    stored_size = manifest["image_size"]
     dataset = tf.data.TFRecordDataset(files, num_parallel_reads=AUTOTUNE)
     if shuffle:
         # Shuffle the small serialized records, not decoded float images (16x the bytes).
         dataset = dataset.shuffle(4096, seed=seed, reshuffle_each_iteration=True)
     # Repeat before batching: every worker then runs exactly steps_per_epoch steps,
     # whatever its share of the files, so no worker waits on a collective that never comes.
-    dataset = dataset.repeat().batch(global_batch, drop_remainder=True)
-    dataset = dataset.map(parse_batch_fn(manifest["image_size"], image_size),
-                          num_parallel_calls=AUTOTUNE).prefetch(AUTOTUNE)
+    if manifest.get("encoding", "raw") == "jpeg":
+        dataset = dataset.map(decode_jpeg_fn(stored_size), num_parallel_calls=AUTOTUNE)
+        dataset = dataset.repeat().batch(global_batch, drop_remainder=True)
+        dataset = dataset.map(lambda images, labels: (scale_and_resize(tf, images, image_size), labels),
+                              num_parallel_calls=AUTOTUNE)
+    else:
+        dataset = dataset.repeat().batch(global_batch, drop_remainder=True)
+        dataset = dataset.map(parse_batch_fn(stored_size, image_size), num_parallel_calls=AUTOTUNE)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = shard_policy(len(files), num_workers)
-    return dataset.with_options(options)
+    return dataset.prefetch(AUTOTUNE).with_options(options)
 
 
 def split_size(data_dir: str, split: str) -> int:

@@ -187,7 +187,7 @@ def main(argv=None) -> int:
     import tensorflow as tf
     import tf_keras as keras
 
-    from trainer import data
+    from trainer import data, export
     from trainer.create_tfrecords import read_manifest
 
     # Created first: MWMS must exist before any other TF op runs.
@@ -261,10 +261,10 @@ def main(argv=None) -> int:
     model_dir = args.model_dir if chief else os.path.join(scratch, "model")
     tf.io.gfile.makedirs(model_dir)
     keras_path = os.path.join(model_dir, "model.keras")
-    saved_model_path = os.path.join(model_dir, "saved_model")
     model.save(keras_path)
     emit("export", path=keras_path if chief else None)  # Each finished save is progress (stall limit).
-    model.save(saved_model_path, save_format="tf")
+    # The model ready to serve: raw JPEG/PNG or uint8 in, model_dir/<version>/ (trainer/export.py).
+    saved_model_path = export.export(tf, model, model_dir, image_size, manifest["classes"])
     emit("export", path=saved_model_path if chief else None)
     if scratch:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -273,6 +273,7 @@ def main(argv=None) -> int:
     final = {key: float(values[-1]) for key, values in history.history.items() if values}
     emit("done", chief=chief, model_dir=model_dir if chief else None, keras_path=keras_path if chief else None,
          saved_model_path=saved_model_path if chief else None, metrics=final,
+         signatures=export.describe_signatures(tf, saved_model_path) if chief else None,
          chance=1.0 / num_classes, classes=manifest["classes"], train_seconds=round(time.time() - started, 2))
     if chief and "val_accuracy" in final:
         print(f"validation accuracy {final['val_accuracy']:.3f} (chance {1.0 / num_classes:.3f})", flush=True)

@@ -22,6 +22,14 @@ from tests.world.iam import needed
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 
 
+def is_object_write(method: str, path: str) -> bool:
+    """An upload (media, multipart or resumable: POST/PUT under /upload/storage/v1/b/B/o), or a
+    change or deletion of an object (https://cloud.google.com/storage/docs/json_api/v1/objects)."""
+    if path.startswith("/upload/storage/v1/b/"):
+        return method in ("POST", "PUT")
+    return method in ("DELETE", "PATCH", "PUT") and "/o/" in path and path.startswith("/storage/v1/b/")
+
+
 class IamStorageProxy:
     def __init__(self, listens: list[tuple[str, int, ssl.SSLContext | None]], upstream: tuple[str, int],
                  restricted: dict[str, set[str]]):
@@ -29,6 +37,15 @@ class IamStorageProxy:
         self.restricted = restricted
         # (method, path, token, allowed) of every request, for the tests to read.
         self.log: list[tuple[str, str, str, bool]] = []
+        # Object writes passed on so far, and the number after which further writes are held
+        # (None: never), so a test can kill a writer mid-upload: a held write waits for
+        # ``release`` and is then refused with a 503 instead of reaching the emulator, as a
+        # request whose sender died before it was complete never reaches Cloud Storage.
+        self.writes_passed = 0
+        self.hold_writes_after: int | None = None
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        self._writes_lock = threading.Lock()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -73,6 +90,14 @@ class IamStorageProxy:
                         {"message": message, "domain": "global", "reason": "forbidden"}]}}).encode()
                     self._reply(403, [("Content-Type", "application/json; charset=UTF-8")], payload)
                     return
+                if is_object_write(self.command, path) and not proxy._pass_write():
+                    proxy.holding.set()
+                    proxy.release.wait(timeout=300)
+                    try:
+                        self._reply(503, [("Content-Type", "text/plain")], b"held by the test")
+                    except OSError:
+                        pass  # The writer is gone, as intended.
+                    return
                 connection = http.client.HTTPConnection(*upstream, timeout=60)
                 headers = {k: v for k, v in self.headers.items()
                            if k.lower() not in HOP_BY_HOP and k.lower() not in ("expect", "content-length")}
@@ -91,6 +116,14 @@ class IamStorageProxy:
         self.servers = []
         for address, port, context in listens:
             self.listen(address, port, context)
+
+    def _pass_write(self) -> bool:
+        """Counts an object write that goes through; False when it must be held instead."""
+        with self._writes_lock:
+            if self.hold_writes_after is not None and self.writes_passed >= self.hold_writes_after:
+                return False
+            self.writes_passed += 1
+            return True
 
     def listen(self, address: str, port: int, context: ssl.SSLContext | None) -> None:
         """One more door (for example on the test hosts' bridge, for TensorFlow on the hosts)."""

@@ -317,6 +317,7 @@ def _finish(settings: Settings, store, run: RunRecord, outcome: str, progress: l
         "model_dir": progress.model_dir,
         "keras_path": progress.keras_path,
         "saved_model_path": progress.saved_model_path,
+        "signatures": progress.signatures,
         "chance": progress.chance,
         "first_step_at": progress.first_step_at,
         "scratch_dirs": {str(k): v for k, v in progress.scratch_dirs.items()},
@@ -372,6 +373,9 @@ def _print_summary(run: RunRecord, progress: launch.Progress, wall: float, tenso
         table.add_row("SavedModel", progress.saved_model_path)
     table.add_row("wall time", ui.duration(wall))
     console.print(table)
+    if progress.signatures:
+        console.print(f"Signatures of {progress.saved_model_path}:", soft_wrap=True)
+        console.print(progress.signatures, markup=False, highlight=False, soft_wrap=True)
 
 
 def _publish_throughput(store: StateStore, run: RunRecord, local_dir) -> str:

@@ -13,32 +13,56 @@ from tfcluster.errors import ClusterError, ConfigError, TfClusterError
 from tfcluster.state import StateStore
 
 
+# Shards per worker by default: FILE sharding needs one per worker, and a few each keep
+# every worker's reads parallel and its share even when the files differ in size.
+SHARDS_PER_WORKER = 4
+MIN_SHARDS = 16
+
+
+def default_shards(cluster) -> int:
+    """max(16, 4 x the cluster's workers); 16 without a cluster."""
+    return max(MIN_SHARDS, SHARDS_PER_WORKER * cluster.workers) if cluster is not None else MIN_SHARDS
+
+
 def data(settings: Settings, src: str | None, out: str | None, synthetic: bool,
-         image_size: int | None = None) -> Path:
+         image_size: int | None = None, shards: int | None = None) -> Path:
     """Run trainer/create_tfrecords.py; the default output is where `train` looks."""
     if bool(src) == bool(synthetic):
         raise ConfigError("give exactly one of --src IMAGE_FOLDER or --synthetic")
     if src and not Path(src).expanduser().is_dir():
         raise ConfigError(f"--src {src} is not a folder; give a folder with one sub-folder per class")
     store = StateStore(settings)
+    cluster = store.load_cluster()
+    if shards is None:
+        shards = default_shards(cluster)
+    elif not str(shards).strip().isdigit() or int(shards) < 1:  # invoke hands over the text.
+        raise ConfigError(f"--shards must be a whole number of at least 1 (got {shards}); "
+                          f"omit it for the default, {default_shards(cluster)}")
+    shards = int(shards)
+    if cluster is not None and shards < cluster.workers:
+        console.print(f"[yellow]Note:[/] {shards} shards for {cluster.workers} workers: each worker reads "
+                      f"every shard and keeps 1/{cluster.workers} (DATA sharding); --shards "
+                      f"{cluster.workers} or more lets each read only its own files")
     target = Path(out or settings.data_dir or store.synthetic_data_dir).expanduser()
-    argv = [settings.python or sys.executable, "-m", "trainer.create_tfrecords", "--out", str(target)]
+    argv = [settings.python or sys.executable, "-m", "trainer.create_tfrecords", "--out", str(target),
+            "--shards", str(shards)]
     argv += ["--synthetic"] if synthetic else ["--src", str(Path(src).expanduser())]
     if image_size is not None:
         argv += ["--image-size", str(parse_int("image_size", image_size, 1))]
     result = subprocess.run(argv, cwd=str(Path(launch.__file__).resolve().parent.parent))
     if result.returncode != 0:
         raise TfClusterError(f"create_tfrecords failed (exit {result.returncode}); see the error above")
-    cluster = store.load_cluster()
     if cluster is not None and cluster.bucket:
         from tfcluster.backends.gcp import storage as gcs
 
         url = f"gs://{cluster.bucket}/data/{target.name}"
         with console.status(f"Uploading the shards to {url} ..."):
-            names = gcs.upload_dir(gcs.client(cluster.project), target, url)
+            result = gcs.upload_dir(gcs.client(cluster.project), target, url)
         cluster.data_url = url
         store.save_cluster(cluster)
-        console.print(f"[green]✓[/] Uploaded {len(names)} files to {url}; `invoke train` reads them from there.")
+        already = f" ({len(result.unchanged)} already there)" if result.unchanged else ""
+        console.print(f"[green]✓[/] Uploaded {len(result.uploaded)} files to {url}{already}; "
+                      "`invoke train` reads them from there.")
         return target
     if not settings.data_dir and out and Path(out).resolve() != store.synthetic_data_dir:
         console.print(f"Train on it with: INVOKE_TFCLUSTER_DATA_DIR={target} invoke train "
