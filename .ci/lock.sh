@@ -26,4 +26,7 @@ target=(--generate-hashes --python-platform x86_64-unknown-linux-gnu -q "$@")
 "$tools/bin/uv" pip compile requirements/vm.in --python-version 3.11 "${target[@]}" -o requirements/vm.lock
 # The --image tests' training image (tests/imagelab.py): Debian 12's python3 too.
 "$tools/bin/uv" pip compile requirements/image.in --python-version 3.11 "${target[@]}" -o requirements/image.lock
+# The terraform provider stand-ins' own venv (tests/world/provider/mirror.py): tf 1.2.0 pins
+# protobuf < 6, which the product's google-cloud-compute cannot share.
+"$tools/bin/uv" pip compile requirements/provider.in --python-version 3.11 "${target[@]}" -o requirements/provider.lock
 echo "locks written: $(ls requirements/*.lock | tr '\n' ' ')"
