@@ -64,7 +64,22 @@ def route(state: FakeArtifactRegistry, method: str, path: str, query: dict) -> t
             "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "SERVICE_DISABLED",
                          "domain": "googleapis.com", "metadata": {"service": "artifactregistry.googleapis.com",
                                                                   "consumer": f"projects/{state.project}"}}]}}
+    parent = re.fullmatch(r"/v1/(?P<parent>projects/[^/]+/locations/[^/]+)/repositories", path)
+    if method == "POST" and parent:
+        # repositories.create: a long-running operation; an existing id answers 409 ALREADY_EXISTS.
+        name = f"{parent['parent']}/repositories/{(query.get('repositoryId') or [''])[0]}"
+        with state.lock:
+            if name in state.repositories:
+                return _error(409, "ALREADY_EXISTS", "the repository already exists")
+            state.repositories[name] = []
+        return 200, {"name": f"{parent['parent']}/operations/create-{name.rsplit('/', 1)[1]}", "done": True,
+                     "response": {"name": name}}
     match = re.fullmatch(REPOSITORY + r"(?P<images>/dockerImages)?", path)
+    if method == "DELETE" and match and not match["images"]:
+        with state.lock:  # "deletes a repository and all of its contents"
+            if state.repositories.pop(match["repo"], None) is None:
+                return _error(404, "NOT_FOUND", "Requested entity was not found.")
+        return 200, {"name": f"{match['repo']}/operations/delete", "done": True}
     if method != "GET" or match is None:
         return _error(404, "NOT_FOUND", f"fake Artifact Registry does not serve {method} {path}")
     with state.lock:

@@ -1,8 +1,8 @@
 """A fake Compute Engine API: a local HTTP server speaking the REST shapes that
 google-cloud-compute sends and receives, for the few calls tfcluster makes.
 
-State lives in ``FakeCompute``; tests and the fake terraform change it through
-``/_fake/...`` endpoints (as the real control plane would change by itself).
+State lives in ``FakeCompute``; tests change it directly (as the real control plane would change
+by itself), the provider stand-ins (tests/world/provider) through the API.
 
 Behaviours modelled, with their sources:
 - Errors use Google's JSON error shape (https://cloud.google.com/apis/design/errors): code,
@@ -48,6 +48,7 @@ from urllib.parse import parse_qs, urlparse
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 
+from tests.world import compute_resources  # noqa: E402
 from tests.fake_operations import advance, capacity_error, new_operation, preempt_instance, start_effect  # noqa: E402
 
 __all__ = ["FakeCompute", "FakeComputeServer", "preempt_instance", "stop_instance"]
@@ -64,7 +65,7 @@ class FakeCompute:
     #          "external_ip", "max_run_seconds", "termination_action", "spot"}
     instances: dict = field(default_factory=dict)
     # Other resources `invoke down` must find gone: kind -> names (disks, addresses, firewalls,
-    # subnetworks, networks), kept in step by the fake terraform.
+    # subnetworks, networks), kept in step by the collections in tests/world/compute_resources.py.
     others: dict = field(default_factory=lambda: {kind: set() for kind in
                                                   ("disks", "addresses", "firewalls", "subnetworks", "networks")})
     # The project has not enabled the Compute Engine API: every call answers 403 SERVICE_DISABLED.
@@ -86,6 +87,11 @@ class FakeCompute:
     # Called as on_start(name, external_ip) when a start's operation completes: the test world
     # boots the machine that plays the VM (its processes were lost with the stop).
     on_start: object = None
+    # Called as on_insert(name, record) when an instances.insert's operation completes: the test
+    # world gives the new VM its machine (addresses) and boots it.
+    on_insert: object = None
+    # networks, subnetworks, firewalls: name -> the resource as inserted (compute_resources.py).
+    resources: dict = field(default_factory=dict)
     # Operation name -> {"json": the operation's fields, "done_at": monotonic time, "apply": effect
     # run once when DONE (or None), "error": the error block it ends with (or None)}.
     operations: dict = field(default_factory=dict)
@@ -181,29 +187,9 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
         refused = _forbidden(state, method, path)
         if refused:
             return refused
-    if path == "/_fake/others" and method == "POST":
-        with state.lock:
-            for kind, names in body.items():
-                state.others[kind] = set(names)
-        return 200, {}
-    if path == "/_fake/instances" and method == "POST":
-        with state.lock:
-            state.instances[body["name"]] = {"status": "RUNNING", "guest": {}, **body}
-        return 200, {}
-    if path == "/_fake/stop" and method == "POST":
-        stop_instance(state, body["name"])
-        return 200, {}
-    if path == "/_fake/preempt" and method == "POST":
-        preempt_instance(state, body["name"])
-        return 200, {}
-    if path == "/_fake/guest" and method == "POST":
-        with state.lock:
-            state.instances[body["name"]]["guest"][body["path"]] = body["value"]
-        return 200, {}
-    if path == "/_fake/delete" and method == "POST":
-        with state.lock:
-            state.instances.pop(body["name"], None)
-        return 200, {}
+    served = compute_resources.route(state, method, path, body)
+    if served is not None:
+        return served
     match = re.fullmatch(BASE + r"(?:/zones/[^/]+|/regions/[^/]+|/global)/(?P<kind>disks|addresses|firewalls|"
                          r"subnetworks|networks)", path)
     if match and method == "GET":
@@ -316,12 +302,12 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)", path)
     if match and method == "DELETE":
         if match["name"] not in state.instances:
-            return _error(404, f"instance {match['name']} not found")
+            return _error(404, f"The resource 'projects/{match['project']}/zones/{match['zone']}/instances/"
+                               f"{match['name']}' was not found")
         with state.lock:
             state.instances[match["name"]]["status"] = "STOPPING"
-        return 200, {"kind": "compute#operation", "name": "operation-1795300000000-delete", "operationType": "delete",
-                     "status": "RUNNING", "targetLink": f"https://compute.googleapis.com{path}",
-                     "zone": f"projects/{match['project']}/zones/{match['zone']}"}
+        return 200, new_operation(state, match["project"], match["zone"], "delete", match["name"],
+                                   state.other_seconds, apply=compute_resources.delete_effect(state, match["name"]))
     return _error(404, f"fake compute: no route for {method} {path}")
 
 
