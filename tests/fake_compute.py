@@ -90,6 +90,8 @@ class FakeCompute:
     # Called as on_insert(name, record) when an instances.insert's operation completes: the test
     # world gives the new VM its machine (addresses) and boots it.
     on_insert: object = None
+    # The next instances.insert calls answer these (status, error body) in turn, e.g. a quota refusal.
+    insert_errors: list = field(default_factory=list)
     # networks, subnetworks, firewalls: name -> the resource as inserted (compute_resources.py).
     resources: dict = field(default_factory=dict)
     # Operation name -> {"json": the operation's fields, "done_at": monotonic time, "apply": effect

@@ -25,6 +25,12 @@ BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 COLLECTIONS = {"networks": "global", "firewalls": "global", "subnetworks": "regions/[^/]+"}
 
 
+def gpu_quota_exceeded(metric: str, region: str, limit: float = 0.0) -> tuple[int, dict]:
+    """instances.insert beyond a regional GPU quota: 403 quotaExceeded
+    (https://cloud.google.com/compute/resource-usage#gpu_quota, Compute's error reasons)."""
+    return _error(403, "quotaExceeded", f"Quota '{metric}' exceeded.  Limit: {limit} in region {region}.")
+
+
 def _error(code: int, reason: str, message: str) -> tuple[int, dict]:
     return code, {"error": {"code": code, "message": message,
                             "errors": [{"message": message, "domain": "global", "reason": reason}]}}
@@ -105,6 +111,9 @@ def _collection(state, kind, method, project, name, body, path):
 
 def _insert_instance(state, project: str, zone: str, body: dict) -> tuple[int, dict]:
     name = body["name"]
+    with state.lock:
+        if state.insert_errors:
+            return state.insert_errors.pop(0)
     if name in state.instances:
         return _error(409, "alreadyExists", f"The resource 'projects/{project}/zones/{zone}/instances/{name}' "
                                             "already exists")

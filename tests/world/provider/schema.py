@@ -115,3 +115,23 @@ def resolve_unknown(value):
     if isinstance(value, list):
         return [resolve_unknown(v) for v in value]
     return value
+
+
+def keep_planned(block: dict, planned, state):
+    """Terraform refuses a new value for anything the plan already knew ("Provider produced
+    inconsistent result after apply"): every known planned value wins over the stand-in's."""
+    if planned is None or state is None or planned is Unknown:
+        return state
+    out = dict(state)
+    for name in block.get("attributes", {}):
+        if planned.get(name) is not Unknown and name in planned:
+            out[name] = planned[name]
+    for name, spec in block.get("block_types", {}).items():
+        given, got = planned.get(name), out.get(name)
+        if isinstance(given, list) and isinstance(got, list) and len(given) == len(got):
+            out[name] = [keep_planned(spec["block"], a, b) for a, b in zip(given, got)]
+        elif isinstance(given, dict) and isinstance(got, dict) and spec["nesting_mode"] in ("single", "group"):
+            out[name] = keep_planned(spec["block"], given, got)
+        elif given is not Unknown and name in planned:
+            out[name] = given
+    return out

@@ -18,7 +18,7 @@ from tf import provider as tf_provider
 from tf.gen import tfplugin_pb2 as pb
 from tf.utils import Diagnostics, _to_attribute_path, read_dynamic_value, to_dynamic_value
 
-from tests.world.provider.schema import complete, mark_computed_unknown, resolve_unknown
+from tests.world.provider.schema import complete, keep_planned, mark_computed_unknown, resolve_unknown
 
 
 class ProviderFailure(Exception):
@@ -106,10 +106,10 @@ class Servicer(tf_provider.ProviderServicer):
                 resource.delete(prior)
                 state = None
             elif prior is None:
-                state = resource.create(planned)
+                state = resource.create(resolve_unknown(planned))
             else:
-                state = resource.update(prior, planned)
-            state = complete(klass.block(), resolve_unknown(state))
+                state = resource.update(prior, resolve_unknown(planned))
+            state = complete(klass.block(), resolve_unknown(keep_planned(klass.block(), planned, state)))
             return pb.ApplyResourceChange.Response(new_state=to_dynamic_value(state), diagnostics=diags.to_pb())
         return self._guard(pb.ApplyResourceChange.Response, diags, work)
 
