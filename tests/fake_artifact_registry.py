@@ -1,6 +1,6 @@
 """A fake Artifact Registry API (artifactregistry.googleapis.com, REST v1): the calls `invoke down`
-makes with google-cloud-artifact-registry's REST transport, and a control door for the tests and
-the fake terraform (which create and delete repositories as the real provider would).
+makes with google-cloud-artifact-registry's REST transport, the provider stand-in's
+repositories.create and delete (tests/world/provider/google_other.py), and a control door.
 
 Behaviours modelled, with their sources (https://cloud.google.com/artifact-registry/docs/reference/rest):
 - repositories.get returns a Repository whose `sizeBytes` is "the size, in bytes, of all artifact
@@ -10,6 +10,8 @@ Behaviours modelled, with their sources (https://cloud.google.com/artifact-regis
   has name, uri, tags, imageSizeBytes, uploadTime, mediaType, updateTime.
 - repositories.delete "deletes a repository and all of its contents" (projects.locations.
   repositories/delete): there is no refusal for a non-empty repository, unlike a bucket.
+- repositories.create returns a long-running operation; an id that exists answers 409
+  ALREADY_EXISTS (projects.locations.repositories/create).
 - A project that has not enabled the API answers 403 PERMISSION_DENIED with a google.rpc.ErrorInfo
   whose reason is SERVICE_DISABLED (as tests/fake_compute.py does for Compute).
 """
