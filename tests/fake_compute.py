@@ -15,8 +15,8 @@ Behaviours modelled, with their sources:
 - A start gives a new ephemeral external IP; the internal IP stays
   (https://cloud.google.com/compute/docs/ip-addresses#ephemeraladdress).
 - A deleted instance answers 404 notFound (instances.get reference).
-- Rate limits answer 429 with reason rateLimitExceeded
-  (https://cloud.google.com/compute/api-quota#rate_limits).
+- Rate limits answer 403 with reason rateLimitExceeded, or 429 RESOURCE_EXHAUSTED
+  (https://cloud.google.com/compute/docs/api-rate-limits; _rate_limited).
 - Zonal operations go PENDING -> RUNNING -> DONE over time, whether anyone polls or not; an
   instance's start takes effect only when its operation is DONE. google-cloud-compute's
   InstancesClient.start/set_metadata/... return an ExtendedOperation whose result() polls
@@ -70,8 +70,9 @@ class FakeCompute:
                                                   ("disks", "addresses", "firewalls", "subnetworks", "networks")})
     # The project has not enabled the Compute Engine API: every call answers 403 SERVICE_DISABLED.
     service_disabled: bool = False
-    # The next N API calls answer 429 rateLimitExceeded.
+    # The next N API calls are over a rate limit, answered with this status (403 or 429).
     rate_limited_calls: int = 0
+    rate_limit_status: int = 403
     # Permissions the caller's account lacks (e.g. "compute.regions.get"): a call that needs one
     # answers 403 forbidden, "Required '<permission>' permission for '<resource>'".
     missing_permissions: set = field(default_factory=set)
@@ -104,6 +105,20 @@ class FakeCompute:
 def _error(code: int, message: str) -> tuple[int, dict]:
     return code, {"error": {"code": code, "message": message,
                             "errors": [{"message": message, "domain": "global", "reason": "notFound"}]}}
+
+
+def _rate_limited(status: int) -> tuple[int, dict]:
+    """Compute's answer to a call over a rate limit: "you receive a 403 error with the reason
+    rateLimitExceeded" (https://cloud.google.com/compute/docs/api-rate-limits); newer front ends
+    answer 429 RESOURCE_EXHAUSTED (https://cloud.google.com/apis/design/errors#handling_errors)."""
+    if status == 403:
+        return 403, {"error": {"code": 403, "message": "Rate Limit Exceeded", "errors": [
+            {"message": "Rate Limit Exceeded", "domain": "usageLimits", "reason": "rateLimitExceeded"}]}}
+    return 429, {"error": {"code": 429, "message": "Quota exceeded for quota metric 'Read requests' and limit "
+                           "'Read requests per minute' of service 'compute.googleapis.com'.",
+                           "status": "RESOURCE_EXHAUSTED", "errors": [{"message": "Rate Limit Exceeded",
+                                                                       "domain": "usageLimits",
+                                                                       "reason": "rateLimitExceeded"}]}}
 
 
 def _service_disabled(project: str) -> tuple[int, dict]:
@@ -183,9 +198,7 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
             return _service_disabled(state.project)
         if state.rate_limited_calls > 0:
             state.rate_limited_calls -= 1
-            return 429, {"error": {"code": 429, "message": "Rate Limit Exceeded", "status": "RESOURCE_EXHAUSTED",
-                                   "errors": [{"message": "Rate Limit Exceeded", "domain": "usageLimits",
-                                               "reason": "rateLimitExceeded"}]}}
+            return _rate_limited(state.rate_limit_status)
         refused = _forbidden(state, method, path)
         if refused:
             return refused

@@ -58,10 +58,11 @@ def test_preflight_names_the_zone_and_the_quota_fix(fake_compute):
     fake_compute.state.region_quotas["us-west1"]["PREEMPTIBLE_NVIDIA_T4_GPUS"] = (2.0, 0.0)
     with pytest.raises(ConfigError, match="quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1 has 2 GPUs free"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=True)
-    # Rate limited twice: retried with backoff, then it answers.
-    fake_compute.state.rate_limited_calls = 2
-    gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 1, spot=False)
-    assert fake_compute.state.rate_limited_calls == 0
+    # Rate limited twice, as 403 rateLimitExceeded and as 429: retried with backoff, then it answers.
+    for status in (403, 429):
+        fake_compute.state.rate_limited_calls, fake_compute.state.rate_limit_status = 2, status
+        gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 1, spot=False)
+        assert fake_compute.state.rate_limited_calls == 0
     # acceleratorTypes.maximumCardsPerInstance bounds the GPUs of one VM (4 in this zone).
     with pytest.raises(ConfigError, match=r"gpu_count must be at most 4 for nvidia-tesla-t4 in us-west1-b"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 8, 1, spot=False)
