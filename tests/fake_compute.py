@@ -16,7 +16,7 @@ Behaviours modelled, with their sources:
   (https://cloud.google.com/compute/docs/ip-addresses#ephemeraladdress).
 - A deleted instance answers 404 notFound (instances.get reference).
 - Rate limits answer 403 with reason rateLimitExceeded, or 429 RESOURCE_EXHAUSTED
-  (https://cloud.google.com/compute/docs/api-rate-limits; _rate_limited).
+  (https://cloud.google.com/compute/docs/api-rate-limits; tests/world/compute_auth.py).
 - Zonal operations go PENDING -> RUNNING -> DONE over time, whether anyone polls or not; an
   instance's start takes effect only when its operation is DONE. google-cloud-compute's
   InstancesClient.start/set_metadata/... return an ExtendedOperation whose result() polls
@@ -48,7 +48,7 @@ from urllib.parse import parse_qs, urlparse
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 
-from tests.world import compute_resources  # noqa: E402
+from tests.world import compute_auth, compute_resources, iam_api  # noqa: E402
 from tests.fake_operations import advance, capacity_error, new_operation, preempt_instance, start_effect  # noqa: E402
 
 __all__ = ["FakeCompute", "FakeComputeServer", "preempt_instance", "stop_instance"]
@@ -66,8 +66,7 @@ class FakeCompute:
     instances: dict = field(default_factory=dict)
     # Other resources `invoke down` must find gone: kind -> names (disks, addresses, firewalls,
     # subnetworks, networks), kept in step by the collections in tests/world/compute_resources.py.
-    others: dict = field(default_factory=lambda: {kind: set() for kind in
-                                                  ("disks", "addresses", "firewalls", "subnetworks", "networks")})
+    others: dict = field(default_factory=dict)
     # The project has not enabled the Compute Engine API: every call answers 403 SERVICE_DISABLED.
     service_disabled: bool = False
     # The next N API calls are over a rate limit, answered with this status (403 or 429).
@@ -93,6 +92,13 @@ class FakeCompute:
     on_insert: object = None
     # The next instances.insert calls answer these (status, error body) in turn, e.g. a quota refusal.
     insert_errors: list = field(default_factory=list)
+    # Access token -> principal (tests/world/compute_auth.py): the operator's, a VM's service account.
+    tokens: dict = field(default_factory=lambda: {compute_auth.OPERATOR_TOKEN: compute_auth.OPERATOR})
+    # IAM (tests/world/iam_api.py): email -> service account; custom role name -> permissions;
+    # ids of deleted custom roles, reserved.
+    service_accounts: dict = field(default_factory=dict)
+    custom_roles: dict = field(default_factory=dict)
+    deleted_roles: set = field(default_factory=set)
     # networks, subnetworks, firewalls: name -> the resource as inserted (compute_resources.py).
     resources: dict = field(default_factory=dict)
     # Operation name -> {"json": the operation's fields, "done_at": monotonic time, "apply": effect
@@ -101,35 +107,17 @@ class FakeCompute:
     requests: list = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
+    def __post_init__(self):
+        # A real project: the default VPC and its rules, and a resource of the user's named "default-...".
+        resources, others = compute_resources.default_project(self.project)
+        self.resources = {**resources, **self.resources}
+        self.others = {**others, **self.others}
 
-def _error(code: int, message: str) -> tuple[int, dict]:
+
+def _error(code: int, message: str, reason: str = "notFound") -> tuple[int, dict]:
+    """Google's error shape with the reason Compute gives for it (notFound for a 404)."""
     return code, {"error": {"code": code, "message": message,
-                            "errors": [{"message": message, "domain": "global", "reason": "notFound"}]}}
-
-
-def _rate_limited(status: int) -> tuple[int, dict]:
-    """Compute's answer to a call over a rate limit: "you receive a 403 error with the reason
-    rateLimitExceeded" (https://cloud.google.com/compute/docs/api-rate-limits); newer front ends
-    answer 429 RESOURCE_EXHAUSTED (https://cloud.google.com/apis/design/errors#handling_errors)."""
-    if status == 403:
-        return 403, {"error": {"code": 403, "message": "Rate Limit Exceeded", "errors": [
-            {"message": "Rate Limit Exceeded", "domain": "usageLimits", "reason": "rateLimitExceeded"}]}}
-    return 429, {"error": {"code": 429, "message": "Quota exceeded for quota metric 'Read requests' and limit "
-                           "'Read requests per minute' of service 'compute.googleapis.com'.",
-                           "status": "RESOURCE_EXHAUSTED", "errors": [{"message": "Rate Limit Exceeded",
-                                                                       "domain": "usageLimits",
-                                                                       "reason": "rateLimitExceeded"}]}}
-
-
-def _service_disabled(project: str) -> tuple[int, dict]:
-    message = (f"Compute Engine API has not been used in project {project} before or it is disabled. Enable it "
-               f"by visiting https://console.developers.google.com/apis/api/compute.googleapis.com/overview?"
-               f"project={project} then retry.")
-    return 403, {"error": {"code": 403, "message": message, "status": "PERMISSION_DENIED",
-                           "errors": [{"message": message, "domain": "usageLimits", "reason": "accessNotConfigured"}],
-                           "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "SERVICE_DISABLED",
-                                        "domain": "googleapis.com",
-                                        "metadata": {"service": "compute.googleapis.com", "consumer": f"projects/{project}"}}]}}
+                            "errors": [{"message": message, "domain": "global", "reason": reason}]}}
 
 
 def _instance_json(state: FakeCompute, name: str, zone: str) -> dict:
@@ -193,15 +181,20 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
     state.requests.append({"method": method, "path": path, "query": query, "authorization":
                            headers.get("Authorization", ""), "body": body})
     advance(state)
-    if not path.startswith("/_fake/"):
-        if state.service_disabled:
-            return _service_disabled(state.project)
-        if state.rate_limited_calls > 0:
-            state.rate_limited_calls -= 1
-            return _rate_limited(state.rate_limit_status)
-        refused = _forbidden(state, method, path)
-        if refused:
-            return refused
+    refused = compute_auth.check(state, method, path, headers)
+    if refused:
+        return refused
+    served = iam_api.route(state, method, path, body)
+    if served is not None:
+        return served
+    if state.service_disabled:
+        return compute_auth.service_disabled(state.project)
+    if state.rate_limited_calls > 0:
+        state.rate_limited_calls -= 1
+        return compute_auth.rate_limited(state.rate_limit_status)
+    refused = _forbidden(state, method, path)
+    if refused:
+        return refused
     served = compute_resources.route(state, method, path, body)
     if served is not None:
         return served
@@ -212,8 +205,10 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
                  for name in sorted(state.others.get(match["kind"], ()))]
         if match["kind"] == "disks":  # Boot disks carry the cluster label (instances.tf).
             items = [dict(item, labels={"tfcluster-cluster": item["name"].rsplit("-", 1)[0]}) for item in items]
-            label = re.fullmatch(r"labels\.([a-z0-9_-]+)=([a-z0-9_-]+)", query.get("filter", [""])[0])
-            items = [item for item in items if not label or item["labels"].get(label[1]) == label[2]]
+        items = [dict(item, **{k: v for k, v in state.resources.get(match["kind"], {}).get(item["name"], {}).items()
+                               if k in ("network", "selfLink")}) for item in items]
+        label = re.fullmatch(r"labels\.([a-z0-9_-]+)=([a-z0-9_-]+)", query.get("filter", [""])[0])
+        items = [item for item in items if not label or item["labels"].get(label[1]) == label[2]]
         return 200, {"kind": f"compute#{match['kind'][:-1]}List", "items": items}
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/acceleratorTypes", path)
     if match and method == "GET":
@@ -271,17 +266,21 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
         with state.lock:
             if match["verb"] == "/setMetadata":
                 if body.get("fingerprint") != instance.get("fingerprint", "ZmluZ2VyMQ=="):
-                    return 412, {"error": {"code": 412, "message": "Supplied fingerprint does not match current "
-                                                                   "metadata fingerprint.", "errors": []}}
+                    return _error(412, "Supplied fingerprint does not match current metadata fingerprint.",
+                                  "conditionNotMet")
                 instance["metadata"] = {item["key"]: item["value"] for item in body.get("items", [])}
                 instance["fingerprint"] = f"ZmluZ2Vy{len(state.requests)}"
             elif match["verb"] == "/setScheduling":
+                # "You can only call this method on a stopped instance, that is, a VM instance that is in
+                # a TERMINATED state." (instances/setScheduling reference)
+                if instance["status"] != "TERMINATED":
+                    return _error(400, f"The instance '{match['name']}' must be stopped (TERMINATED) to change its "
+                                       f"scheduling; it is {instance['status']}.", "badRequest")
                 instance["max_run_seconds"] = int((body.get("maxRunDuration") or {}).get("seconds") or 0) or None
                 instance["termination_action"] = body.get("instanceTerminationAction") or None
             elif match["verb"] == "/resume":
                 if instance["status"] != "SUSPENDED":
-                    return 400, {"error": {"code": 400, "message": "Instance is not suspended.",
-                                           "errors": [{"reason": "badRequest", "message": "not suspended"}]}}
+                    return _error(400, "Instance is not suspended.", "badRequest")
                 instance["status"] = "RUNNING"
             else:  # start: a new ephemeral external IP once DONE; the boot script then reports readiness.
                 if instance["status"] in ("TERMINATED", "STOPPED") and state.no_capacity_starts > 0:
@@ -350,7 +349,7 @@ class FakeComputeServer:
                     # key (https://developers.google.com/identity/protocols/oauth2/service-account).
                     state_ref.requests.append({"method": "POST", "path": "/token", "query": {}, "body": None,
                                                "authorization": ""})
-                    code, payload = 200, {"access_token": "ya29.test-world", "expires_in": 3600,
+                    code, payload = 200, {"access_token": compute_auth.OPERATOR_TOKEN, "expires_in": 3600,
                                           "token_type": "Bearer"}
                     # A user's refresh token (`gcloud auth application-default login`) that expired or
                     # was revoked: 400 invalid_grant, "Token has been expired or revoked."

@@ -12,11 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Cli
+from tests.conftest import Cli, wait_for
+from tests.fake_operations import advance
 from tests.fake_compute import stop_instance
 from tests.hostlab import SUBNET, HostLab, available
 from tests.world.compute_resources import gpu_quota_exceeded
 from tests.world.machines import LabMachines
+from tests.world.names import VM_TOKEN
 from tests.world.provider import mirror
 from tfcluster.backends import gcp
 from tfcluster.errors import ConfigError, HostErrors
@@ -181,6 +183,22 @@ def terraform_log(cli, cluster: str = "default") -> list[list[str]]:
     return [line[2:].split()[2:] for line in log.read_text().splitlines() if line.startswith("$ ")]
 
 
+def vm_deletes(cli, name: str) -> int:
+    """instances.delete as the watchdog on a VM makes it (startup/watchdog.py): the VM's token."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    url = f"https://compute.googleapis.com/compute/v1/projects/demo-project/zones/us-west1-b/instances/{name}"
+    request = urllib.request.Request(url, method="DELETE", headers={"Authorization": f"Bearer {VM_TOKEN}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context(
+                cafile=cli.env["REQUESTS_CA_BUNDLE"])) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
 def terraform_calls(cli) -> list[str]:
     return [call[0] for call in terraform_log(cli)]
 
@@ -224,7 +242,7 @@ def test_up_status_down(gcp_cli):
 
     down = gcp_cli.run("down", timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
-    assert "verified through the Compute API (label tfcluster-cluster=default and name prefix default-): " \
+    assert "verified through the Compute API (label tfcluster-cluster=default and network default-net): " \
         "nothing left that bills by the hour" in down.stdout
     assert terraform_calls(gcp_cli)[-1] == "destroy"
     assert not bucket_of(gcp_cli.storage, bucket_name).exists()  # It was empty.
@@ -388,7 +406,14 @@ def test_idle_control_status_and_restart_of_stopped_vms(gcp_cli):
 @needs_hosts
 def test_deleted_vm_is_shown_skipped_and_recreated(gcp_cli):
     assert gcp_cli.run("up", timeout=180).returncode == 0
-    gcp_cli.compute.state.instances.pop("default-1")  # The idle action `delete` ran on it.
+    state = gcp_cli.compute.state
+    # The idle action `delete` runs on default-1 with the VM's own token (its service account):
+    # iam.tf's binding on the instance allows it; on a VM of the project outside the cluster it is refused.
+    state.instances["other-0"] = {"zone": "us-west1-b", "labels": {}, "status": "RUNNING", "guest": {}}
+    assert vm_deletes(gcp_cli, "other-0") == 403
+    assert vm_deletes(gcp_cli, "default-1") == 200
+    wait_for(lambda: advance(state) or "default-1" not in state.instances, 10, what="default-1 deleted")
+    state.instances.pop("other-0")
     status = gcp_cli.run("status")
     assert status.returncode == 0, status.stderr
     assert "DELETED (`invoke up` re-creates it)" in status.stdout and "Traceback" not in status.stderr

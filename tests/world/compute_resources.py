@@ -11,6 +11,12 @@ Behaviours, from the Compute API reference (https://cloud.google.com/compute/doc
   with the instance (disks[].autoDelete).
 - instances.getIamPolicy / setIamPolicy hold the instance's own policy (bindings of role -> members),
   gone with the instance.
+- instances.insert refuses what does not exist, each as Compute words it (field and value named,
+  https://cloud.google.com/compute/docs/reference/rest/v1/instances/insert and the
+  troubleshooting page https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-vm-creation):
+  an unknown zone, machine type, disk type or accelerator type is 400 invalid ("Invalid value for
+  field 'resource.machineType': ..."), an image that does not exist 404 notFound ("The resource
+  'projects/P/global/images/NAME' was not found"); a subnetwork in an unknown region 400 invalid.
 The world decides which machine plays a new VM: ``state.on_insert(name, record)`` (set by the
 test world) gives it addresses and boots it; without one it gets 10.128.0.N and 34.0.0.N.
 """
@@ -22,7 +28,38 @@ import re
 from tests.fake_operations import new_operation
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
+# What exists in this world (a small part of Google's catalogue, enough for terraform/'s choices):
+# https://cloud.google.com/compute/docs/regions-zones, .../disks#disk-types,
+# .../general-purpose-machines#n1_machines, and the Deep Learning VM image of terraform/variables.tf.
+ZONES = {"us-west1-a", "us-west1-b", "us-central1-a", "us-central1-b", "europe-west4-a"}
+DISK_TYPES = {"pd-standard", "pd-balanced", "pd-ssd", "pd-extreme"}
+MACHINE_TYPE = re.compile(r"n1-(standard-(1|2|4|8|16|32|64|96)|highmem-(2|4|8|16|32|64|96)|highcpu-(2|4|8|16|32|64|96))")
+IMAGES = {"projects/deeplearning-platform-release/global/images/common-cu129-ubuntu-2204-nvidia-580-v20261001"}
 COLLECTIONS = {"networks": "global", "firewalls": "global", "subnetworks": "regions/[^/]+"}
+
+
+def default_project(project: str) -> tuple[dict, dict]:
+    """(resources, others) of a project as Google makes it: the default VPC network with its
+    default-allow-internal, -ssh, -rdp and -icmp firewall rules
+    (https://cloud.google.com/vpc/docs/firewall-rules-overview#prepopulated-rules-default), and
+    something of the user's own whose name merely starts like a cluster's (a reserved address
+    "default-web-ip", without the cluster's label)."""
+    network = f"https://www.googleapis.com/compute/v1/projects/{project}/global/networks/default"
+    rules = {"default-allow-internal": ("10.128.0.0/9", ["tcp", "udp", "icmp"]),
+             "default-allow-ssh": ("0.0.0.0/0", ["tcp:22"]), "default-allow-rdp": ("0.0.0.0/0", ["tcp:3389"]),
+             "default-allow-icmp": ("0.0.0.0/0", ["icmp"])}
+    resources = {"networks": {"default": {"name": "default", "kind": "compute#network", "autoCreateSubnetworks": True,
+                                          "selfLink": network}},
+                 "firewalls": {name: {"name": name, "kind": "compute#firewall", "network": network,
+                                      "direction": "INGRESS", "sourceRanges": [source],
+                                      "allowed": [{"IPProtocol": rule.split(":")[0],
+                                                   "ports": rule.split(":")[1:]} for rule in allowed],
+                                      "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/global/"
+                                                  f"firewalls/{name}"}
+                               for name, (source, allowed) in rules.items()}}
+    others = {"disks": set(), "addresses": {"default-web-ip"}, "subnetworks": set(),
+              "firewalls": set(resources["firewalls"]), "networks": {"default"}}
+    return resources, others
 
 
 def gpu_quota_exceeded(metric: str, region: str, limit: float = 0.0) -> tuple[int, dict]:
@@ -54,6 +91,9 @@ def route(state, method: str, path: str, body: dict | None) -> tuple[int, dict] 
         match = re.fullmatch(BASE + f"/{scope}/{kind}(?:/(?P<name>[^/]+))?", path)
         if match:
             return _collection(state, kind, method, match["project"], match["name"], body, path)
+    match = re.fullmatch(BASE + "/regions/(?P<region>[^/]+)/subnetworks", path)
+    if match and method == "POST" and match["region"] not in {z.rsplit("-", 1)[0] for z in ZONES}:
+        return _error(400, "invalid", f"Invalid value for field 'region': '{match['region']}'. Unknown region.")
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances", path)
     if match and method == "POST":
         return _insert_instance(state, match["project"], match["zone"], body)
@@ -109,11 +149,39 @@ def _collection(state, kind, method, project, name, body, path):
     return None
 
 
+def _refusal(state, zone: str, body: dict) -> tuple[int, dict] | None:
+    """Compute's refusal of an instance that names what does not exist (see the module docstring)."""
+    if zone not in ZONES:
+        return _error(400, "invalid", f"Invalid value for field 'zone': '{zone}'. Unknown zone.")
+    machine = body.get("machineType", "").rsplit("/", 1)[-1]
+    if not MACHINE_TYPE.fullmatch(machine):
+        return _error(400, "invalid", f"Invalid value for field 'resource.machineType': '{body.get('machineType')}'. "
+                                      f"Machine type with name '{machine}' does not exist in zone '{zone}'.")
+    for index, disk in enumerate(body.get("disks", [])):
+        params = disk.get("initializeParams", {})
+        kind = params.get("diskType", "").rsplit("/", 1)[-1]
+        if kind not in DISK_TYPES:
+            return _error(400, "invalid", f"Invalid value for field 'resource.disks[{index}].initializeParams."
+                                          f"diskType': '{params.get('diskType')}'. The provided diskType is not valid.")
+        if params.get("sourceImage") not in IMAGES:
+            return _error(404, "notFound", f"The resource '{params.get('sourceImage')}' was not found")
+    for index, accelerator in enumerate(body.get("guestAccelerators", [])):
+        kind = accelerator.get("acceleratorType", "").rsplit("/", 1)[-1]
+        if kind not in state.accelerators.get(zone, []):
+            return _error(400, "invalid", f"Invalid value for field 'resource.guestAccelerators[{index}]."
+                                          f"acceleratorType': '{accelerator.get('acceleratorType')}'. Accelerator "
+                                          f"type '{kind}' does not exist in zone '{zone}'.")
+    return None
+
+
 def _insert_instance(state, project: str, zone: str, body: dict) -> tuple[int, dict]:
     name = body["name"]
     with state.lock:
         if state.insert_errors:
             return state.insert_errors.pop(0)
+    refused = _refusal(state, zone, body)
+    if refused:
+        return refused
     if name in state.instances:
         return _error(409, "alreadyExists", f"The resource 'projects/{project}/zones/{zone}/instances/{name}' "
                                             "already exists")

@@ -22,6 +22,7 @@ from tests.world.provider.servicer import ProviderFailure
 COMPUTE = "https://compute.googleapis.com/compute/v1"
 STORAGE = "https://storage.googleapis.com/storage/v1"
 ARTIFACTS = "https://artifactregistry.googleapis.com/v1"
+IAM = "https://iam.googleapis.com/v1"
 
 
 @lru_cache(maxsize=1)

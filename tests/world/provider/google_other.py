@@ -7,9 +7,12 @@
 - google_artifact_registry_repository against the Artifact Registry REST API
   (projects.locations.repositories create / get / delete, long-running operations); import by
   "projects/{{project}}/locations/{{location}}/repositories/{{repository_id}}".
-- google_service_account, google_project_iam_custom_role and the bucket and repository IAM
-  members compute what the provider returns (email, role id) without an IAM stand-in: the world
-  has none yet, so their calls are not made (see the issue's "left undone").
+- google_storage_bucket_iam_member through buckets.getIamPolicy / setIamPolicy (the world's storage
+  door holds the policy and grants by it).
+- google_service_account and google_project_iam_custom_role through IAM's REST API
+  (tests/world/iam_api.py).
+- google_artifact_registry_repository_iam_member computes what the provider returns without a call:
+  the Artifact Registry stand-in has no IAM policy yet.
 """
 
 from __future__ import annotations
@@ -18,37 +21,77 @@ import time
 import urllib.parse
 
 from tests.world.provider.base import Resource
-from tests.world.provider.google_api import ARTIFACTS, STORAGE, GoogleApiError, call, fail, not_found
+from tests.world.provider.google_api import ARTIFACTS, IAM, STORAGE, GoogleApiError, call, fail, not_found
 from tests.world.provider.servicer import ProviderFailure
 
 
 class ServiceAccount(Resource):
+    """projects.serviceAccounts create / get / delete (resource_google_service_account.go)."""
     type_name = "google_service_account"
     forces_new = ("account_id", "project")
 
+    def url(self, state, email: str = "") -> str:
+        project = state.get("project") or self.provider.config["project"]
+        return f"{IAM}/projects/{project}/serviceAccounts" + (f"/{email}" if email else "")
+
     def create(self, planned):
         project = planned.get("project") or self.provider.config["project"]
-        email = f"{planned['account_id']}@{project}.iam.gserviceaccount.com"
+        try:
+            made = call("POST", self.url(planned), {"accountId": planned["account_id"], "serviceAccount": {
+                "displayName": planned.get("display_name"), "description": planned.get("description")}})
+        except GoogleApiError as error:
+            raise fail("creating service account", error) from None
+        email = made["email"]
         return {**planned, "project": project, "email": email, "member": f"serviceAccount:{email}",
-                "name": f"projects/{project}/serviceAccounts/{email}", "id": f"projects/{project}/serviceAccounts/{email}",
-                "unique_id": "100000000000000000001", "disabled": bool(planned.get("disabled"))}
+                "name": made["name"], "id": made["name"], "unique_id": made["uniqueId"]}
+
+    def read(self, state):
+        try:
+            call("GET", self.url(state, state["email"]))
+        except GoogleApiError as error:
+            if not_found(error):
+                return None
+            raise fail("reading service account", error) from None
+        return state
 
     def delete(self, state):
-        pass
+        try:
+            call("DELETE", self.url(state, state["email"]))
+        except GoogleApiError as error:
+            if not not_found(error):
+                raise fail("deleting service account", error) from None
 
 
 class CustomRole(Resource):
+    """projects.roles create / get / delete (resource_google_project_iam_custom_role.go)."""
     type_name = "google_project_iam_custom_role"
     forces_new = ("role_id", "project")
 
     def create(self, planned):
         project = planned.get("project") or self.provider.config["project"]
-        name = f"projects/{project}/roles/{planned['role_id']}"
-        return {**planned, "project": project, "name": name, "id": name, "deleted": False,
-                "stage": planned.get("stage") or "GA"}
+        try:
+            made = call("POST", f"{IAM}/projects/{project}/roles", {"roleId": planned["role_id"], "role": {
+                "title": planned["title"], "description": planned.get("description"),
+                "includedPermissions": planned["permissions"], "stage": planned.get("stage") or "GA"}})
+        except GoogleApiError as error:
+            raise fail(f"creating the custom project role {planned['title']}", error) from None
+        return {**planned, "project": project, "name": made["name"], "id": made["name"], "deleted": False}
+
+    def read(self, state):
+        try:
+            call("GET", f"{IAM}/{state['name']}")
+        except GoogleApiError as error:
+            if not_found(error):
+                return None
+            raise fail("reading custom role", error) from None
+        return state
 
     def delete(self, state):
-        pass
+        try:
+            call("DELETE", f"{IAM}/{state['name']}")
+        except GoogleApiError as error:
+            if not not_found(error):
+                raise fail("deleting custom role", error) from None
 
 
 class IamMember(Resource):
@@ -60,9 +103,45 @@ class IamMember(Resource):
 
 
 class BucketIamMember(IamMember):
+    """As the provider's iam_storage_bucket.go: read the bucket's policy, add or remove the member
+    in the role's binding, write it back (buckets.getIamPolicy / setIamPolicy)."""
     type_name = "google_storage_bucket_iam_member"
     keys = ("bucket", "role", "member")
     forces_new = keys
+
+    def _change(self, state, add: bool) -> None:
+        url = f"{STORAGE}/b/{state['bucket']}/iam"
+        bindings = [dict(b) for b in call("GET", url).get("bindings", [])]
+        binding = next((b for b in bindings if b["role"] == state["role"]), None)
+        if binding is None:
+            bindings.append(binding := {"role": state["role"], "members": []})
+        members = set(binding["members"])
+        binding["members"] = sorted(members | {state["member"]} if add else members - {state["member"]})
+        call("PUT", url, {"bindings": [b for b in bindings if b["members"]]})
+
+    def create(self, planned):
+        try:
+            self._change(planned, add=True)
+        except GoogleApiError as error:
+            raise fail(f"applying IAM policy for storage bucket {planned['bucket']}", error) from None
+        return super().create(planned)
+
+    def read(self, state):
+        try:
+            bindings = call("GET", f"{STORAGE}/b/{state['bucket']}/iam").get("bindings", [])
+        except GoogleApiError as error:
+            if not_found(error):
+                return None
+            raise fail("reading IAM policy", error) from None
+        held = any(state["member"] in b["members"] for b in bindings if b["role"] == state["role"])
+        return state if held else None
+
+    def delete(self, state):
+        try:
+            self._change(state, add=False)
+        except GoogleApiError as error:
+            if not not_found(error):
+                raise fail("removing IAM policy member", error) from None
 
 
 class RepositoryIamMember(IamMember):

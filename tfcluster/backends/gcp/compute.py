@@ -168,24 +168,31 @@ class ComputeApi:
         self.instances.resume(project=self.project, zone=zone, instance=name).result(timeout=300)
 
     def leftovers(self, zone: str, cluster: str) -> list[str]:
-        """What a destroyed cluster could still have billing, by label or name prefix: instances,
-        disks, addresses, firewall rules, subnetworks and networks."""
+        """What a destroyed cluster could still have billing, found without guessing from names
+        (a project's own "default-allow-ssh" is not cluster "default"'s): instances, disks and
+        addresses by the cluster's label; firewall rules and subnetworks by their network, the
+        cluster's own (terraform/network.tf: CLUSTER-net); that network by its exact name."""
         region = region_of(zone)
-        prefix = f"{cluster}-"
+        network = f"/projects/{self.project}/global/networks/{cluster_network(cluster)}"
         label = f"labels.{LABEL}={cluster}"
         v1 = self.compute_v1
         found = [f"instance {vm.name}" for vm in self.list_cluster(zone, cluster)]
         found += [f"disk {disk.name}" for disk in v1.DisksClient(**self.client_kwargs).list(
             request=v1.ListDisksRequest(project=self.project, zone=zone, filter=label))]
         found += [f"address {a.name}" for a in v1.AddressesClient(**self.client_kwargs).list(
-            project=self.project, region=region) if a.name.startswith(prefix)]
+            request=v1.ListAddressesRequest(project=self.project, region=region, filter=label))]
         found += [f"firewall rule {f.name}" for f in v1.FirewallsClient(**self.client_kwargs).list(
-            project=self.project) if f.name.startswith(prefix)]
+            project=self.project) if f.network.endswith(network)]
         found += [f"subnetwork {n.name}" for n in v1.SubnetworksClient(**self.client_kwargs).list(
-            project=self.project, region=region) if n.name.startswith(prefix)]
+            project=self.project, region=region) if n.network.endswith(network)]
         found += [f"network {n.name}" for n in v1.NetworksClient(**self.client_kwargs).list(
-            project=self.project) if n.name == f"{cluster}-net"]
+            project=self.project) if n.name == cluster_network(cluster)]
         return found
+
+
+def cluster_network(cluster: str) -> str:
+    """The cluster's VPC network, as terraform/network.tf names it."""
+    return f"{cluster}-net"
 
 
 def default_credentials():
