@@ -8,13 +8,32 @@ would make a plain `init` fail offline.
 
 from __future__ import annotations
 
-import sys
+import hashlib
+import os
+import subprocess
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 PROVIDERS = {"google": ("7.46.1", "tests.world.provider.google_provider"),
              "random": ("3.9.1", "tests.world.provider.random_provider")}
 TERRAFORM = "/usr/local/bin/terraform"
+# The plugins' own interpreter. `tf` 1.2.0 pins protobuf < 6 while google-cloud-compute needs
+# >= 6.33.5, so pip cannot install both in one environment (ResolutionImpossible): the providers
+# run from a virtualenv of their own, made once per machine and reused.
+PROVIDER_PACKAGES = ("tf==1.2.0", "google-auth==2.62.2", "requests")
+
+
+def provider_python() -> str:
+    cache = Path(os.environ.get("TFCLUSTER_CI_CACHE") or Path.home() / ".cache" / "tfcluster")
+    stamp = hashlib.sha256(" ".join(PROVIDER_PACKAGES).encode()).hexdigest()[:12]
+    venv = cache / f"provider-venv-{stamp}"
+    python = venv / "bin" / "python"
+    if not (venv / ".complete").exists():
+        subprocess.run(["python3", "-m", "venv", str(venv)], check=True, capture_output=True)
+        subprocess.run([str(python), "-m", "pip", "install", "-q", *PROVIDER_PACKAGES], check=True,
+                       capture_output=True)
+        (venv / ".complete").write_text("")
+    return str(python)
 
 
 def build(root: Path) -> dict[str, str]:
@@ -24,7 +43,7 @@ def build(root: Path) -> dict[str, str]:
         folder = mirror / "registry.terraform.io" / "hashicorp" / name / version / "linux_amd64"
         folder.mkdir(parents=True, exist_ok=True)
         plugin = folder / f"terraform-provider-{name}_v{version}"
-        plugin.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(REPO)!r})\n"
+        plugin.write_text(f"#!{provider_python()}\nimport sys\nsys.path.insert(0, {str(REPO)!r})\n"
                           f"from {module} import main\nmain()\n")
         plugin.chmod(0o755)
     config = root / "cli.tfrc"

@@ -135,3 +135,19 @@ def keep_planned(block: dict, planned, state):
         elif given is not Unknown and name in planned:
             out[name] = given
     return out
+
+
+def dump() -> None:
+    """Print every resource schema the stand-ins send terraform, as JSON (for
+    tests/test_provider_standins.py, which runs without `tf` installed)."""
+    from google.protobuf.json_format import MessageToDict
+
+    from tests.world.provider.google_provider import Google
+    from tests.world.provider.random_provider import Random
+
+    out = {}
+    for provider in (Google(), Random()):
+        for klass in provider.get_resources():
+            out[provider.get_model_prefix() + klass.get_name()] = MessageToDict(
+                klass.get_schema().to_pb(), preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+    print(json.dumps(out))
