@@ -94,6 +94,8 @@ class FakeCompute:
     insert_errors: list = field(default_factory=list)
     # Access token -> principal (tests/world/compute_auth.py): the operator's, a VM's service account.
     tokens: dict = field(default_factory=lambda: {compute_auth.OPERATOR_TOKEN: compute_auth.OPERATOR})
+    # Key id -> (principal, public key) of service-account keys whose self-signed JWTs are accepted.
+    jwt_keys: dict = field(default_factory=dict)
     # IAM (tests/world/iam_api.py): email -> service account; custom role name -> permissions;
     # ids of deleted custom roles, reserved.
     service_accounts: dict = field(default_factory=dict)

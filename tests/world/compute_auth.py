@@ -53,10 +53,12 @@ def role_permissions(state, role: str) -> set[str]:
 
 def check(state, method: str, path: str, headers: dict) -> tuple[int, dict] | None:
     """None when the caller may make this request, else Compute's refusal."""
-    token = headers.get("Authorization", "").removeprefix("Bearer ").strip()
+    # Header names are case-insensitive (RFC 9110); google-auth sends "authorization".
+    value = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+    token = value.removeprefix("Bearer ").strip()
     if not token:
         return _refuse(401, "required", "Login Required.")
-    principal = state.tokens.get(token)
+    principal = state.tokens.get(token) or _signed_by_a_known_key(state, token)
     if principal is None:
         return _refuse(401, "authError", "Invalid Credentials")
     if principal == OPERATOR:
@@ -72,6 +74,32 @@ def check(state, method: str, path: str, headers: dict) -> tuple[int, dict] | No
     if permission is None or permission not in granted:
         return _denied(principal, permission or f"{method} {match['verb']}", path)
     return None
+
+
+def _signed_by_a_known_key(state, token: str) -> str | None:
+    """A self-signed JWT: google-auth's service-account credentials send one instead of an access
+    token (google/oauth2/service_account.py, _create_self_signed_jwt; "Addendum: Service account
+    authorization without OAuth", https://developers.google.com/identity/protocols/oauth2/service-account).
+    Google accepts it when the key it names signed it: ``state.jwt_keys`` is key id -> (principal,
+    public key)."""
+    import base64
+    import json
+
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        header = json.loads(base64.urlsafe_b64decode(parts[0] + "=" * (-len(parts[0]) % 4)))
+        signature = base64.urlsafe_b64decode(parts[2] + "=" * (-len(parts[2]) % 4))
+        principal, public_key = state.jwt_keys[header.get("kid")]
+        public_key.verify(signature, f"{parts[0]}.{parts[1]}".encode(), padding.PKCS1v15(), hashes.SHA256())
+    except (ValueError, KeyError, InvalidSignature):
+        return None
+    return principal
 
 
 def _denied(principal: str, permission: str, path: str) -> tuple[int, dict]:

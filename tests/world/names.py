@@ -29,7 +29,7 @@ from tests.fake_artifact_registry import FakeArtifactRegistry, FakeArtifactRegis
 from tests.fake_compute import FakeCompute, FakeComputeServer
 from tests.world.billing import Catalog, CatalogServer
 from tests.world.storage import IamStorageProxy
-from tests.world.tls import GOOGLE_NAMES, make_certificates, service_account_key
+from tests.world.tls import GOOGLE_NAMES, make_certificates, operator_key, service_account_key
 
 # The access token the metadata server hands the VMs (their service account's identity).
 VM_TOKEN = "ya29.vm-service-account"
@@ -78,6 +78,7 @@ class GoogleWorld:
         self.compute = FakeComputeServer(compute or FakeCompute(project=project),
                                          tls=(self.compute_address, str(cert), str(key)))
         self.compute.state.tokens[VM_TOKEN] = VM_MEMBER  # The metadata server's token on the VMs.
+        self.compute.state.jwt_keys.update(operator_key(self.credentials))
         from gcp_storage_emulator.server import create_server
 
         _emulator_accepts_empty_objects()
