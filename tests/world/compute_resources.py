@@ -87,13 +87,13 @@ def _sync_others(state) -> None:
 
 def route(state, method: str, path: str, body: dict | None) -> tuple[int, dict] | None:
     """The answer to a request these collections serve, else None."""
+    match = re.fullmatch(BASE + "/regions/(?P<region>[^/]+)/subnetworks", path)
+    if match and method == "POST" and match["region"] not in {z.rsplit("-", 1)[0] for z in ZONES}:
+        return _error(400, "invalid", f"Invalid value for field 'region': '{match['region']}'. Unknown region.")
     for kind, scope in COLLECTIONS.items():
         match = re.fullmatch(BASE + f"/{scope}/{kind}(?:/(?P<name>[^/]+))?", path)
         if match:
             return _collection(state, kind, method, match["project"], match["name"], body, path)
-    match = re.fullmatch(BASE + "/regions/(?P<region>[^/]+)/subnetworks", path)
-    if match and method == "POST" and match["region"] not in {z.rsplit("-", 1)[0] for z in ZONES}:
-        return _error(400, "invalid", f"Invalid value for field 'region': '{match['region']}'. Unknown region.")
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances", path)
     if match and method == "POST":
         return _insert_instance(state, match["project"], match["zone"], body)
