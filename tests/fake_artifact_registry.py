@@ -1,6 +1,6 @@
 """A fake Artifact Registry API (artifactregistry.googleapis.com, REST v1): the calls `invoke down`
-makes with google-cloud-artifact-registry's REST transport, and a control door for the tests and
-the fake terraform (which create and delete repositories as the real provider would).
+makes with google-cloud-artifact-registry's REST transport, the provider stand-in's
+repositories.create and delete (tests/world/provider/google_other.py), and a control door.
 
 Behaviours modelled, with their sources (https://cloud.google.com/artifact-registry/docs/reference/rest):
 - repositories.get returns a Repository whose `sizeBytes` is "the size, in bytes, of all artifact
@@ -10,6 +10,8 @@ Behaviours modelled, with their sources (https://cloud.google.com/artifact-regis
   has name, uri, tags, imageSizeBytes, uploadTime, mediaType, updateTime.
 - repositories.delete "deletes a repository and all of its contents" (projects.locations.
   repositories/delete): there is no refusal for a non-empty repository, unlike a bucket.
+- repositories.create returns a long-running operation; an id that exists answers 409
+  ALREADY_EXISTS (projects.locations.repositories/create).
 - A project that has not enabled the API answers 403 PERMISSION_DENIED with a google.rpc.ErrorInfo
   whose reason is SERVICE_DISABLED (as tests/fake_compute.py does for Compute).
 """
@@ -64,7 +66,22 @@ def route(state: FakeArtifactRegistry, method: str, path: str, query: dict) -> t
             "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "SERVICE_DISABLED",
                          "domain": "googleapis.com", "metadata": {"service": "artifactregistry.googleapis.com",
                                                                   "consumer": f"projects/{state.project}"}}]}}
+    parent = re.fullmatch(r"/v1/(?P<parent>projects/[^/]+/locations/[^/]+)/repositories", path)
+    if method == "POST" and parent:
+        # repositories.create: a long-running operation; an existing id answers 409 ALREADY_EXISTS.
+        name = f"{parent['parent']}/repositories/{(query.get('repositoryId') or [''])[0]}"
+        with state.lock:
+            if name in state.repositories:
+                return _error(409, "ALREADY_EXISTS", "the repository already exists")
+            state.repositories[name] = []
+        return 200, {"name": f"{parent['parent']}/operations/create-{name.rsplit('/', 1)[1]}", "done": True,
+                     "response": {"name": name}}
     match = re.fullmatch(REPOSITORY + r"(?P<images>/dockerImages)?", path)
+    if method == "DELETE" and match and not match["images"]:
+        with state.lock:  # "deletes a repository and all of its contents"
+            if state.repositories.pop(match["repo"], None) is None:
+                return _error(404, "NOT_FOUND", "Requested entity was not found.")
+        return 200, {"name": f"{match['repo']}/operations/delete", "done": True}
     if method != "GET" or match is None:
         return _error(404, "NOT_FOUND", f"fake Artifact Registry does not serve {method} {path}")
     with state.lock:

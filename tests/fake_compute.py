@@ -1,8 +1,8 @@
 """A fake Compute Engine API: a local HTTP server speaking the REST shapes that
 google-cloud-compute sends and receives, for the few calls tfcluster makes.
 
-State lives in ``FakeCompute``; tests and the fake terraform change it through
-``/_fake/...`` endpoints (as the real control plane would change by itself).
+State lives in ``FakeCompute``; tests change it directly (as the real control plane would change
+by itself), the provider stand-ins (tests/world/provider) through the API.
 
 Behaviours modelled, with their sources:
 - Errors use Google's JSON error shape (https://cloud.google.com/apis/design/errors): code,
@@ -15,8 +15,8 @@ Behaviours modelled, with their sources:
 - A start gives a new ephemeral external IP; the internal IP stays
   (https://cloud.google.com/compute/docs/ip-addresses#ephemeraladdress).
 - A deleted instance answers 404 notFound (instances.get reference).
-- Rate limits answer 429 with reason rateLimitExceeded
-  (https://cloud.google.com/compute/api-quota#rate_limits).
+- Rate limits answer 403 with reason rateLimitExceeded, or 429 RESOURCE_EXHAUSTED
+  (https://cloud.google.com/compute/docs/api-rate-limits; tests/world/compute_auth.py).
 - Zonal operations go PENDING -> RUNNING -> DONE over time, whether anyone polls or not; an
   instance's start takes effect only when its operation is DONE. google-cloud-compute's
   InstancesClient.start/set_metadata/... return an ExtendedOperation whose result() polls
@@ -48,6 +48,7 @@ from urllib.parse import parse_qs, urlparse
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 
+from tests.world import compute_auth, compute_resources, iam_api  # noqa: E402
 from tests.fake_operations import advance, capacity_error, new_operation, preempt_instance, start_effect  # noqa: E402
 
 __all__ = ["FakeCompute", "FakeComputeServer", "preempt_instance", "stop_instance"]
@@ -64,13 +65,13 @@ class FakeCompute:
     #          "external_ip", "max_run_seconds", "termination_action", "spot"}
     instances: dict = field(default_factory=dict)
     # Other resources `invoke down` must find gone: kind -> names (disks, addresses, firewalls,
-    # subnetworks, networks), kept in step by the fake terraform.
-    others: dict = field(default_factory=lambda: {kind: set() for kind in
-                                                  ("disks", "addresses", "firewalls", "subnetworks", "networks")})
+    # subnetworks, networks), kept in step by the collections in tests/world/compute_resources.py.
+    others: dict = field(default_factory=dict)
     # The project has not enabled the Compute Engine API: every call answers 403 SERVICE_DISABLED.
     service_disabled: bool = False
-    # The next N API calls answer 429 rateLimitExceeded.
+    # The next N API calls are over a rate limit, answered with this status (403 or 429).
     rate_limited_calls: int = 0
+    rate_limit_status: int = 403
     # Permissions the caller's account lacks (e.g. "compute.regions.get"): a call that needs one
     # answers 403 forbidden, "Required '<permission>' permission for '<resource>'".
     missing_permissions: set = field(default_factory=set)
@@ -86,27 +87,39 @@ class FakeCompute:
     # Called as on_start(name, external_ip) when a start's operation completes: the test world
     # boots the machine that plays the VM (its processes were lost with the stop).
     on_start: object = None
+    # Called as on_insert(name, record) when an instances.insert's operation completes: the test
+    # world gives the new VM its machine (addresses) and boots it.
+    on_insert: object = None
+    # The next instances.insert calls answer these (status, error body) in turn, e.g. a quota refusal.
+    insert_errors: list = field(default_factory=list)
+    # Access token -> principal (tests/world/compute_auth.py): the operator's, a VM's service account.
+    tokens: dict = field(default_factory=lambda: {compute_auth.OPERATOR_TOKEN: compute_auth.OPERATOR})
+    # Key id -> (principal, public key) of service-account keys whose self-signed JWTs are accepted.
+    jwt_keys: dict = field(default_factory=dict)
+    # IAM (tests/world/iam_api.py): email -> service account; custom role name -> permissions;
+    # ids of deleted custom roles, reserved.
+    service_accounts: dict = field(default_factory=dict)
+    custom_roles: dict = field(default_factory=dict)
+    deleted_roles: set = field(default_factory=set)
+    # networks, subnetworks, firewalls: name -> the resource as inserted (compute_resources.py).
+    resources: dict = field(default_factory=dict)
     # Operation name -> {"json": the operation's fields, "done_at": monotonic time, "apply": effect
     # run once when DONE (or None), "error": the error block it ends with (or None)}.
     operations: dict = field(default_factory=dict)
     requests: list = field(default_factory=list)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
+    def __post_init__(self):
+        # A real project: the default VPC and its rules, and a resource of the user's named "default-...".
+        resources, others = compute_resources.default_project(self.project)
+        self.resources = {**resources, **self.resources}
+        self.others = {**others, **self.others}
 
-def _error(code: int, message: str) -> tuple[int, dict]:
+
+def _error(code: int, message: str, reason: str = "notFound") -> tuple[int, dict]:
+    """Google's error shape with the reason Compute gives for it (notFound for a 404)."""
     return code, {"error": {"code": code, "message": message,
-                            "errors": [{"message": message, "domain": "global", "reason": "notFound"}]}}
-
-
-def _service_disabled(project: str) -> tuple[int, dict]:
-    message = (f"Compute Engine API has not been used in project {project} before or it is disabled. Enable it "
-               f"by visiting https://console.developers.google.com/apis/api/compute.googleapis.com/overview?"
-               f"project={project} then retry.")
-    return 403, {"error": {"code": 403, "message": message, "status": "PERMISSION_DENIED",
-                           "errors": [{"message": message, "domain": "usageLimits", "reason": "accessNotConfigured"}],
-                           "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "SERVICE_DISABLED",
-                                        "domain": "googleapis.com",
-                                        "metadata": {"service": "compute.googleapis.com", "consumer": f"projects/{project}"}}]}}
+                            "errors": [{"message": message, "domain": "global", "reason": reason}]}}
 
 
 def _instance_json(state: FakeCompute, name: str, zone: str) -> dict:
@@ -170,40 +183,23 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
     state.requests.append({"method": method, "path": path, "query": query, "authorization":
                            headers.get("Authorization", ""), "body": body})
     advance(state)
-    if not path.startswith("/_fake/"):
-        if state.service_disabled:
-            return _service_disabled(state.project)
-        if state.rate_limited_calls > 0:
-            state.rate_limited_calls -= 1
-            return 429, {"error": {"code": 429, "message": "Rate Limit Exceeded", "status": "RESOURCE_EXHAUSTED",
-                                   "errors": [{"message": "Rate Limit Exceeded", "domain": "usageLimits",
-                                               "reason": "rateLimitExceeded"}]}}
-        refused = _forbidden(state, method, path)
-        if refused:
-            return refused
-    if path == "/_fake/others" and method == "POST":
-        with state.lock:
-            for kind, names in body.items():
-                state.others[kind] = set(names)
-        return 200, {}
-    if path == "/_fake/instances" and method == "POST":
-        with state.lock:
-            state.instances[body["name"]] = {"status": "RUNNING", "guest": {}, **body}
-        return 200, {}
-    if path == "/_fake/stop" and method == "POST":
-        stop_instance(state, body["name"])
-        return 200, {}
-    if path == "/_fake/preempt" and method == "POST":
-        preempt_instance(state, body["name"])
-        return 200, {}
-    if path == "/_fake/guest" and method == "POST":
-        with state.lock:
-            state.instances[body["name"]]["guest"][body["path"]] = body["value"]
-        return 200, {}
-    if path == "/_fake/delete" and method == "POST":
-        with state.lock:
-            state.instances.pop(body["name"], None)
-        return 200, {}
+    refused = compute_auth.check(state, method, path, headers)
+    if refused:
+        return refused
+    served = iam_api.route(state, method, path, body)
+    if served is not None:
+        return served
+    if state.service_disabled:
+        return compute_auth.service_disabled(state.project)
+    if state.rate_limited_calls > 0:
+        state.rate_limited_calls -= 1
+        return compute_auth.rate_limited(state.rate_limit_status)
+    refused = _forbidden(state, method, path)
+    if refused:
+        return refused
+    served = compute_resources.route(state, method, path, body)
+    if served is not None:
+        return served
     match = re.fullmatch(BASE + r"(?:/zones/[^/]+|/regions/[^/]+|/global)/(?P<kind>disks|addresses|firewalls|"
                          r"subnetworks|networks)", path)
     if match and method == "GET":
@@ -211,8 +207,10 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
                  for name in sorted(state.others.get(match["kind"], ()))]
         if match["kind"] == "disks":  # Boot disks carry the cluster label (instances.tf).
             items = [dict(item, labels={"tfcluster-cluster": item["name"].rsplit("-", 1)[0]}) for item in items]
-            label = re.fullmatch(r"labels\.([a-z0-9_-]+)=([a-z0-9_-]+)", query.get("filter", [""])[0])
-            items = [item for item in items if not label or item["labels"].get(label[1]) == label[2]]
+        items = [dict(item, **{k: v for k, v in state.resources.get(match["kind"], {}).get(item["name"], {}).items()
+                               if k in ("network", "selfLink")}) for item in items]
+        label = re.fullmatch(r"labels\.([a-z0-9_-]+)=([a-z0-9_-]+)", query.get("filter", [""])[0])
+        items = [item for item in items if not label or item["labels"].get(label[1]) == label[2]]
         return 200, {"kind": f"compute#{match['kind'][:-1]}List", "items": items}
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/acceleratorTypes", path)
     if match and method == "GET":
@@ -270,17 +268,21 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
         with state.lock:
             if match["verb"] == "/setMetadata":
                 if body.get("fingerprint") != instance.get("fingerprint", "ZmluZ2VyMQ=="):
-                    return 412, {"error": {"code": 412, "message": "Supplied fingerprint does not match current "
-                                                                   "metadata fingerprint.", "errors": []}}
+                    return _error(412, "Supplied fingerprint does not match current metadata fingerprint.",
+                                  "conditionNotMet")
                 instance["metadata"] = {item["key"]: item["value"] for item in body.get("items", [])}
                 instance["fingerprint"] = f"ZmluZ2Vy{len(state.requests)}"
             elif match["verb"] == "/setScheduling":
+                # "You can only call this method on a stopped instance, that is, a VM instance that is in
+                # a TERMINATED state." (instances/setScheduling reference)
+                if instance["status"] != "TERMINATED":
+                    return _error(400, f"The instance '{match['name']}' must be stopped (TERMINATED) to change its "
+                                       f"scheduling; it is {instance['status']}.", "badRequest")
                 instance["max_run_seconds"] = int((body.get("maxRunDuration") or {}).get("seconds") or 0) or None
                 instance["termination_action"] = body.get("instanceTerminationAction") or None
             elif match["verb"] == "/resume":
                 if instance["status"] != "SUSPENDED":
-                    return 400, {"error": {"code": 400, "message": "Instance is not suspended.",
-                                           "errors": [{"reason": "badRequest", "message": "not suspended"}]}}
+                    return _error(400, "Instance is not suspended.", "badRequest")
                 instance["status"] = "RUNNING"
             else:  # start: a new ephemeral external IP once DONE; the boot script then reports readiness.
                 if instance["status"] in ("TERMINATED", "STOPPED") and state.no_capacity_starts > 0:
@@ -316,12 +318,12 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)", path)
     if match and method == "DELETE":
         if match["name"] not in state.instances:
-            return _error(404, f"instance {match['name']} not found")
+            return _error(404, f"The resource 'projects/{match['project']}/zones/{match['zone']}/instances/"
+                               f"{match['name']}' was not found")
         with state.lock:
             state.instances[match["name"]]["status"] = "STOPPING"
-        return 200, {"kind": "compute#operation", "name": "operation-1795300000000-delete", "operationType": "delete",
-                     "status": "RUNNING", "targetLink": f"https://compute.googleapis.com{path}",
-                     "zone": f"projects/{match['project']}/zones/{match['zone']}"}
+        return 200, new_operation(state, match["project"], match["zone"], "delete", match["name"],
+                                   state.other_seconds, apply=compute_resources.delete_effect(state, match["name"]))
     return _error(404, f"fake compute: no route for {method} {path}")
 
 
@@ -349,7 +351,7 @@ class FakeComputeServer:
                     # key (https://developers.google.com/identity/protocols/oauth2/service-account).
                     state_ref.requests.append({"method": "POST", "path": "/token", "query": {}, "body": None,
                                                "authorization": ""})
-                    code, payload = 200, {"access_token": "ya29.test-world", "expires_in": 3600,
+                    code, payload = 200, {"access_token": compute_auth.OPERATOR_TOKEN, "expires_in": 3600,
                                           "token_type": "Bearer"}
                     # A user's refresh token (`gcloud auth application-default login`) that expired or
                     # was revoked: 400 invalid_grant, "Token has been expired or revoked."

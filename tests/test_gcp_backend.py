@@ -12,9 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, Cli
+from tests.conftest import Cli, wait_for
+from tests.fake_operations import advance
 from tests.fake_compute import stop_instance
 from tests.hostlab import SUBNET, HostLab, available
+from tests.world.compute_resources import gpu_quota_exceeded
+from tests.world.machines import LabMachines
+from tests.world.names import VM_TOKEN
+from tests.world.provider import mirror
 from tfcluster.backends import gcp
 from tfcluster.errors import ConfigError, HostErrors
 
@@ -55,10 +60,11 @@ def test_preflight_names_the_zone_and_the_quota_fix(fake_compute):
     fake_compute.state.region_quotas["us-west1"]["PREEMPTIBLE_NVIDIA_T4_GPUS"] = (2.0, 0.0)
     with pytest.raises(ConfigError, match="quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1 has 2 GPUs free"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=True)
-    # Rate limited twice: retried with backoff, then it answers.
-    fake_compute.state.rate_limited_calls = 2
-    gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 1, spot=False)
-    assert fake_compute.state.rate_limited_calls == 0
+    # Rate limited twice, as 403 rateLimitExceeded and as 429: retried with backoff, then it answers.
+    for status in (403, 429):
+        fake_compute.state.rate_limited_calls, fake_compute.state.rate_limit_status = 2, status
+        gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 1, spot=False)
+        assert fake_compute.state.rate_limited_calls == 0
     # acceleratorTypes.maximumCardsPerInstance bounds the GPUs of one VM (4 in this zone).
     with pytest.raises(ConfigError, match=r"gpu_count must be at most 4 for nvidia-tesla-t4 in us-west1-b"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 8, 1, spot=False)
@@ -143,23 +149,16 @@ def gcp_cli(tmp_path, world, fake_compute, synthetic_data):
 
 
 def make_gcp_cli(tmp_path, world, lab: HostLab, synthetic_data) -> Cli:
-    """The CLI in the test world, with the fake terraform whose VMs are ``lab``'s hosts."""
+    """The CLI in the test world with the real terraform, whose providers (tests/world/provider)
+    call the world's Compute; ``lab``'s hosts play the VMs that instances.insert creates."""
     fake_compute = world.compute
-    wrapper = tmp_path / "terraform"
-    wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} {REPO / 'tests' / 'fake_terraform.py'} \"$@\"\n")
-    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
     cli = Cli(tmp_path / "state", synthetic_data)
-    cli.log = tmp_path / "terraform-calls.log"
-    cli.log.write_text("")
     cli.lab = lab
     cli.compute = fake_compute
+    cli.machines = LabMachines(lab)
+    fake_compute.state.on_insert = cli.machines
+    cli.env.update(mirror.build(tmp_path / "providers"))
     cli.env.update({
-        "TFCLUSTER_TERRAFORM": str(wrapper),
-        "FAKE_COMPUTE": fake_compute.endpoint,  # The stand-in's own control door, for the fake terraform.
-        "FAKE_TF_HOSTS": ",".join(h.address for h in lab.hosts),
-        "FAKE_TF_HOSTKEYS": ",".join(h.host_key_public for h in lab.hosts),
-        "FAKE_TF_AUTHORIZED": str(lab.authorized_keys),
-        "FAKE_TF_LOG": str(cli.log),
         "INVOKE_TFCLUSTER_BACKEND": "gcp",
         "INVOKE_TFCLUSTER_PROJECT": fake_compute.state.project,
         "INVOKE_TFCLUSTER_ZONE": "us-west1-b",
@@ -169,15 +168,39 @@ def make_gcp_cli(tmp_path, world, lab: HostLab, synthetic_data) -> Cli:
         "INVOKE_TFCLUSTER_PYTHON": sys.executable,
         "INVOKE_TFCLUSTER_REMOTE_DIR": str(tmp_path / "remote"),
         "INVOKE_TFCLUSTER_READY_TIMEOUT_SECONDS": "20",
-        "FAKE_STORAGE": world.storage_url,
     })
     cli.enter(world)
     cli.storage = world.storage_url
     return cli
 
 
+def terraform_log(cli, cluster: str = "default") -> list[list[str]]:
+    """Every terraform command the product ran, as argument lists after the binary and -chdir
+    (the product logs each one in the cluster's terraform.log)."""
+    log = cli.state_dir / "gcp" / cluster / "terraform.log"
+    if not log.exists():
+        return []
+    return [line[2:].split()[2:] for line in log.read_text().splitlines() if line.startswith("$ ")]
+
+
+def vm_deletes(cli, name: str) -> int:
+    """instances.delete as the watchdog on a VM makes it (startup/watchdog.py): the VM's token."""
+    import ssl
+    import urllib.error
+    import urllib.request
+
+    url = f"https://compute.googleapis.com/compute/v1/projects/demo-project/zones/us-west1-b/instances/{name}"
+    request = urllib.request.Request(url, method="DELETE", headers={"Authorization": f"Bearer {VM_TOKEN}"})
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context(
+                cafile=cli.env["REQUESTS_CA_BUNDLE"])) as response:
+            return response.status
+    except urllib.error.HTTPError as error:
+        return error.code
+
+
 def terraform_calls(cli) -> list[str]:
-    return [json.loads(line)[0] for line in cli.log.read_text().splitlines()]
+    return [call[0] for call in terraform_log(cli)]
 
 
 @needs_hosts
@@ -194,7 +217,9 @@ def test_up_status_down(gcp_cli):
     assert variables["ssh_public_key"].startswith("ssh-ed25519 ")
 
     state = gcp_cli.cluster()
-    assert state["status"] == "up" and state["bucket"] == "demo-project-default-a1b2c3"
+    # random_id.suffix: three random bytes in hex.
+    assert state["status"] == "up" and re.fullmatch(r"demo-project-default-[0-9a-f]{6}", state["bucket"])
+    bucket_name = state["bucket"]
     assert [h["host_key"] for h in state["hosts"]] == [h.host_key_public for h in gcp_cli.lab.hosts]
     assert [h["instance"] for h in state["hosts"]] == ["default-0", "default-1"]
     key = Path(state["ssh_key"])
@@ -211,16 +236,16 @@ def test_up_status_down(gcp_cli):
     train = gcp_cli.run("train", "--script", str(script), timeout=120)
     assert train.returncode == 0, train.stdout + train.stderr
     run_dir, run = gcp_cli.latest_run()
-    model_url = f"gs://demo-project-default-a1b2c3/runs/{run['run_id']}/model"
+    model_url = f"gs://{bucket_name}/runs/{run['run_id']}/model"
     assert f"REPORT 0 {model_url} chief" in train.stdout and f"REPORT 1 {model_url} worker" in train.stdout
     assert (run_dir / "worker-1.log").exists()  # Logs come back over SSH.
 
     down = gcp_cli.run("down", timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
-    assert "verified through the Compute API (label tfcluster-cluster=default and name prefix default-): " \
+    assert "verified through the Compute API (label tfcluster-cluster=default and network default-net): " \
         "nothing left that bills by the hour" in down.stdout
     assert terraform_calls(gcp_cli)[-1] == "destroy"
-    assert not bucket_of(gcp_cli.storage, "demo-project-default-a1b2c3").exists()  # It was empty.
+    assert not bucket_of(gcp_cli.storage, bucket_name).exists()  # It was empty.
     assert gcp_cli.compute.state.instances == {}
     assert gcp_cli.cluster() is None
 
@@ -228,12 +253,16 @@ def test_up_status_down(gcp_cli):
 @needs_hosts
 def test_down_reports_an_instance_that_survived_destroy(gcp_cli):
     assert gcp_cli.run("up", timeout=180).returncode == 0
-    gcp_cli.env["FAKE_TF_LEAVE"] = "default-1"
+    # Someone took the VM out of the state (`terraform state rm`): destroy leaves it running.
+    workdir = gcp_cli.state_dir / "gcp" / "default"
+    for address in ("google_compute_instance_iam_member.watchdog[1]", "google_compute_instance.worker[1]"):
+        forgot = subprocess.run([mirror.TERRAFORM, f"-chdir={workdir}", "state", "rm", address], env=gcp_cli.env,
+                                capture_output=True, text=True)
+        assert forgot.returncode == 0, forgot.stderr
     down = gcp_cli.run("down", timeout=120)
     assert down.returncode == 2
     assert "still there after destroy: instance default-1, disk default-1; delete them" in down.stderr
     assert gcp_cli.cluster() is not None  # Kept, so `down` can be retried.
-    gcp_cli.env.pop("FAKE_TF_LEAVE")
     gcp_cli.compute.state.instances.pop("default-1")
     gcp_cli.compute.state.others["disks"] = set()
 
@@ -250,7 +279,7 @@ def test_preflight_failure_creates_nothing(gcp_cli):
 
 @needs_hosts
 def test_failed_apply_is_resumed_or_torn_down(gcp_cli):
-    gcp_cli.env["FAKE_TF_FAIL_APPLY"] = "1"
+    gcp_cli.compute.state.insert_errors.append(gpu_quota_exceeded("NVIDIA_T4_GPUS", "us-west1"))
     first = gcp_cli.run("up", timeout=60)
     assert first.returncode == 2
     # Google's error inside terraform's output becomes the fix, not a raw provider line.
@@ -270,7 +299,7 @@ def test_failed_apply_is_resumed_or_torn_down(gcp_cli):
 
 @needs_hosts
 def test_vm_error_and_wrong_host_key_name_the_vm(gcp_cli):
-    gcp_cli.env["FAKE_TF_READY"] = "ok,error: nvidia-smi finds no GPU after 15 minutes"
+    gcp_cli.machines.ready["default-1"] = "error: nvidia-smi finds no GPU after 15 minutes"
     up = gcp_cli.run("up", timeout=60)
     assert up.returncode == 2
     assert "VM start-up failed on 1 host(s): default-1: error: nvidia-smi finds no GPU" in up.stderr
@@ -279,9 +308,8 @@ def test_vm_error_and_wrong_host_key_name_the_vm(gcp_cli):
     assert gcp_cli.compute.state.instances == {}
 
     # The guest agent publishes a key the VM's sshd does not have: refused, never trusted.
-    gcp_cli.env.pop("FAKE_TF_READY")
-    hosts = gcp_cli.lab.hosts
-    gcp_cli.env["FAKE_TF_HOSTKEYS"] = ",".join([hosts[0].host_key_public, hosts[0].host_key_public])
+    gcp_cli.machines.ready.clear()
+    gcp_cli.machines.published_keys["default-1"] = gcp_cli.lab.hosts[0].host_key_public
     up = gcp_cli.run("up", timeout=120)
     assert up.returncode == 2
     assert f"worker-1 ({SUBNET}.11): host key CHANGED" in up.stderr
@@ -381,7 +409,14 @@ def test_idle_control_status_and_restart_of_stopped_vms(gcp_cli):
 @needs_hosts
 def test_deleted_vm_is_shown_skipped_and_recreated(gcp_cli):
     assert gcp_cli.run("up", timeout=180).returncode == 0
-    gcp_cli.compute.state.instances.pop("default-1")  # The idle action `delete` ran on it.
+    state = gcp_cli.compute.state
+    # The idle action `delete` runs on default-1 with the VM's own token (its service account):
+    # iam.tf's binding on the instance allows it; on a VM of the project outside the cluster it is refused.
+    state.instances["other-0"] = {"zone": "us-west1-b", "labels": {}, "status": "RUNNING", "guest": {}}
+    assert vm_deletes(gcp_cli, "other-0") == 403
+    assert vm_deletes(gcp_cli, "default-1") == 200
+    wait_for(lambda: advance(state) or "default-1" not in state.instances, 10, what="default-1 deleted")
+    state.instances.pop("other-0")
     status = gcp_cli.run("status")
     assert status.returncode == 0, status.stderr
     assert "DELETED (`invoke up` re-creates it)" in status.stdout and "Traceback" not in status.stderr
@@ -391,7 +426,7 @@ def test_deleted_vm_is_shown_skipped_and_recreated(gcp_cli):
     again = gcp_cli.run("up", timeout=180)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "re-creating 1 deleted VM(s): default-1" in again.stdout
-    apply = [call for call in map(json.loads, gcp_cli.log.read_text().splitlines()) if call[0] == "apply"][-1]
+    apply = [call for call in terraform_log(gcp_cli) if call[0] == "apply"][-1]
     assert "-target=google_compute_instance.worker[1]" in apply
     assert "-target=google_compute_instance_iam_member.watchdog[1]" in apply
     assert not any(arg.startswith("-target=google_compute_instance.worker[0]") for arg in apply)
@@ -401,24 +436,29 @@ def test_deleted_vm_is_shown_skipped_and_recreated(gcp_cli):
 @needs_hosts
 def test_down_keeps_a_bucket_with_results_and_deletes_it_when_asked(gcp_cli):
     assert gcp_cli.run("up", timeout=180).returncode == 0
-    bucket = bucket_of(gcp_cli.storage, "demo-project-default-a1b2c3")
-    bucket.blob("runs/r1/model/model.keras").upload_from_string(b"x" * 3_000_000)
+    kept_name = gcp_cli.cluster()["bucket"]
+    kept = bucket_of(gcp_cli.storage, kept_name)
+    kept.blob("runs/r1/model/model.keras").upload_from_string(b"x" * 3_000_000)
     down = gcp_cli.run("down", timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
-    assert ["state", "rm", "-no-color", "google_storage_bucket.cluster"] in [
-        json.loads(line) for line in gcp_cli.log.read_text().splitlines()]
-    assert "kept bucket gs://demo-project-default-a1b2c3: 1 objects, 0.00 GB" in down.stdout
-    assert "gcloud storage rm --recursive gs://demo-project-default-a1b2c3" in down.stdout
+    assert ["state", "rm", "-no-color", "google_storage_bucket.cluster"] in terraform_log(gcp_cli)
+    assert f"kept bucket gs://{kept_name}: 1 objects, 0.00 GB" in down.stdout
+    assert f"gcloud storage rm --recursive gs://{kept_name}" in down.stdout
     assert "nothing left that bills by the hour" in down.stdout
-    assert bucket.exists() and gcp_cli.compute.state.instances == {} and gcp_cli.cluster() is None
+    assert kept.exists() and gcp_cli.compute.state.instances == {} and gcp_cli.cluster() is None
 
+    # destroy took random_id.suffix with it: the next cluster gets a bucket of its own.
     assert gcp_cli.run("up", timeout=180).returncode == 0
+    name = gcp_cli.cluster()["bucket"]
+    assert name != kept_name
+    bucket = bucket_of(gcp_cli.storage, name)
+    bucket.blob("runs/r2/model/model.keras").upload_from_string(b"y" * 1000)
     gone = gcp_cli.run("down", "--delete-bucket", timeout=120)
     assert gone.returncode == 0, gone.stdout + gone.stderr
-    calls = [json.loads(line) for line in gcp_cli.log.read_text().splitlines()]
+    calls = terraform_log(gcp_cli)
     assert ["apply", "-input=false", "-auto-approve", "-no-color", "-target=google_storage_bucket.cluster"] in calls
-    assert "deleting bucket gs://demo-project-default-a1b2c3 with its 1 objects" in gone.stdout
-    assert not bucket.exists()
+    assert f"deleting bucket gs://{name} with its 1 objects" in gone.stdout
+    assert not bucket.exists() and kept.exists()
 
 
 @needs_hosts

@@ -50,3 +50,40 @@ def test_an_expired_login_names_the_command_that_renews_it(tmp_path, world, synt
         "error: up: your Google credentials expired or were revoked; run `gcloud auth application-default login`"]
     assert any(r["path"] == "/token" for r in fake_compute.state.requests), "the refresh never reached Google"
     assert cli.cluster() is None
+
+
+def test_a_rate_limit_is_named_as_one_whatever_its_status():
+    """Compute answers a rate limit with 403 and reason rateLimitExceeded
+    (https://cloud.google.com/compute/docs/api-rate-limits): not a missing permission."""
+    from google.api_core import exceptions
+
+    from tfcluster.backends.gcp.errors import from_exception, terraform_error_line
+
+    rate = "Google is rate-limiting this project right now (retried with backoff already)"
+    forbidden = exceptions.Forbidden("Rate Limit Exceeded", errors=[
+        {"message": "Rate Limit Exceeded", "domain": "usageLimits", "reason": "rateLimitExceeded"}])
+    assert rate in str(from_exception(forbidden, "demo-project", "up"))
+    # As the google provider prints it (googleapi's "Error <code>: <message>, <reason>").
+    provider = ("╷\n│ Error: Error creating instance: googleapi: Error 403: Rate Limit Exceeded, rateLimitExceeded\n"
+                "│\n│   with google_compute_instance.worker[0],\n╵")
+    assert terraform_error_line(provider, "demo-project").startswith("Google is rate-limiting")
+    # An operation refused for too many operations on one resource.
+    operation = ("Error: Error waiting for instance to create: Operation rate exceeded for resource "
+                 "'projects/demo-project/zones/us-west1-b/instances/default-0'. (RESOURCE_OPERATION_RATE_EXCEEDED)")
+    assert terraform_error_line(operation, "demo-project").startswith("Google is rate-limiting")
+    # A real missing permission still reads as one.
+    denied = exceptions.Forbidden("Required 'compute.regions.get' permission for 'projects/p/regions/r'",
+                                  errors=[{"reason": "forbidden"}])
+    assert "lacks the permission compute.regions.get" in str(from_exception(denied, "demo-project", "up"))
+
+
+def test_a_full_zone_is_recognised_from_the_providers_message():
+    """The google provider prints an operation error's message, not its code (provider source:
+    ComputeOperationError.Error() -> writeOperationError)."""
+    from tfcluster.backends.gcp.errors import capacity_code, terraform_error_line
+
+    message = ("The zone 'projects/demo-project/zones/us-west1-b' does not have enough resources available to "
+               "fulfill the request.  Try a different zone, or try again later.")
+    stderr = f"╷\n│ Error: Error waiting for instance to create: {message}\n│\n│   with google_compute_instance.worker[1],\n╵"
+    assert terraform_error_line(stderr, "demo-project").startswith("the zone has no capacity for these VMs")
+    assert capacity_code(RuntimeError(f"503 SERVICE UNAVAILABLE {message}")) == "ZONE_RESOURCE_POOL_EXHAUSTED"

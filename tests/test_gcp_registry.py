@@ -2,18 +2,16 @@
 images (like the bucket of results), deleted when empty or with --delete-bucket.
 
 Google's Artifact Registry API is tests/fake_artifact_registry.py behind
-artifactregistry.googleapis.com (tests/world/names.py); the fake terraform creates and deletes the
-repository there as the provider does (it deletes a non-empty repository with its images).
+artifactregistry.googleapis.com (tests/world/names.py); the real terraform's google provider
+stand-in creates, imports and deletes the repository there (tests/world/provider/google_other.py).
 """
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from tests.hostlab import HostLab
-from tests.test_gcp_backend import make_gcp_cli, needs_hosts
+from tests.test_gcp_backend import make_gcp_cli, needs_hosts, terraform_log
 
 REPO = "projects/demo-project/locations/us-west1/repositories/default-images"
 REGISTRY = "us-west1-docker.pkg.dev/demo-project/default-images"
@@ -23,7 +21,7 @@ REGISTRY = "us-west1-docker.pkg.dev/demo-project/default-images"
 def gcp_cli(tmp_path, world, synthetic_data):
     lab = HostLab(tmp_path / "lab", 1, tag="tr", listen_all=True)
     cli = make_gcp_cli(tmp_path, world, lab, synthetic_data)
-    cli.env.update({"FAKE_ARTIFACTS": world.artifacts.endpoint, "INVOKE_TFCLUSTER_WORKERS": "1"})
+    cli.env.update({"INVOKE_TFCLUSTER_WORKERS": "1"})
     cli.artifacts = world.artifacts.state
     yield cli
     if cli.cluster() is not None:
@@ -32,7 +30,7 @@ def gcp_cli(tmp_path, world, synthetic_data):
 
 
 def calls(cli) -> list[list[str]]:
-    return [json.loads(line) for line in cli.log.read_text().splitlines()]
+    return terraform_log(cli)
 
 
 @needs_hosts

@@ -24,7 +24,6 @@ from tests.test_gcp_backend import make_gcp_cli
 from tests.world.names import STORAGE_NAMES, VM_TOKEN
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=f"test hosts: {available()}")
-BUCKET = "demo-project-default-a1b2c3"
 
 
 @pytest.fixture
@@ -63,7 +62,8 @@ def test_three_workers_train_on_gs_and_the_results_come_back(gs_cli, world, tmp_
     prefix = f"runs/{run['run_id']}/"
     from tfcluster.backends.gcp import storage as gcs
 
-    names = [blob.name for blob in gcs.client("demo-project").list_blobs(BUCKET, prefix=prefix)]
+    bucket = gs_cli.cluster()["bucket"]
+    names = [blob.name for blob in gcs.client("demo-project").list_blobs(bucket, prefix=prefix)]
     assert any(n.startswith(prefix + "model/") and n.endswith("model.keras") for n in names), names
     assert any(n.startswith(prefix + "tensorboard/") and "tfevents" in n for n in names), names
     # The launcher's throughput figures go beside them, where `invoke tensorboard` reads on gcp.

@@ -14,8 +14,8 @@ import sys
 import pytest
 
 from tests.conftest import REPO
-from tests.world.iam import permissions_of, vm_bucket_roles
-from tests.world.names import VM_TOKEN
+from tests.world.iam import vm_bucket_roles
+from tests.world.names import VM_MEMBER, VM_TOKEN
 from tfcluster.backends.gcp import storage as gcs
 
 BUCKET = "demo-project-default-a1b2c3"
@@ -43,6 +43,9 @@ def run_tensorflow_as_the_vm(world) -> subprocess.CompletedProcess:
 @pytest.fixture
 def bucket(world):
     gcs.client("demo-project").create_bucket(BUCKET)  # The operator's credentials: the owner.
+    # The bindings terraform/ makes on the bucket (iam.tf's google_storage_bucket_iam_member).
+    world.storage_proxy.policies[BUCKET] = [{"role": role, "members": [VM_MEMBER]}
+                                            for role in vm_bucket_roles(REPO / "terraform")]
     return world
 
 
@@ -60,7 +63,7 @@ def test_the_terraform_grants_let_tensorflow_write_its_first_run(bucket):
 
 def test_object_admin_alone_is_refused_at_tensorflows_first_makedirs(bucket):
     """The grant before this fix: roles/storage.objectAdmin lacks storage.buckets.get."""
-    bucket.storage_proxy.restricted[VM_TOKEN] = permissions_of(["roles/storage.objectAdmin"])
+    bucket.storage_proxy.policies[BUCKET] = [{"role": "roles/storage.objectAdmin", "members": [VM_MEMBER]}]
     result = run_tensorflow_as_the_vm(bucket)
     assert "DENIED PermissionDeniedError" in result.stdout, result.stdout + result.stderr[-2000:]
     denied = [(method, path) for method, path, token, allowed in bucket.storage_proxy.log

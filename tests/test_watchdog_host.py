@@ -149,7 +149,13 @@ def test_settings_change_applies_without_restart(start_watchdog):
 
 def test_delete_action_calls_the_compute_api_with_the_metadata_token(tmp_path, world):
     compute = world.compute  # Behind compute.googleapis.com: the watchdog reaches it by name.
-    compute.state.instances["demo-0"] = {"zone": "us-west1-b", "labels": {}, "status": "RUNNING", "guest": {}}
+    # The VM's token is its service account, allowed to delete its own instance by the binding
+    # terraform/iam.tf puts on it (a custom role with compute.instances.delete).
+    member, role = "serviceAccount:demo-vm@demo-project.iam.gserviceaccount.com", "projects/demo-project/roles/w"
+    compute.state.tokens["ya29.fake-token-123"] = member
+    compute.state.custom_roles[role] = {"compute.instances.delete"}
+    compute.state.instances["demo-0"] = {"zone": "us-west1-b", "labels": {}, "status": "RUNNING", "guest": {},
+                                         "iam_bindings": [{"role": role, "members": [member]}]}
     metadata = FakeMetadataServer({
         "instance/service-accounts/default/token": json.dumps(
             {"access_token": "ya29.fake-token-123", "expires_in": 3599, "token_type": "Bearer"}),

@@ -119,6 +119,9 @@ class Settings:
 
 
 DEFAULTS: dict[str, Any] = dataclasses.asdict(Settings())
+# Upper bounds terraform/variables.tf validates (a cluster of VMs, a boot disk in GB).
+MAX_WORKERS = 64
+MAX_BOOT_DISK_GB = 2000
 
 
 def _flag_hint(key: str) -> str:
@@ -192,13 +195,21 @@ def validate(values: Mapping[str, Any]) -> Settings:
         grace = -1.0
     if not 0 < grace <= 300:
         raise ConfigError(f"stop_grace_seconds must be a number in (0, 300] (got {values['stop_grace_seconds']!r})")
-    tf_port = parse_int("tf_port", values["tf_port"], 1)
+    # Unprivileged ports only, as terraform/variables.tf validates them: a worker runs as a user.
+    tf_port = parse_int("tf_port", values["tf_port"], 1024)
     if tf_port > 65535:
-        raise ConfigError(f"tf_port must be between 1 and 65535 (got {tf_port})")
-    oracle_port = parse_int("oracle_port", values["oracle_port"], 1)
+        raise ConfigError(f"tf_port must be between 1024 and 65535 (got {tf_port})")
+    oracle_port = parse_int("oracle_port", values["oracle_port"], 1024)
     if oracle_port > 65535 or oracle_port == tf_port:
-        raise ConfigError(f"oracle_port must be between 1 and 65535 and differ from tf_port {tf_port} "
+        raise ConfigError(f"oracle_port must be between 1024 and 65535 and differ from tf_port {tf_port} "
                           f"(got {oracle_port})")
+    # The module's limits (terraform/variables.tf), for every backend: one range to learn.
+    workers = parse_int("workers", values["workers"], 1)
+    if workers > MAX_WORKERS:
+        raise ConfigError(f"workers must be between 1 and {MAX_WORKERS} (got {workers})")
+    boot_disk_gb = parse_int("boot_disk_gb", values["boot_disk_gb"], 50)
+    if boot_disk_gb > MAX_BOOT_DISK_GB:
+        raise ConfigError(f"boot_disk_gb must be between 50 and {MAX_BOOT_DISK_GB} (got {boot_disk_gb})")
     idle_action = str(values["idle_action"]).lower()
     if idle_action not in IDLE_ACTIONS:
         raise ConfigError(f"idle_action must be one of {', '.join(IDLE_ACTIONS)} (got {values['idle_action']!r})")
@@ -247,7 +258,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         gpu=gpu,
         gpu_count=gpu_count,
         machine_type=machine_type,
-        boot_disk_gb=parse_int("boot_disk_gb", values["boot_disk_gb"], 50),
+        boot_disk_gb=boot_disk_gb,
         spot=parse_bool("spot", values["spot"]),
         operator_cidr=operator_cidr,
         gcp_ssh_user=str(values["gcp_ssh_user"] or "tfcluster"),
@@ -273,7 +284,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         remote_dir=str(values["remote_dir"] or ".tfcluster-remote"),
         cluster=cluster,
         backend=backend,
-        workers=parse_int("workers", values["workers"], 1),
+        workers=workers,
         state_dir=str(values["state_dir"]),
         python=str(values["python"] or ""),
         data_dir=str(values["data_dir"] or ""),

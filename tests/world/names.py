@@ -1,13 +1,14 @@
 """Google's names pointed at local stand-ins, for a process started by a test or for this one.
 
-- Compute, OAuth and IAM credentials: tests/fake_compute.py over HTTPS on <compute address>:443.
+- Compute, OAuth, IAM (tests/world/iam_api.py) and IAM credentials: tests/fake_compute.py over
+  HTTPS on <compute address>:443.
 - Artifact Registry (artifactregistry.googleapis.com): tests/fake_artifact_registry.py over HTTPS
   on <registry address>:443.
 - Cloud Storage (www.googleapis.com, storage.googleapis.com): gcp-storage-emulator behind an
   IAM-checking HTTP proxy (tests/world/storage.py) on <storage address>:443 with TLS, and on :80
   plain, since the emulator's resumable-upload answers name http://www.googleapis.com/upload/...
-  (../shared/notes/tf-gcs-emulator.md). The VMs' token gets only the permissions of the roles
-  terraform/ grants their service account on the bucket.
+  (../shared/notes/tf-gcs-emulator.md). The VMs' token is their service account: it gets only the
+  permissions of the roles bound to it on each bucket (by the provider stand-in's setIamPolicy).
 - Cloud Billing Catalog (cloudbilling.googleapis.com): tests/world/billing.py over HTTPS on
   <billing address>:443. As in most real projects, the Cloud Billing API starts disabled in the
   world's project (estimates then come from the dated table); tests enable it to see catalog prices.
@@ -24,18 +25,19 @@ import socket
 import ssl
 from pathlib import Path
 
-from tests.conftest import REPO
 from tests.fake_artifact_registry import FakeArtifactRegistry, FakeArtifactRegistryServer
 from tests.fake_compute import FakeCompute, FakeComputeServer
 from tests.world.billing import Catalog, CatalogServer
-from tests.world.iam import permissions_of, vm_bucket_roles
 from tests.world.storage import IamStorageProxy
-from tests.world.tls import GOOGLE_NAMES, make_certificates, service_account_key
+from tests.world.tls import GOOGLE_NAMES, make_certificates, operator_key, service_account_key
 
 # The access token the metadata server hands the VMs (their service account's identity).
 VM_TOKEN = "ya29.vm-service-account"
+# Whose token it is: the service account terraform/iam.tf makes for the cluster "default".
+VM_MEMBER = "serviceAccount:default-vm@demo-project.iam.gserviceaccount.com"
 
-COMPUTE_NAMES = ("compute.googleapis.com", "oauth2.googleapis.com", "iamcredentials.googleapis.com")
+COMPUTE_NAMES = ("compute.googleapis.com", "oauth2.googleapis.com", "iamcredentials.googleapis.com",
+                 "iam.googleapis.com")
 STORAGE_NAMES = ("www.googleapis.com", "storage.googleapis.com")
 BILLING_NAMES = ("cloudbilling.googleapis.com",)
 ARTIFACTS_NAMES = ("artifactregistry.googleapis.com",)
@@ -68,12 +70,15 @@ class GoogleWorld:
         self.compute_address, self.storage_address = f"127.77.{net}.1", f"127.77.{net}.2"
         self.billing_address = f"127.77.{net}.5"
         self.artifacts_address = f"127.77.{net}.3"
-        self.ca, cert, key = make_certificates(root / "tls", GOOGLE_NAMES + BILLING_NAMES + ARTIFACTS_NAMES)
+        self.ca, cert, key = make_certificates(root / "tls", GOOGLE_NAMES + BILLING_NAMES + ARTIFACTS_NAMES
+                                               + ("iam.googleapis.com",))
         self.artifacts = FakeArtifactRegistryServer(FakeArtifactRegistry(project=project),
                                                     tls=(self.artifacts_address, str(cert), str(key)))
         self.credentials = service_account_key(root / "operator-key.json", project)
         self.compute = FakeComputeServer(compute or FakeCompute(project=project),
                                          tls=(self.compute_address, str(cert), str(key)))
+        self.compute.state.tokens[VM_TOKEN] = VM_MEMBER  # The metadata server's token on the VMs.
+        self.compute.state.jwt_keys.update(operator_key(self.credentials))
         from gcp_storage_emulator.server import create_server
 
         _emulator_accepts_empty_objects()
@@ -88,7 +93,7 @@ class GoogleWorld:
         self.tls_context = context
         self.storage_proxy = IamStorageProxy(
             [(self.storage_address, 443, context), (self.storage_address, 80, None)], ("127.0.0.1", port),
-            restricted={VM_TOKEN: permissions_of(vm_bucket_roles(REPO / "terraform"))})
+            principals={VM_TOKEN: VM_MEMBER})
         self.hosts = root / "hosts"
         self.hosts.write_text("127.0.0.1 localhost\n::1 localhost\n"
                               f"{self.compute_address} {' '.join(COMPUTE_NAMES)}\n"

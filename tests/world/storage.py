@@ -2,22 +2,26 @@
 checks each request's permission for the caller's identity, as Google's IAM would.
 
 Identities are told apart by their bearer token (what a real front end resolves to a principal):
-tokens listed in ``restricted`` belong to a principal with only those permissions (the VMs'
-service account, with the roles terraform/ grants it: tests/world/iam.py); any other token is
-the operator, who owns the project. A denied request gets Google's 403 shape
-(https://cloud.google.com/storage/docs/json_api/v1/status-codes#403-forbidden).
+tokens listed in ``principals`` are that member (the VMs' service account); any other token is the
+operator, who owns the project. A request without a token is refused with 401 (a private bucket:
+https://cloud.google.com/storage/docs/json_api/v1/status-codes#401-unauthorized, reason
+"required"). A principal's permissions are those of the roles bound to it in the policy of the
+bucket the request names (buckets.getIamPolicy / setIamPolicy, GET and PUT /storage/v1/b/B/iam,
+kept here since the emulator has no IAM): a grant on one bucket gives nothing on another. A denied
+request gets Google's 403 shape (https://cloud.google.com/storage/docs/json_api/v1/status-codes#403-forbidden).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import re
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from tests.world.iam import needed
+from tests.world.iam import needed, permissions_of
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 
@@ -32,9 +36,12 @@ def is_object_write(method: str, path: str) -> bool:
 
 class IamStorageProxy:
     def __init__(self, listens: list[tuple[str, int, ssl.SSLContext | None]], upstream: tuple[str, int],
-                 restricted: dict[str, set[str]]):
-        # Bearer token -> the permissions of that principal (all others: the project owner).
-        self.restricted = restricted
+                 principals: dict[str, str]):
+        # Bearer token -> the member it is, e.g. "serviceAccount:x@p.iam.gserviceaccount.com"
+        # (any other token: the project owner).
+        self.principals = principals
+        # Bucket -> its IAM bindings [{"role", "members"}], as setIamPolicy left them.
+        self.policies: dict[str, list[dict]] = {}
         # (method, path, token, allowed) of every request, for the tests to read.
         self.log: list[tuple[str, str, str, bool]] = []
         # Object writes passed on so far, and the number after which further writes are held
@@ -73,16 +80,34 @@ class IamStorageProxy:
                 if self.command != "HEAD":
                     self.wfile.write(body)
 
+            def _json(self, status: int, payload: dict) -> None:
+                self._reply(status, [("Content-Type", "application/json; charset=UTF-8")], json.dumps(payload).encode())
+
             def _serve(self):
                 body = self._body()
                 path = urlsplit(self.path).path
                 token = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+                if not token:
+                    proxy.log.append((self.command, path, token, False))
+                    message = "Anonymous caller does not have storage.objects.get access to the Google Cloud Storage object."
+                    self._json(401, {"error": {"code": 401, "message": message, "errors": [
+                        {"message": message, "domain": "global", "reason": "required",
+                         "locationType": "header", "location": "Authorization"}]}})
+                    return
+                iam = re.fullmatch(r"/storage/v1/b/([^/]+)/iam", path)
+                if iam and token not in proxy.principals and self.command in ("GET", "PUT"):
+                    proxy.log.append((self.command, path, token, True))
+                    if self.command == "PUT":
+                        proxy.policies[iam[1]] = json.loads(body).get("bindings", [])
+                    self._json(200, {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{iam[1]}",
+                                     "version": 1, "etag": "CAE=", "bindings": proxy.policies.get(iam[1], [])})
+                    return
                 permissions = needed(self.command, path)
-                allowed = token not in proxy.restricted or (
-                    permissions is not None and permissions <= proxy.restricted[token])
+                granted = proxy.granted(token, path)
+                allowed = token not in proxy.principals or (permissions is not None and permissions <= granted)
                 proxy.log.append((self.command, path, token, allowed))
                 if not allowed:
-                    missing = sorted((permissions or {"(unknown request)"}) - proxy.restricted[token])
+                    missing = sorted((permissions or {"(unknown request)"}) - granted)
                     message = (f"tfcluster-vm@demo-project.iam.gserviceaccount.com does not have {missing[0]} "
                                "access to the Google Cloud Storage bucket. Permission "
                                f"'{missing[0]}' denied on resource (or it may not exist).")
@@ -104,6 +129,9 @@ class IamStorageProxy:
                 connection.request(self.command, self.path, body=body, headers=headers)
                 response = connection.getresponse()
                 data = response.read()
+                gone = re.fullmatch(r"/storage/v1/b/([^/]+)", path)
+                if gone and self.command == "DELETE" and response.status < 300:
+                    proxy.policies.pop(gone[1], None)  # A policy belongs to its bucket.
                 self._reply(response.status, response.getheaders(), data)
                 connection.close()
 
@@ -124,6 +152,15 @@ class IamStorageProxy:
                 return False
             self.writes_passed += 1
             return True
+
+    def granted(self, token: str, path: str) -> set[str]:
+        """The permissions ``token``'s member holds on the bucket ``path`` names (JSON or XML API)."""
+        member = self.principals.get(token)
+        match = re.match(r"/(?:upload/|download/)?storage/v1/b/([^/]+)", path) or re.match(r"/([^/]+)/", path)
+        if member is None or match is None:
+            return set()
+        roles = [b["role"] for b in self.policies.get(match[1], []) if member in b.get("members", [])]
+        return permissions_of(roles)
 
     def listen(self, address: str, port: int, context: ssl.SSLContext | None) -> None:
         """One more door (for example on the test hosts' bridge, for TensorFlow on the hosts)."""

@@ -67,3 +67,15 @@ def service_account_key(path: Path, project: str) -> Path:
     }))
     path.chmod(0o600)
     return path
+
+
+def operator_key(path: Path) -> dict:
+    """{key id: (principal, public key)} of a key file from service_account_key: the operator,
+    who owns the project (tests/world/compute_auth.py)."""
+    import json
+
+    from tests.world.compute_auth import OPERATOR
+
+    info = json.loads(path.read_text())
+    private = serialization.load_pem_private_key(info["private_key"].encode(), password=None)
+    return {info["private_key_id"]: (OPERATOR, private.public_key())}

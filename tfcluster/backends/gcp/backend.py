@@ -321,7 +321,7 @@ class GcpBackend(SshBackend):
             raise ClusterError(f"still there after destroy: {', '.join(left)}; delete them in the console "
                                f"(Compute Engine, project {cluster.project}) or with `gcloud compute ... delete`, "
                                "then run `invoke down` again")
-        self._announce(f"verified through the Compute API (label {LABEL}={cluster.name} and name prefix "
-                       f"{cluster.name}-): nothing left that bills by the hour")
+        self._announce(f"verified through the Compute API (label {LABEL}={cluster.name} and network "
+                       f"{cluster.name}-net): nothing left that bills by the hour")
         for line in kept:
             self._announce(line)

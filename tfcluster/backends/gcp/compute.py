@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from tfcluster.backends.gcp.errors import NoCapacity, capacity_code
+from tfcluster.backends.gcp.errors import NoCapacity, capacity_code, is_rate_limit
 from tfcluster.errors import ClusterError, ConfigError, HostErrors
 
 GPU_TYPES = {"t4": "nvidia-tesla-t4", "v100": "nvidia-tesla-v100"}
@@ -14,10 +14,19 @@ GPU_QUOTA = {"nvidia-tesla-t4": "NVIDIA_T4_GPUS", "nvidia-tesla-v100": "NVIDIA_V
 LABEL = "tfcluster-cluster"
 
 
-# Rate limits (429) and brief unavailability (503) are retried with exponential backoff before they
+# Rate limits and brief unavailability (503) are retried with exponential backoff before they
 # become an error (https://cloud.google.com/compute/docs/api-rate-limits: "retry with exponential
-# backoff"); every call below is safe to repeat (reads, or writes that converge).
+# backoff"); every call below is safe to repeat (reads, or writes that converge). Compute answers
+# a rate limit with 403 and reason rateLimitExceeded (same page), newer front ends with 429.
 RETRY_DELAYS = (1.0, 2.0, 4.0, 8.0)
+
+
+def _rate_limited(error) -> bool:
+    from google.api_core import exceptions
+
+    if isinstance(error, (exceptions.TooManyRequests, exceptions.ServiceUnavailable)):
+        return True
+    return isinstance(error, exceptions.GoogleAPICallError) and is_rate_limit(error)
 
 
 def _with_backoff(method):
@@ -30,8 +39,8 @@ def _with_backoff(method):
         for delay in (*RETRY_DELAYS, None):
             try:
                 return method(*args, **kwargs)
-            except (exceptions.TooManyRequests, exceptions.ServiceUnavailable):
-                if delay is None:
+            except exceptions.GoogleAPICallError as error:
+                if delay is None or not _rate_limited(error):
                     raise
                 time.sleep(delay)
 
@@ -107,9 +116,8 @@ class ComputeApi:
         zoneOperations.get); NoCapacity when the zone has no hardware for it right now."""
         from google.api_core import exceptions
 
-        operation = self.instances.start(project=self.project, zone=zone, instance=name)
-        try:
-            operation.result(timeout=300)
+        try:  # A full zone may refuse the request itself, or fail its operation.
+            self.instances.start(project=self.project, zone=zone, instance=name).result(timeout=300)
         except exceptions.GoogleAPICallError as error:
             if capacity_code(error):
                 raise NoCapacity(name, zone) from None
@@ -160,24 +168,31 @@ class ComputeApi:
         self.instances.resume(project=self.project, zone=zone, instance=name).result(timeout=300)
 
     def leftovers(self, zone: str, cluster: str) -> list[str]:
-        """What a destroyed cluster could still have billing, by label or name prefix: instances,
-        disks, addresses, firewall rules, subnetworks and networks."""
+        """What a destroyed cluster could still have billing, found without guessing from names
+        (a project's own "default-allow-ssh" is not cluster "default"'s): instances, disks and
+        addresses by the cluster's label; firewall rules and subnetworks by their network, the
+        cluster's own (terraform/network.tf: CLUSTER-net); that network by its exact name."""
         region = region_of(zone)
-        prefix = f"{cluster}-"
+        network = f"/projects/{self.project}/global/networks/{cluster_network(cluster)}"
         label = f"labels.{LABEL}={cluster}"
         v1 = self.compute_v1
         found = [f"instance {vm.name}" for vm in self.list_cluster(zone, cluster)]
         found += [f"disk {disk.name}" for disk in v1.DisksClient(**self.client_kwargs).list(
             request=v1.ListDisksRequest(project=self.project, zone=zone, filter=label))]
         found += [f"address {a.name}" for a in v1.AddressesClient(**self.client_kwargs).list(
-            project=self.project, region=region) if a.name.startswith(prefix)]
+            request=v1.ListAddressesRequest(project=self.project, region=region, filter=label))]
         found += [f"firewall rule {f.name}" for f in v1.FirewallsClient(**self.client_kwargs).list(
-            project=self.project) if f.name.startswith(prefix)]
+            project=self.project) if f.network.endswith(network)]
         found += [f"subnetwork {n.name}" for n in v1.SubnetworksClient(**self.client_kwargs).list(
-            project=self.project, region=region) if n.name.startswith(prefix)]
+            project=self.project, region=region) if n.network.endswith(network)]
         found += [f"network {n.name}" for n in v1.NetworksClient(**self.client_kwargs).list(
-            project=self.project) if n.name == f"{cluster}-net"]
+            project=self.project) if n.name == cluster_network(cluster)]
         return found
+
+
+def cluster_network(cluster: str) -> str:
+    """The cluster's VPC network, as terraform/network.tf names it."""
+    return f"{cluster}-net"
 
 
 def default_credentials():

@@ -28,6 +28,10 @@ class GoogleError(TfClusterError):
 # error.errors[] (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability).
 # It is not a quota: waiting or another zone helps, a quota request does not.
 CAPACITY_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS")
+# The same error's message. The google provider prints an operation error's message, not its code
+# (provider source: tpgresource ComputeOperationError.Error() -> writeOperationError), so this
+# text is all `terraform apply` shows of a full zone.
+CAPACITY_TEXT = "does not have enough resources available to fulfill the request"
 
 
 class NoCapacity(GoogleError):
@@ -39,6 +43,23 @@ class NoCapacity(GoogleError):
                          "not a quota); try again later, or `invoke down` and `invoke up --zone` another zone")
 
 
+# Over a rate limit: Compute's reason (403 rateLimitExceeded, https://cloud.google.com/compute/docs/api-rate-limits),
+# the API-wide ErrorInfo reason (429 RATE_LIMIT_EXCEEDED), and an operation's error code when one
+# resource gets operations too fast (RESOURCE_OPERATION_RATE_EXCEEDED,
+# https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-vm-creation).
+RATE_LIMIT_REASONS = ("rateLimitExceeded", "userRateLimitExceeded", "RATE_LIMIT_EXCEEDED",
+                      "RESOURCE_OPERATION_RATE_EXCEEDED")
+
+
+def is_rate_limit(error: BaseException) -> bool:
+    """Whether a google-api-core error is a rate limit, whatever its status."""
+    reasons = [getattr(error, "reason", None) or ""]
+    for item in getattr(error, "errors", None) or ():
+        reasons.append(item.get("reason", "") or item.get("code", "") if isinstance(item, dict)
+                       else getattr(item, "code", "") or "")
+    return any(reason in RATE_LIMIT_REASONS for reason in reasons) or "RESOURCE_OPERATION_RATE_EXCEEDED" in str(error)
+
+
 def capacity_code(error: BaseException) -> str | None:
     """The resource-availability code of an operation's error (google-api-core passes the
     operation's error.errors on as ``error.errors``), else None."""
@@ -46,7 +67,8 @@ def capacity_code(error: BaseException) -> str | None:
         code = item.get("code") if isinstance(item, dict) else getattr(item, "code", "")
         if code in CAPACITY_CODES:
             return code
-    return next((code for code in CAPACITY_CODES if code in str(error)), None)
+    found = next((code for code in CAPACITY_CODES if code in str(error)), None)
+    return found or (CAPACITY_CODES[0] if CAPACITY_TEXT in str(error) else None)
 
 
 def _enable(service: str, project: str) -> str:
@@ -56,7 +78,7 @@ def _enable(service: str, project: str) -> str:
 def explain(text: str, project: str, reason: str = "", service: str = "", status: int | None = None) -> str | None:
     """The fix for a Google error, from its reason, status and text; None when it is not one we know."""
     lowered = text.lower()
-    if reason in CAPACITY_CODES or any(code in text for code in CAPACITY_CODES):
+    if reason in CAPACITY_CODES or any(code in text for code in CAPACITY_CODES) or CAPACITY_TEXT in text:
         return ("the zone has no capacity for these VMs right now (ZONE_RESOURCE_POOL_EXHAUSTED, not a quota); "
                 "try again later, or in another zone with --zone")
     if reason in ("SERVICE_DISABLED", "accessNotConfigured") or "has not been used in project" in lowered \
@@ -68,6 +90,10 @@ def explain(text: str, project: str, reason: str = "", service: str = "", status
         name = metric[1] if metric else "the quota in the message"
         return (f"quota {name} is exhausted in project {project}; request more in the console (IAM & Admin > "
                 f"Quotas, filter {name}) or use another region, then re-run the same command")
+    # Before the permission branch: Compute says a rate limit with 403 (reason rateLimitExceeded).
+    if reason in RATE_LIMIT_REASONS or status == 429 or "rateLimitExceeded" in text \
+            or "RESOURCE_OPERATION_RATE_EXCEEDED" in text or "rate limit exceeded" in lowered:
+        return "Google is rate-limiting this project right now (retried with backoff already); wait a minute and re-run"
     if reason in ("IAM_PERMISSION_DENIED", "forbidden") or status == 403 or "permission" in lowered:
         # Compute says "Required 'compute.regions.get' permission for 'projects/P/...'"; IAM's newer
         # messages say "Permission 'x.y.z' denied on resource ...".
@@ -77,8 +103,6 @@ def explain(text: str, project: str, reason: str = "", service: str = "", status
         return (f"your account lacks {missing} in project {project}; ask a project owner for "
                 "roles/compute.admin, roles/storage.admin, roles/iam.serviceAccountAdmin and "
                 "roles/iam.roleAdmin (or roles/owner on a sandbox project), then re-run the same command")
-    if reason in ("rateLimitExceeded", "RATE_LIMIT_EXCEEDED", "userRateLimitExceeded") or status == 429:
-        return "Google is rate-limiting this project right now (retried with backoff already); wait a minute and re-run"
     if "invalid_grant" in lowered or "reauth" in lowered or "token has been expired" in lowered:
         return f"your Google credentials expired; run `{LOGIN}` and re-run the same command"
     if status == 404 or reason == "notFound":

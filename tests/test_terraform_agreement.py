@@ -1,0 +1,120 @@
+"""terraform/ and the product agree, checked by the real terraform binary (with the provider
+stand-ins, tests/world/provider): the tfvars the product writes name exactly the module's
+variables, terraform has no warning about them, and every numeric setting is accepted or refused
+alike by tfcluster/config.py and by the module's validation rules at its boundaries."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+
+from tests.test_terraform import TF
+from tests.world.provider import mirror
+from tfcluster import config
+from tfcluster.backends.gcp.backend import GcpBackend
+from tfcluster.errors import ConfigError
+
+GCP = {"backend": "gcp", "project": "demo-project", "zone": "us-west1-b", "operator_cidr": "203.0.113.7/32"}
+# Variables the product leaves at the module's default on purpose: no setting chooses them.
+MODULE_DEFAULTS = {"image", "bucket_location", "bucket_retention_days"}
+
+
+def declared() -> dict[str, str]:
+    """Each variable of terraform/variables.tf with its block's text."""
+    text = (TF / "variables.tf").read_text()
+    return {block.split('"')[1]: block for block in re.split(r"\nvariable ", "\n" + text)[1:]}
+
+
+def product_variables(**settings) -> dict:
+    values = config.load({**GCP, **settings})
+    return GcpBackend(None).variables(values, "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIExample tfcluster-default",
+                                      values.operator_cidr)
+
+
+@pytest.fixture(scope="module")
+def terraform_env(tmp_path_factory):
+    root = tmp_path_factory.mktemp("providers")
+    import os
+
+    return {**os.environ, **mirror.build(root)}
+
+
+def terraform(env, workdir, *args) -> subprocess.CompletedProcess:
+    return subprocess.run([mirror.TERRAFORM, f"-chdir={workdir}", *args, "-no-color"], env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_the_tfvars_keys_are_the_module_variables():
+    variables = declared()
+    required = {name for name, block in variables.items() if "default" not in block}
+    keys = set(product_variables())
+    assert keys - set(variables) == set(), "the product writes variables terraform/ does not declare"
+    assert required <= keys
+    assert keys == set(variables) - MODULE_DEFAULTS
+
+
+def test_terraform_plans_the_products_tfvars_without_a_warning(tmp_path, terraform_env):
+    workdir = tmp_path / "cluster"
+    shutil.copytree(TF, workdir)
+    (workdir / "terraform.tfvars.json").write_text(json.dumps(product_variables()))
+    assert terraform(terraform_env, workdir, "init", "-input=false").returncode == 0
+    plan = terraform(terraform_env, workdir, "plan", "-input=false", "-refresh=false")
+    output = plan.stdout + plan.stderr
+    assert plan.returncode == 0, output
+    assert "undeclared variable" not in output and "Warning:" not in output, output
+
+
+def numeric_rules() -> dict[str, tuple[int, int, bool]]:
+    """Variables validated as `var.x >= MIN && var.x <= MAX` that are also product settings, and
+    whether the rule also reads another variable."""
+    settings = set(config.DEFAULTS)
+    rules = {}
+    for name, block in declared().items():
+        match = re.search(rf"condition\s*=\s*var\.{name} >= (-?\d+) && var\.{name} <= (-?\d+)(.*)", block)
+        if match and name in settings:
+            rules[name] = (int(match[1]), int(match[2]), bool(re.search(r"var\.(?!" + name + r"\b)", match[3])))
+    return rules
+
+
+def refused_by_terraform(env, root, modules: dict, command: str) -> set[str]:
+    """The module calls (one per case) whose variables terraform refuses."""
+    root.mkdir()
+    shutil.copytree(TF, root / "module")
+    (root / "main.tf.json").write_text(json.dumps({"module": modules}))
+    assert terraform(env, root, "init", "-input=false").returncode == 0
+    checked = terraform(env, root, *command.split())
+    refused = set(re.findall(r'in module(?:\.| ")(\w+)', checked.stdout + checked.stderr))
+    assert refused or checked.returncode == 0, checked.stdout + checked.stderr
+    return refused
+
+
+def test_numeric_settings_agree_with_the_module_at_their_boundaries(tmp_path, terraform_env):
+    rules = numeric_rules()
+    assert {"workers", "boot_disk_gb", "tf_port", "oracle_port", "idle_minutes", "max_run_hours"} <= set(rules)
+    base = product_variables()
+    # `terraform validate` evaluates a rule on one variable; one that reads another (oracle_port
+    # != tf_port) only `plan` evaluates (each case then starts its own providers, so only those).
+    cases = {"validate": {}, "plan -input=false -refresh=false": {}}
+    product_accepts = {}
+    for name, (low, high, reads_others) in rules.items():
+        for value in (low - 1, low, high, high + 1):
+            case = f"{name}_{value}".replace("-", "minus")
+            try:
+                config.load({**GCP, name: value})
+                product_accepts[case] = True
+            except ConfigError:
+                product_accepts[case] = False
+            command = "plan -input=false -refresh=false" if reads_others else "validate"
+            cases[command][case] = {"source": "./module", **base, name: value}
+    refused = set()
+    for index, (command, modules) in enumerate(cases.items()):
+        refused |= refused_by_terraform(terraform_env, tmp_path / f"root{index}", modules, command)
+    disagree = {case: f"config.py {'accepts' if ok else 'refuses'}, terraform "
+                      f"{'refuses' if case in refused else 'accepts'}"
+                for case, ok in product_accepts.items() if ok == (case in refused)}
+    assert disagree == {}
+    assert refused  # The values beyond each range were refused.

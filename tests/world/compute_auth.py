@@ -1,0 +1,132 @@
+"""Who is calling Compute, and may they: the bearer token, and the IAM bindings that exist.
+
+- Every request needs a valid access token: none is 401 with reason "required" ("Login Required."),
+  an unknown one 401 reason "authError" ("Invalid Credentials")
+  (https://cloud.google.com/compute/docs/api/how-tos/authorization; the JSON error reference
+  https://cloud.google.com/apis/design/errors#http_mapping).
+- ``state.tokens`` maps a token to its principal: the operator's (owner of the project: every
+  permission, less ``state.missing_permissions``), or a VM's service account, which holds only
+  what the bindings on an instance grant it (instances.setIamPolicy, as iam.tf's
+  google_compute_instance_iam_member makes them): terraform/ grants nothing project-wide.
+- Over a rate limit, or with the API disabled, Compute refuses before anything else (rate_limited,
+  service_disabled; sources in their docstrings and tests/fake_compute.py's).
+- A role's permissions: the custom roles created through iam.googleapis.com (tests/world/iam_api.py),
+  or the predefined ones below (https://cloud.google.com/compute/docs/access/iam).
+"""
+
+from __future__ import annotations
+
+import re
+
+BASE = "/compute/v1/projects/(?P<project>[^/]+)"
+OPERATOR = "user:operator@example.com"
+# The token oauth2.googleapis.com hands the operator's key (tests/fake_compute.py, /token).
+OPERATOR_TOKEN = "ya29.test-world"
+PREDEFINED = {
+    "roles/compute.viewer": {"compute.instances.get", "compute.instances.list", "compute.instances.getGuestAttributes",
+                             "compute.zoneOperations.get", "compute.zoneOperations.list"},
+    "roles/compute.instanceAdmin.v1": {"compute.instances.get", "compute.instances.list", "compute.instances.delete",
+                                       "compute.instances.start", "compute.instances.stop",
+                                       "compute.instances.setMetadata", "compute.instances.getGuestAttributes",
+                                       "compute.zoneOperations.get"},
+}
+# The permission an instance method needs (each method's "IAM Permissions" in the API reference).
+INSTANCE_METHODS = [
+    ("GET", "", "compute.instances.get"), ("DELETE", "", "compute.instances.delete"),
+    ("POST", "/setMetadata", "compute.instances.setMetadata"), ("POST", "/start", "compute.instances.start"),
+    ("POST", "/stop", "compute.instances.stop"), ("POST", "/setScheduling", "compute.instances.setScheduling"),
+    ("GET", "/getGuestAttributes", "compute.instances.getGuestAttributes"),
+    ("GET", "/getIamPolicy", "compute.instances.getIamPolicy"),
+    ("POST", "/setIamPolicy", "compute.instances.setIamPolicy"),
+]
+
+
+def _refuse(code: int, reason: str, message: str) -> tuple[int, dict]:
+    return code, {"error": {"code": code, "message": message, "status": "UNAUTHENTICATED" if code == 401 else
+                            "PERMISSION_DENIED", "errors": [{"message": message, "domain": "global",
+                                                             "reason": reason}]}}
+
+
+def role_permissions(state, role: str) -> set[str]:
+    return set(state.custom_roles.get(role, PREDEFINED.get(role, set())))
+
+
+def check(state, method: str, path: str, headers: dict) -> tuple[int, dict] | None:
+    """None when the caller may make this request, else Compute's refusal."""
+    # Header names are case-insensitive (RFC 9110); google-auth sends "authorization".
+    value = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
+    token = value.removeprefix("Bearer ").strip()
+    if not token:
+        return _refuse(401, "required", "Login Required.")
+    principal = state.tokens.get(token) or _signed_by_a_known_key(state, token)
+    if principal is None:
+        return _refuse(401, "authError", "Invalid Credentials")
+    if principal == OPERATOR:
+        return None
+    match = re.fullmatch(BASE + r"/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)(?P<verb>/\w+)?", path)
+    if match is None:  # Operations and lists: what a VM's calls need to follow up, nothing more.
+        return None if "/operations/" in path else _denied(principal, "compute.instances.list", path)
+    permission = next((p for verb, suffix, p in INSTANCE_METHODS
+                       if verb == method and suffix == (match["verb"] or "")), None)
+    instance = state.instances.get(match["name"])
+    bindings = (instance or {}).get("iam_bindings", [])
+    granted = set().union(*(role_permissions(state, b["role"]) for b in bindings if principal in b.get("members", [])))
+    if permission is None or permission not in granted:
+        return _denied(principal, permission or f"{method} {match['verb']}", path)
+    return None
+
+
+def _signed_by_a_known_key(state, token: str) -> str | None:
+    """A self-signed JWT: google-auth's service-account credentials send one instead of an access
+    token (google/oauth2/service_account.py, _create_self_signed_jwt; "Addendum: Service account
+    authorization without OAuth", https://developers.google.com/identity/protocols/oauth2/service-account).
+    Google accepts it when the key it names signed it: ``state.jwt_keys`` is key id -> (principal,
+    public key)."""
+    import base64
+    import json
+
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        header = json.loads(base64.urlsafe_b64decode(parts[0] + "=" * (-len(parts[0]) % 4)))
+        signature = base64.urlsafe_b64decode(parts[2] + "=" * (-len(parts[2]) % 4))
+        principal, public_key = state.jwt_keys[header.get("kid")]
+        public_key.verify(signature, f"{parts[0]}.{parts[1]}".encode(), padding.PKCS1v15(), hashes.SHA256())
+    except (ValueError, KeyError, InvalidSignature):
+        return None
+    return principal
+
+
+def _denied(principal: str, permission: str, path: str) -> tuple[int, dict]:
+    return _refuse(403, "forbidden", f"Required '{permission}' permission for "
+                                     f"'{path.removeprefix('/compute/v1/')}'")
+
+
+def rate_limited(status: int) -> tuple[int, dict]:
+    """Compute's answer to a call over a rate limit: "you receive a 403 error with the reason
+    rateLimitExceeded" (https://cloud.google.com/compute/docs/api-rate-limits); newer front ends
+    answer 429 RESOURCE_EXHAUSTED (https://cloud.google.com/apis/design/errors#handling_errors)."""
+    if status == 403:
+        return 403, {"error": {"code": 403, "message": "Rate Limit Exceeded", "errors": [
+            {"message": "Rate Limit Exceeded", "domain": "usageLimits", "reason": "rateLimitExceeded"}]}}
+    return 429, {"error": {"code": 429, "message": "Quota exceeded for quota metric 'Read requests' and limit "
+                           "'Read requests per minute' of service 'compute.googleapis.com'.",
+                           "status": "RESOURCE_EXHAUSTED", "errors": [{"message": "Rate Limit Exceeded",
+                                                                       "domain": "usageLimits",
+                                                                       "reason": "rateLimitExceeded"}]}}
+
+
+def service_disabled(project: str) -> tuple[int, dict]:
+    message = (f"Compute Engine API has not been used in project {project} before or it is disabled. Enable it "
+               f"by visiting https://console.developers.google.com/apis/api/compute.googleapis.com/overview?"
+               f"project={project} then retry.")
+    return 403, {"error": {"code": 403, "message": message, "status": "PERMISSION_DENIED",
+                           "errors": [{"message": message, "domain": "usageLimits", "reason": "accessNotConfigured"}],
+                           "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "SERVICE_DISABLED",
+                                        "domain": "googleapis.com",
+                                        "metadata": {"service": "compute.googleapis.com", "consumer": f"projects/{project}"}}]}}

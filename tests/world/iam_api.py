@@ -1,0 +1,61 @@
+"""IAM's service accounts and custom roles (iam.googleapis.com, REST v1), served by the Compute
+stand-in's server (the world points iam.googleapis.com at it: tests/world/names.py).
+
+From the IAM reference (https://cloud.google.com/iam/docs/reference/rest):
+- projects.serviceAccounts.create {accountId, serviceAccount} makes ACCOUNT@PROJECT.iam.gserviceaccount.com;
+  an existing id answers 409 ALREADY_EXISTS; get/delete by email, 404 NOT_FOUND when missing.
+- projects.roles.create {roleId, role: {title, description, includedPermissions, stage}} makes
+  projects/P/roles/ID; delete marks it deleted, and the id stays reserved: "you can't create a new
+  role with the same ID until the deletion process is complete" (up to 44 days,
+  https://cloud.google.com/iam/docs/creating-custom-roles#deleting-custom-role), answered 400
+  FAILED_PRECONDITION here as for an existing id 409 ALREADY_EXISTS.
+Compute reads the custom roles' permissions from ``state.custom_roles`` (compute_auth.py).
+"""
+
+from __future__ import annotations
+
+import re
+
+
+def _error(code: int, status: str, message: str) -> tuple[int, dict]:
+    return code, {"error": {"code": code, "status": status, "message": message}}
+
+
+def route(state, method: str, path: str, body: dict | None) -> tuple[int, dict] | None:
+    match = re.fullmatch(r"/v1/projects/(?P<project>[^/]+)/serviceAccounts(?:/(?P<email>[^/]+))?", path)
+    if match:
+        accounts = state.service_accounts
+        if method == "POST" and not match["email"]:
+            email = f"{body['accountId']}@{match['project']}.iam.gserviceaccount.com"
+            if email in accounts:
+                return _error(409, "ALREADY_EXISTS", f"Service account {body['accountId']} already exists within project "
+                                                     f"projects/{match['project']}.")
+            accounts[email] = {"name": f"projects/{match['project']}/serviceAccounts/{email}", "email": email,
+                               "uniqueId": str(100000000000000000000 + len(accounts)), **(body.get("serviceAccount") or {})}
+            return 200, accounts[email]
+        if match["email"] not in accounts:
+            return _error(404, "NOT_FOUND", f"Unknown service account {match['email']}")
+        if method == "DELETE":
+            accounts.pop(match["email"])
+            return 200, {}
+        return 200, accounts[match["email"]]
+    match = re.fullmatch(r"/v1/projects/(?P<project>[^/]+)/roles(?:/(?P<id>[^/]+))?", path)
+    if match:
+        roles = state.custom_roles
+        if method == "POST" and not match["id"]:
+            name = f"projects/{match['project']}/roles/{body['roleId']}"
+            if name in state.deleted_roles:
+                return _error(400, "FAILED_PRECONDITION", f"A role ({name}) with this ID was recently deleted.")
+            if name in roles:
+                return _error(409, "ALREADY_EXISTS", f"A role ({name}) with this ID already exists.")
+            roles[name] = set(body["role"].get("includedPermissions", []))
+            return 200, {"name": name, **body["role"]}
+        name = f"projects/{match['project']}/roles/{match['id']}"
+        if name not in roles:
+            return _error(404, "NOT_FOUND", f"The role named {name} was not found.")
+        if method == "DELETE":
+            roles.pop(name)
+            state.deleted_roles.add(name)
+            return 200, {"name": name, "deleted": True}
+        return 200, {"name": name, "includedPermissions": sorted(roles[name])}
+    return None

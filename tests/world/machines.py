@@ -1,0 +1,47 @@
+"""Which machine plays a VM that instances.insert creates: a real sshd host of a HostLab.
+
+What Compute Engine and the guest do for a new VM, done to the host that plays it: the VM gets
+its addresses (here the host's, internal and external alike); the guest environment adds the
+metadata `ssh-keys` entry's key to the login's authorized keys
+(https://cloud.google.com/compute/docs/connect/add-ssh-keys#metadata); the guest agent publishes
+the host keys as guest attributes hostkeys/<type>
+(https://cloud.google.com/compute/docs/instances/connecting-advanced#verify-host-key); the boot
+script (startup/startup.sh) reports "<boot nonce>:<state>" at tfcluster/ready. Guest attributes
+are written only when the metadata sets enable-guest-attributes=TRUE
+(https://cloud.google.com/compute/docs/metadata/manage-guest-attributes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tests.hostlab import HostLab
+
+
+@dataclass
+class LabMachines:
+    lab: HostLab
+    # The boot script's report per VM name ("ok" when absent; "none" publishes nothing).
+    ready: dict = field(default_factory=dict)
+    # The host key line the guest agent publishes per VM name (default: the host's own).
+    published_keys: dict = field(default_factory=dict)
+
+    def host_for(self, name: str):
+        return self.lab.hosts[int(name.rsplit("-", 1)[1]) % len(self.lab.hosts)]
+
+    def __call__(self, name: str, record: dict) -> None:
+        """FakeCompute.on_insert: give the new VM its machine, and boot it."""
+        host = self.host_for(name)
+        record["internal_ip"] = record["external_ip"] = host.address
+        metadata = record.get("metadata", {})
+        user_key = metadata.get("ssh-keys", "").split(":", 1)
+        if len(user_key) == 2:
+            with open(self.lab.authorized_keys, "a") as authorized:
+                authorized.write(user_key[1].strip() + "\n")
+        if str(metadata.get("enable-guest-attributes", "")).upper() != "TRUE":
+            return
+        key_type, key = self.published_keys.get(name, host.host_key_public).split()[:2]
+        record["guest"][f"hostkeys/{key_type}"] = key
+        value = self.ready.get(name, "ok")
+        if value != "none":
+            record["guest"]["tfcluster/ready"] = f"{metadata.get('tfcluster-boot-nonce', '')}:{value}"

@@ -1,0 +1,24 @@
+"""The hashicorp/google stand-in: the resources terraform/ uses, and the provider block's settings."""
+
+from __future__ import annotations
+
+from tests.world.provider.base import Provider
+from tests.world.provider.google_compute import Firewall, Network, Subnetwork
+from tests.world.provider.google_instance import Instance, InstanceIamMember
+from tests.world.provider.google_other import (Bucket, BucketIamMember, CustomRole, Repository,
+                                               RepositoryIamMember, ServiceAccount)
+
+
+class Google(Provider):
+    name = "google"
+    resources = [Network, Subnetwork, Firewall, Instance, InstanceIamMember, ServiceAccount, CustomRole,
+                 Bucket, BucketIamMember, Repository, RepositoryIamMember]
+
+    def region(self) -> str:
+        return self.config.get("region") or "-".join(str(self.config.get("zone", "")).split("-")[:2])
+
+
+def main() -> None:
+    from tests.world.provider.servicer import run
+
+    run(Google())
