@@ -18,7 +18,7 @@ from tests.fake_compute import stop_instance
 from tests.hostlab import SUBNET, HostLab, available
 from tests.world.compute_resources import gpu_quota_exceeded
 from tests.world.machines import LabMachines
-from tests.world.names import VM_TOKEN
+from tests.world.names import VM_MEMBER, VM_TOKEN
 from tests.world.provider import mirror
 from tfcluster.backends import gcp
 from tfcluster.errors import ConfigError, HostErrors
@@ -204,7 +204,7 @@ def terraform_calls(cli) -> list[str]:
 
 
 @needs_hosts
-def test_up_status_down(gcp_cli):
+def test_up_status_down(gcp_cli, world):
     up = gcp_cli.run("up", timeout=180)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "plan: 2 x n1-standard-8 + 1 x nvidia-tesla-t4 in us-west1-b" in up.stdout
@@ -220,6 +220,11 @@ def test_up_status_down(gcp_cli):
     # random_id.suffix: three random bytes in hex.
     assert state["status"] == "up" and re.fullmatch(r"demo-project-default-[0-9a-f]{6}", state["bucket"])
     bucket_name = state["bucket"]
+    # Both of iam.tf's grants on the bucket hold: terraform applies them at once, and each is a
+    # read-modify-write of the one policy (a lost one is a VM that cannot write its checkpoints).
+    policy = world.storage_proxy.policies[bucket_name]
+    assert sorted(b["role"] for b in policy if VM_MEMBER in b["members"]) == [
+        "roles/storage.legacyBucketReader", "roles/storage.objectAdmin"]
     assert [h["host_key"] for h in state["hosts"]] == [h.host_key_public for h in gcp_cli.lab.hosts]
     assert [h["instance"] for h in state["hosts"]] == ["default-0", "default-1"]
     key = Path(state["ssh_key"])

@@ -17,8 +17,10 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.parse
+from collections import defaultdict
 
 from tests.world.provider.base import Resource
 from tests.world.provider.google_api import ARTIFACTS, IAM, STORAGE, GoogleApiError, call, fail, not_found
@@ -102,15 +104,27 @@ class IamMember(Resource):
         pass
 
 
+# Terraform applies independent resources at once (one provider process, one gRPC thread each),
+# and two members of one bucket are a read-modify-write of one policy: the provider serialises
+# them with a mutex per policy (tpgiamresource/iam.go, iamPolicyReadModifyWrite:
+# mutexKV.Lock(updater.GetMutexKey())), or the second setIamPolicy drops the first's member.
+_POLICY_LOCKS: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
+
+
 class BucketIamMember(IamMember):
     """As the provider's iam_storage_bucket.go: read the bucket's policy, add or remove the member
-    in the role's binding, write it back (buckets.getIamPolicy / setIamPolicy)."""
+    in the role's binding, write it back (buckets.getIamPolicy / setIamPolicy), one writer per
+    bucket at a time."""
     type_name = "google_storage_bucket_iam_member"
     keys = ("bucket", "role", "member")
     forces_new = keys
 
     def _change(self, state, add: bool) -> None:
         url = f"{STORAGE}/b/{state['bucket']}/iam"
+        with _POLICY_LOCKS[url]:
+            self._read_modify_write(url, state, add)
+
+    def _read_modify_write(self, url: str, state, add: bool) -> None:
         bindings = [dict(b) for b in call("GET", url).get("bindings", [])]
         binding = next((b for b in bindings if b["role"] == state["role"]), None)
         if binding is None:

@@ -35,8 +35,13 @@ def provider_python() -> str:
         fcntl.flock(lock, fcntl.LOCK_EX)
         if not (venv / ".complete").exists():
             subprocess.run(["python3", "-m", "venv", "--clear", str(venv)], check=True, capture_output=True)
-            subprocess.run([str(python), "-m", "pip", "install", "-q", "--require-hashes", "-r", str(LOCK)],
-                           check=True, capture_output=True)
+            # From PyPI itself: not through the world's CA, which a test's environment may trust.
+            env = {k: v for k, v in os.environ.items()
+                   if k not in ("REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "SSL_CERT_FILE", "PIP_CERT")}
+            pip = subprocess.run([str(python), "-m", "pip", "install", "-q", "--require-hashes", "-r", str(LOCK)],
+                                 capture_output=True, text=True, env=env)
+            if pip.returncode != 0:
+                raise RuntimeError(f"installing {LOCK.name} into {venv} failed: {pip.stderr[-2000:]}")
             (venv / ".complete").write_text("")
     return str(python)
 
@@ -55,3 +60,7 @@ def build(root: Path) -> dict[str, str]:
     config.write_text('provider_installation {\n  filesystem_mirror {\n'
                       f'    path    = "{mirror}"\n    include = ["registry.terraform.io/hashicorp/*"]\n  }}\n}}\n')
     return {"TF_CLI_CONFIG_FILE": str(config), "CHECKPOINT_DISABLE": "1", "TFCLUSTER_TERRAFORM": TERRAFORM}
+
+
+if __name__ == "__main__":  # .ci/run builds it before the tests: `python -m tests.world.provider.mirror`
+    print(provider_python())
