@@ -68,7 +68,7 @@ def test_three_workers_train_on_gs_and_the_results_come_back(gs_cli, world, tmp_
     assert any(n.startswith(prefix + "tensorboard/") and "tfevents" in n for n in names), names
     # The launcher's throughput figures go beside them, where `invoke tensorboard` reads on gcp.
     assert any(n.startswith(prefix + "tensorboard/throughput/") and "tfevents" in n for n in names), names
-    assert f"gs://{BUCKET}/{prefix}tensorboard/throughput" in train.stdout
+    assert f"gs://{bucket}/{prefix}tensorboard/throughput" in train.stdout
     # Every write came from the VMs' identity, and IAM allowed each one.
     vm = [entry for entry in world.storage_proxy.log if entry[2] == VM_TOKEN]
     assert vm and all(allowed for *_, allowed in vm)
