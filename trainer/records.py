@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import struct
 
-import google_crc32c
-
 MASK_DELTA = 0xA282EAD8
 
 
 def masked_crc(data: bytes) -> int:
     """record_writer.h's MaskedCrc: rotate right by 15 bits and add a constant."""
+    # Imported here: only writing shards needs it. The trainer imports this package's manifest
+    # reader on workers whose Python (a user's --image) may have TensorFlow but no google-crc32c.
+    import google_crc32c
+
     crc = google_crc32c.value(data)
     return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
 
