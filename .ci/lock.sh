@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Regenerates the hash-pinned locks in requirements/ (run by hand, then commit the result and run
 # .ci/run): the product with its test extra (and the setuptools the editable install builds with),
-# checkov in its own venv, and what startup/startup.sh installs on a VM (for the booted-VM
+# checkov and mkdocs in their own venvs, and what startup/startup.sh installs on a VM (for the booted-VM
 # tests' wheelhouse). pyproject.toml keeps ranges; only these files pin.
 #   bash .ci/lock.sh            resolve the newest versions the ranges allow
 #   bash .ci/lock.sh --upgrade-package NAME   move one package, keep the rest
@@ -29,4 +29,6 @@ target=(--generate-hashes --python-platform x86_64-unknown-linux-gnu -q "$@")
 # The terraform provider stand-ins' own venv (tests/world/provider/mirror.py): tf 1.2.0 pins
 # protobuf < 6, which the product's google-cloud-compute cannot share.
 "$tools/bin/uv" pip compile requirements/provider.in --python-version 3.11 "${target[@]}" -o requirements/provider.lock
+# The documentation site (mkdocs.yml, docs/), built in CI in its own venv (.venv-docs).
+"$tools/bin/uv" pip compile requirements/docs.in --python-version 3.11 "${target[@]}" -o requirements/docs.lock
 echo "locks written: $(ls requirements/*.lock | tr '\n' ' ')"
