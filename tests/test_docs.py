@@ -155,6 +155,21 @@ def test_readme_links_point_at_files_that_exist():
     assert local and [link for link in local if not (REPO / link).exists()] == []
 
 
+def ci_docs_build(ci_script: str) -> list[str]:
+    """.ci/run's mkdocs command lines (comments dropped)."""
+    return [line.split("#", 1)[0].split() for line in ci_script.splitlines() if "mkdocs build" in line.split("#", 1)[0]]
+
+
+def test_ci_builds_the_site_strictly_and_any_new_page_joins_it():
+    builds = ci_docs_build((REPO / ".ci" / "run").read_text())
+    # --quiet would hide the warnings --strict counts: a broken link would then pass (seen: it did).
+    assert builds and all("--strict" in b and "--quiet" not in b and "-q" not in b for b in builds), builds
+    config = (REPO / "mkdocs.yml").read_text()
+    assert not re.search(r"(?m)^nav:", config), "a nav: list would leave a new docs/ page out of the site"
+    for check in ("not_found: warn", "anchors: warn"):
+        assert check in config
+
+
 def _hcl_string(value) -> str:
     return str(value)[1:-1].replace('\\"', '"') if str(value).startswith('"') else str(value)
 

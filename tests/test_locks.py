@@ -55,6 +55,6 @@ def test_the_vm_lock_is_the_boot_scripts_own_list():
 
 
 def test_every_lock_pins_with_hashes_and_the_image_runs_the_launchers_tensorflow():
-    for name in ("test.lock", "checkov.lock", "vm.lock", "image.lock", "provider.lock"):
+    for name in ("test.lock", "checkov.lock", "vm.lock", "image.lock", "provider.lock", "docs.lock"):
         assert pins(LOCKS / name), f"{name} pins nothing"
     assert pins(LOCKS / "image.lock")["tensorflow-cpu"] == pins(LOCKS / "test.lock")["tensorflow"]
