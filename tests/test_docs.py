@@ -172,6 +172,20 @@ def test_ci_builds_the_site_strictly_and_any_new_page_joins_it():
         assert check in config
 
 
+def undocumented_settings(keys, markdown: str) -> list[str]:
+    table = {key for line in markdown.splitlines() if line.startswith("| `")
+             for key in re.findall(r"`([a-z_]+)`", line.split("|")[1])}
+    return [key for key in keys if key not in table]
+
+
+def test_every_setting_is_in_the_configuration_guide():
+    from tfcluster import config
+
+    markdown = (REPO / "docs" / "configuration.md").read_text()
+    assert undocumented_settings(config.DEFAULTS, markdown) == []
+    assert undocumented_settings([*config.DEFAULTS, "new_key"], markdown) == ["new_key"]  # seen failing
+
+
 def _hcl_string(value) -> str:
     return str(value)[1:-1].replace('\\"', '"') if str(value).startswith('"') else str(value)
 
