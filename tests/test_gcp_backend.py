@@ -326,7 +326,7 @@ def test_missing_terraform_and_credentials(tmp_path, synthetic_data, fake_comput
                     "INVOKE_TFCLUSTER_ZONE": "us-west1-b", "TFCLUSTER_TERRAFORM": str(tmp_path / "none")})
     missing = cli.run("up")
     assert missing.returncode == 2
-    assert "error: terraform is not installed; install Terraform >= 1.5" in missing.stderr
+    assert "error: terraform is not installed; install Terraform >= 1.9, the module's required_version" in missing.stderr
 
     wrapper = tmp_path / "terraform"
     wrapper.write_text("#!/bin/sh\nexit 0\n")

@@ -43,7 +43,7 @@ class Terraform:
         self.project = project
         self.binary = binary or os.environ.get("TFCLUSTER_TERRAFORM") or shutil.which("terraform")
         if not self.binary or not os.access(self.binary, os.X_OK):
-            raise ConfigError("terraform is not installed; install Terraform >= 1.5 "
+            raise ConfigError("terraform is not installed; install Terraform >= 1.9, the module's required_version "
                               "(https://developer.hashicorp.com/terraform/install) or set TFCLUSTER_TERRAFORM")
 
     def run(self, action: str, *args: str) -> str:
