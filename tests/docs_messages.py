@@ -2,7 +2,7 @@
 
 tasks.py prints a TfClusterError as `error: <message>`; the messages are the string arguments of
 the calls that build one (`raise ConfigError("...")`, `return GoogleError(f"...")`, an error
-class's own `super().__init__(f"...")`), the fixes `gcp/errors.py`'s `explain()` returns for
+class's own `super().__init__(f"...")`), a Keras Tuner process's `fail("...")`, the fixes `gcp/errors.py`'s `explain()` returns for
 Google's errors, and the boot script's `fail "..."` lines, which `invoke up` shows beside the VM's
 name. A value filled in at run time (an f-string field, a shell `$VAR` or `$(...)`) is `…`.
 docs/troubleshooting.md lists each template; tests/test_docs.py checks that it does.
@@ -26,6 +26,9 @@ ERROR_CLASSES = {"TfClusterError", "ConfigError", "ClusterError", "TrainingFaile
                  "HostErrors", "GoogleError", "NoCapacity", "TerraformError", "Exit"}
 # Functions whose returned strings are shown as the message (the fix for a Google error).
 MESSAGE_FUNCTIONS = {("tfcluster/backends/gcp/errors.py", "explain")}
+# Calls whose message reaches the user as the command's `error:` line from elsewhere: a tuner's or
+# the oracle's `fail("...")` becomes the `tune` run's ConfigError (tfcluster/commands/tune_loop.py).
+MESSAGE_CALLS = {("trainer/tune_hooks.py", "fail")}
 GAP = "…"
 # Classes that wrap one argument in text of their own (tfcluster/errors.py): prefix, suffix, which argument.
 WRAPPED = {"HostErrors": ("", f" failed on {GAP} host(s): {GAP}", 0),
@@ -82,7 +85,7 @@ def python_messages(path: Path) -> list[Message]:
             prefix, suffix, index = WRAPPED[_name(node)]
             if len(node.args) > index and (text := _template(node.args[index])) is not None:
                 found.append(Message(_clean(prefix + text + suffix), f"{relative}:{node.lineno}"))
-        elif isinstance(node, ast.Call) and _name(node) in ERROR_CLASSES:
+        elif isinstance(node, ast.Call) and (_name(node) in ERROR_CLASSES or (relative, _name(node)) in MESSAGE_CALLS):
             for arg in node.args:
                 add(arg, node.lineno)
         elif isinstance(node, ast.FunctionDef) and (relative, node.name) in MESSAGE_FUNCTIONS:
@@ -105,7 +108,8 @@ def boot_script_messages(path: Path) -> list[Message]:
 
 def messages() -> list[Message]:
     """Every template, in file order, each once (the first place that builds it)."""
-    sources = [REPO / "tasks.py", *sorted((REPO / "tfcluster").rglob("*.py"))]
+    sources = [REPO / "tasks.py", *sorted((REPO / "tfcluster").rglob("*.py")),
+               *(REPO / path for path in sorted({path for path, _ in MESSAGE_CALLS}))]
     found = [m for path in sources for m in python_messages(path)]
     found += [m for path in sorted((REPO / "startup").glob("*.sh")) for m in boot_script_messages(path)]
     unique: dict[str, Message] = {}

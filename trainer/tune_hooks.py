@@ -140,7 +140,7 @@ def install() -> None:
 def check_searched(what: str) -> None:
     if not _searched:
         fail(f"{what} finished without calling tuner.search(); a script for `invoke tune` builds a "
-             "Keras Tuner tuner and calls its search() (see README, Hyperparameter search)")
+             "Keras Tuner tuner and calls its search() (see docs/tuning.md)")
 
 
 def run_script(argv: list[str]) -> None:
