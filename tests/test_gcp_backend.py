@@ -258,18 +258,30 @@ def test_up_status_down(gcp_cli, world):
 @needs_hosts
 def test_down_reports_an_instance_that_survived_destroy(gcp_cli):
     assert gcp_cli.run("up", timeout=180).returncode == 0
-    # Someone took the VM out of the state (`terraform state rm`): destroy leaves it running.
+    # Someone took the VM, the service account and the custom role out of the state (`terraform
+    # state rm`): destroy leaves them, and `down` finds each by its own API.
     workdir = gcp_cli.state_dir / "gcp" / "default"
-    for address in ("google_compute_instance_iam_member.watchdog[1]", "google_compute_instance.worker[1]"):
+    for address in ("google_compute_instance_iam_member.watchdog[1]", "google_compute_instance.worker[1]",
+                    "google_service_account.vm", "google_project_iam_custom_role.watchdog"):
         forgot = subprocess.run([mirror.TERRAFORM, f"-chdir={workdir}", "state", "rm", address], env=gcp_cli.env,
                                 capture_output=True, text=True)
         assert forgot.returncode == 0, forgot.stderr
+    state = gcp_cli.compute.state
+    [role] = [name for name in state.custom_roles if "/roles/tfclusterWatchdog_default_" in name]
     down = gcp_cli.run("down", timeout=120)
     assert down.returncode == 2
-    assert "still there after destroy: instance default-1, disk default-1; delete them" in down.stderr
+    assert ("still there after destroy: instance default-1, disk default-1, service account "
+            f"default-vm@demo-project.iam.gserviceaccount.com, custom role {role}; delete them") in down.stderr
     assert gcp_cli.cluster() is not None  # Kept, so `down` can be retried.
-    gcp_cli.compute.state.instances.pop("default-1")
-    gcp_cli.compute.state.others["disks"] = set()
+    state.instances.pop("default-1")
+    state.others["disks"] = set()
+    state.service_accounts.pop("default-vm@demo-project.iam.gserviceaccount.com")
+    state.custom_roles.pop(role)
+    state.deleted_roles.add(role)
+    again = gcp_cli.run("down", timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "verified through IAM: service account default-vm@demo-project.iam.gserviceaccount.com and the " \
+        "watchdog's custom role are gone" in again.stdout
 
 
 @needs_hosts
