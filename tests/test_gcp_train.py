@@ -69,9 +69,15 @@ def test_three_workers_train_on_gs_and_the_results_come_back(gs_cli, world, tmp_
     # The launcher's throughput figures go beside them, where `invoke tensorboard` reads on gcp.
     assert any(n.startswith(prefix + "tensorboard/throughput/") and "tfevents" in n for n in names), names
     assert f"gs://{bucket}/{prefix}tensorboard/throughput" in train.stdout
-    # Every write came from the VMs' identity, and IAM allowed each one.
+    # IAM allowed every request of the VMs' identity, and every object of the run came from it:
+    # checkpoints, model and TensorBoard, all but the launcher's own throughput figures.
     vm = [entry for entry in world.storage_proxy.log if entry[2] == VM_TOKEN]
     assert vm and all(allowed for *_, allowed in vm)
+    run_writes = [(token, name) for token, name in world.storage_proxy.object_writes if name.startswith(prefix)]
+    by_vms = {name for token, name in run_writes if token == VM_TOKEN}
+    assert any("/model/" in f"/{name}" for name in by_vms) and any("checkpoint" in name for name in by_vms), by_vms
+    by_others = {name for token, name in run_writes if token != VM_TOKEN}
+    assert all(name.startswith(prefix + "tensorboard/throughput/") for name in by_others), by_others
 
     pulled = gs_cli.run("pull", timeout=120)
     assert pulled.returncode == 0, pulled.stderr
