@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import stat
-import sys
 from pathlib import Path
 
 import pytest
@@ -140,7 +139,7 @@ def bucket_of(emulator: str, name: str):
 
 @pytest.fixture
 def gcp_cli(tmp_path, world, fake_compute, synthetic_data):
-    lab = HostLab(tmp_path / "lab", 2, tag="tg", listen_all=True)
+    lab = HostLab(tmp_path / "lab", 2, tag="tg", listen_all=True, vm_login=True)
     cli = make_gcp_cli(tmp_path, world, lab, synthetic_data)
     yield cli
     if cli.cluster() is not None:
@@ -151,6 +150,8 @@ def gcp_cli(tmp_path, world, fake_compute, synthetic_data):
 def make_gcp_cli(tmp_path, world, lab: HostLab, synthetic_data) -> Cli:
     """The CLI in the test world with the real terraform, whose providers (tests/world/provider)
     call the world's Compute; ``lab``'s hosts play the VMs that instances.insert creates."""
+    # The product's own login, venv and remote folder: the lab's hosts are what startup.sh makes.
+    assert lab.vm_login, "the gcp world's VMs are HostLab(..., vm_login=True)"
     fake_compute = world.compute
     cli = Cli(tmp_path / "state", synthetic_data)
     cli.lab = lab
@@ -164,9 +165,6 @@ def make_gcp_cli(tmp_path, world, lab: HostLab, synthetic_data) -> Cli:
         "INVOKE_TFCLUSTER_ZONE": "us-west1-b",
         "INVOKE_TFCLUSTER_WORKERS": str(len(lab.hosts)),
         "INVOKE_TFCLUSTER_OPERATOR_CIDR": f"{SUBNET}.1/32",
-        "INVOKE_TFCLUSTER_GCP_SSH_USER": "root",
-        "INVOKE_TFCLUSTER_PYTHON": sys.executable,
-        "INVOKE_TFCLUSTER_REMOTE_DIR": str(tmp_path / "remote"),
         "INVOKE_TFCLUSTER_READY_TIMEOUT_SECONDS": "20",
     })
     cli.enter(world)
