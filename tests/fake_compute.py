@@ -186,7 +186,7 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
     refused = compute_auth.check(state, method, path, headers)
     if refused:
         return refused
-    served = iam_api.route(state, method, path, body)
+    served = iam_api.route(state, method, path, body, query)
     if served is not None:
         return served
     if state.service_disabled:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +41,39 @@ def available() -> str | None:
     return None
 
 
+# The VMs' login (tfcluster/config.py gcp_ssh_user) as a uid no account of this machine has.
+VM_LOGIN, VM_UID = "tfcluster", 64123
+
+
+def vm_login_files(home: Path) -> dict[str, str]:
+    """/etc/passwd, group and shadow with the `tfcluster` login added, for `ip netns exec` to put
+    over /etc in the hosts' mount namespaces: this machine's own files stay as they are."""
+    def read(name: str) -> list[str]:
+        return Path("/etc", name).read_text().splitlines()
+
+    passwd = read("passwd") + [f"{VM_LOGIN}:x:{VM_UID}:{VM_UID}::{home}:/bin/bash"]
+    group = [line + ("," if not line.endswith(":") else "") + VM_LOGIN if line.startswith("docker:") else line
+             for line in read("group")] + [f"{VM_LOGIN}:x:{VM_UID}:"]
+    # "*": no password, not locked (sshd refuses a "!" account when UsePAM is off).
+    shadow = read("shadow") + [f"{VM_LOGIN}:*:19000:0:99999:7:::"]
+    return {"passwd": "\n".join(passwd) + "\n", "group": "\n".join(group) + "\n",
+            "shadow": "\n".join(shadow) + "\n"}
+
+
+def _reachable(path: Path) -> list[str]:
+    """Shell lines that let a non-root login reach ``path`` (the suite's Python: pyenv keeps it
+    under /root, mode 700) in this mount namespace only: the first ancestor others may not enter
+    becomes an empty tmpfs holding a bind mount of ``path``, staged through /opt."""
+    path = path.resolve()
+    blocked = next((parent for parent in reversed(path.parents) if not os.stat(parent).st_mode & 0o001), None)
+    if blocked is None:
+        return []
+    staged, quoted = "/opt/.tfcluster-python", shlex.quote(str(path))
+    return [f"mkdir -p {staged}", f"mount --bind {quoted} {staged}",
+            f"mount -t tmpfs -o mode=755 tfcluster-reach {shlex.quote(str(blocked))}",
+            f"mkdir -p {quoted}", f"mount --bind {staged} {quoted}"]
+
+
 @dataclass
 class TestHost:
     # Index, namespace name, address and hostname.
@@ -46,8 +81,8 @@ class TestHost:
     netns: str
     address: str
     hostname: str
-    # The sshd process (ip netns exec ... unshare ... sshd -D).
-    sshd: subprocess.Popen
+    # The sshd process (ip netns exec ... unshare ... sshd -D); HostLab.start_sshd sets it.
+    sshd: subprocess.Popen | None
     # Public host key line ("ssh-ed25519 AAAA...").
     host_key_public: str
     # Host-side veth name, for cutting the link.
@@ -71,10 +106,16 @@ class HostLab:
     """N hosts with a shared client key and a known_hosts file that lists them all."""
 
     def __init__(self, root: Path, count: int, tag: str = "tc", client_alive: bool = True,
-                 listen_all: bool = False, etc: dict[str, str | Path] | None = None):
+                 listen_all: bool = False, etc: dict[str, str | Path] | None = None, vm_login: bool = False):
         """``client_alive=False`` leaves sshd's ClientAliveInterval at its default (off), as on most
-        hosts: sshd then never notices on its own that a client behind a cut link is gone."""
+        hosts: sshd then never notices on its own that a client behind a cut link is gone.
+        ``vm_login=True`` makes each host what startup/startup.sh leaves on a VM, so the gcp backend
+        runs with its own defaults: the non-root login `tfcluster` (its own home on each host, in
+        the docker group as the guest agent puts accounts it creates) and the venv at
+        /opt/tfcluster/venv (this suite's venv, seen there through a mount only the host sees)."""
         self.root = root
+        self.vm_login = vm_login
+        self.homes = Path("/home") / f"tfcluster-lab-{tag}{NET}"
         self.tag = tag
         self.client_alive = client_alive
         # sshd on every address of its namespace, so an address added later (a VM's new
@@ -92,6 +133,9 @@ class HostLab:
         self.known_hosts = root / "known_hosts"
         Path("/run/sshd").mkdir(exist_ok=True)
         self._teardown_network(count + 8)  # Leftovers of an earlier, killed session.
+        if vm_login:
+            shutil.rmtree(self.homes, ignore_errors=True)
+            self.homes.mkdir(mode=0o755, parents=True)
         try:
             sh("ip", "link", "add", BRIDGE, "type", "bridge")
             sh("ip", "addr", "add", f"{SUBNET}.1/24", "dev", BRIDGE)
@@ -122,25 +166,49 @@ class HostLab:
         config = host_dir / "sshd_config"
         config.write_text("\n".join([
             f"HostKey {host_key}", f"PidFile {host_dir / 'sshd.pid'}", f"ListenAddress {'0.0.0.0' if self.listen_all else address}",
-            f"AuthorizedKeysFile {self.authorized_keys}", "PasswordAuthentication no",
+            # sshd reads these as the user: the `tfcluster` login reads its own copy.
+            f"AuthorizedKeysFile {self.authorized_keys} .ssh/authorized_keys", "PasswordAuthentication no",
             "KbdInteractiveAuthentication no", "UsePAM no", "StrictModes no", "PermitRootLogin yes",
             "Subsystem sftp internal-sftp", "ClientAliveInterval 5" if self.client_alive else "", "MaxStartups 100:30:200",
             "MaxSessions 100", ""]))
         hostname = f"{self.tag}-h{index}"
         etc_dir = Path("/etc/netns") / netns
         shutil.rmtree(etc_dir, ignore_errors=True)
-        for name, content in self.etc.items():
+        for name, content in {**self.etc, **(vm_login_files(self.home(index)) if self.vm_login else {})}.items():
             etc_dir.mkdir(parents=True, exist_ok=True)
             if isinstance(content, Path):
                 shutil.copytree(content, etc_dir / name, symlinks=True)
             else:
                 (etc_dir / name).write_text(content)
-        sshd = subprocess.Popen(
-            ["ip", "netns", "exec", netns, "unshare", "--uts", "sh", "-c",
-             f"hostname {hostname}; exec /usr/sbin/sshd -D -f {config} -E {host_dir / 'sshd.log'}"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                if name == "shadow":
+                    os.chmod(etc_dir / name, 0o600)
+        if self.vm_login:
+            home = self.home(index)
+            (home / ".ssh").mkdir(parents=True)
+            shutil.copy(self.authorized_keys, home / ".ssh" / "authorized_keys")
+            for path in (home, home / ".ssh", home / ".ssh" / "authorized_keys"):
+                os.chown(path, VM_UID, VM_UID)
         public = Path(f"{host_key}.pub").read_text().split()
-        return TestHost(index, netns, address, hostname, sshd, f"{public[0]} {public[1]}", veth)
+        host = TestHost(index, netns, address, hostname, None, f"{public[0]} {public[1]}", veth)
+        self.start_sshd(host)
+        return host
+
+    def home(self, index: int) -> Path:
+        """The `tfcluster` login's home on host ``index`` (``vm_login`` labs)."""
+        return self.homes / f"h{index}"
+
+    def start_sshd(self, host: TestHost) -> None:
+        """(Re)start the host's sshd, as at a boot: its own hostname and, for ``vm_login`` labs,
+        /opt/tfcluster/venv, in the mount namespace every login session inherits."""
+        host_dir = self.root / f"h{host.index}"
+        boot = [f"hostname {host.hostname}"]
+        if self.vm_login:
+            # A tmpfs over /opt in this host's mount namespace only (`ip netns exec` made it a slave).
+            boot += ["mount -t tmpfs -o mode=755 tfcluster-opt /opt", "mkdir -p /opt/tfcluster",
+                     f"ln -s {shlex.quote(sys.prefix)} /opt/tfcluster/venv", *_reachable(Path(sys.base_prefix))]
+        boot.append(f"exec /usr/sbin/sshd -D -f {host_dir / 'sshd_config'} -E {host_dir / 'sshd.log'}")
+        host.sshd = subprocess.Popen(["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c",
+                                      " && ".join(boot)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def _wait_for_port(self, host: TestHost, timeout: float = 10) -> None:
         deadline = time.monotonic() + timeout
@@ -172,6 +240,8 @@ class HostLab:
             host.sshd.wait(timeout=10)
         self._teardown_network(count)
         self.hosts = []
+        if self.vm_login:
+            shutil.rmtree(self.homes, ignore_errors=True)
 
     def _teardown_network(self, count: int) -> None:
         for index in range(count):

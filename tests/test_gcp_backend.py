@@ -7,7 +7,6 @@ import json
 import re
 import subprocess
 import stat
-import sys
 from pathlib import Path
 
 import pytest
@@ -140,7 +139,7 @@ def bucket_of(emulator: str, name: str):
 
 @pytest.fixture
 def gcp_cli(tmp_path, world, fake_compute, synthetic_data):
-    lab = HostLab(tmp_path / "lab", 2, tag="tg", listen_all=True)
+    lab = HostLab(tmp_path / "lab", 2, tag="tg", listen_all=True, vm_login=True)
     cli = make_gcp_cli(tmp_path, world, lab, synthetic_data)
     yield cli
     if cli.cluster() is not None:
@@ -151,6 +150,8 @@ def gcp_cli(tmp_path, world, fake_compute, synthetic_data):
 def make_gcp_cli(tmp_path, world, lab: HostLab, synthetic_data) -> Cli:
     """The CLI in the test world with the real terraform, whose providers (tests/world/provider)
     call the world's Compute; ``lab``'s hosts play the VMs that instances.insert creates."""
+    # The product's own login, venv and remote folder: the lab's hosts are what startup.sh makes.
+    assert lab.vm_login, "the gcp world's VMs are HostLab(..., vm_login=True)"
     fake_compute = world.compute
     cli = Cli(tmp_path / "state", synthetic_data)
     cli.lab = lab
@@ -164,9 +165,6 @@ def make_gcp_cli(tmp_path, world, lab: HostLab, synthetic_data) -> Cli:
         "INVOKE_TFCLUSTER_ZONE": "us-west1-b",
         "INVOKE_TFCLUSTER_WORKERS": str(len(lab.hosts)),
         "INVOKE_TFCLUSTER_OPERATOR_CIDR": f"{SUBNET}.1/32",
-        "INVOKE_TFCLUSTER_GCP_SSH_USER": "root",
-        "INVOKE_TFCLUSTER_PYTHON": sys.executable,
-        "INVOKE_TFCLUSTER_REMOTE_DIR": str(tmp_path / "remote"),
         "INVOKE_TFCLUSTER_READY_TIMEOUT_SECONDS": "20",
     })
     cli.enter(world)
@@ -258,18 +256,30 @@ def test_up_status_down(gcp_cli, world):
 @needs_hosts
 def test_down_reports_an_instance_that_survived_destroy(gcp_cli):
     assert gcp_cli.run("up", timeout=180).returncode == 0
-    # Someone took the VM out of the state (`terraform state rm`): destroy leaves it running.
+    # Someone took the VM, the service account and the custom role out of the state (`terraform
+    # state rm`): destroy leaves them, and `down` finds each by its own API.
     workdir = gcp_cli.state_dir / "gcp" / "default"
-    for address in ("google_compute_instance_iam_member.watchdog[1]", "google_compute_instance.worker[1]"):
+    for address in ("google_compute_instance_iam_member.watchdog[1]", "google_compute_instance.worker[1]",
+                    "google_service_account.vm", "google_project_iam_custom_role.watchdog"):
         forgot = subprocess.run([mirror.TERRAFORM, f"-chdir={workdir}", "state", "rm", address], env=gcp_cli.env,
                                 capture_output=True, text=True)
         assert forgot.returncode == 0, forgot.stderr
+    state = gcp_cli.compute.state
+    [role] = [name for name in state.custom_roles if "/roles/tfclusterWatchdog_default_" in name]
     down = gcp_cli.run("down", timeout=120)
     assert down.returncode == 2
-    assert "still there after destroy: instance default-1, disk default-1; delete them" in down.stderr
+    assert ("still there after destroy: instance default-1, disk default-1, service account "
+            f"default-vm@demo-project.iam.gserviceaccount.com, custom role {role}; delete them") in down.stderr
     assert gcp_cli.cluster() is not None  # Kept, so `down` can be retried.
-    gcp_cli.compute.state.instances.pop("default-1")
-    gcp_cli.compute.state.others["disks"] = set()
+    state.instances.pop("default-1")
+    state.others["disks"] = set()
+    state.service_accounts.pop("default-vm@demo-project.iam.gserviceaccount.com")
+    state.custom_roles.pop(role)
+    state.deleted_roles.add(role)
+    again = gcp_cli.run("down", timeout=120)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "verified through IAM: service account default-vm@demo-project.iam.gserviceaccount.com and the " \
+        "watchdog's custom role are gone" in again.stdout
 
 
 @needs_hosts

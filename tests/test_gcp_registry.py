@@ -19,7 +19,7 @@ REGISTRY = "us-west1-docker.pkg.dev/demo-project/default-images"
 
 @pytest.fixture
 def gcp_cli(tmp_path, world, synthetic_data):
-    lab = HostLab(tmp_path / "lab", 1, tag="tr", listen_all=True)
+    lab = HostLab(tmp_path / "lab", 1, tag="tr", listen_all=True, vm_login=True)
     cli = make_gcp_cli(tmp_path, world, lab, synthetic_data)
     cli.env.update({"INVOKE_TFCLUSTER_WORKERS": "1"})
     cli.artifacts = world.artifacts.state

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +33,7 @@ def gs_cli(tmp_path, world, synthetic_data):
     etc = {"hosts": f"127.0.0.1 localhost\n{storage_address} {' '.join(STORAGE_NAMES)}\n"
                     f"{metadata_address} metadata.google.internal\n",
            "ssl": world.trust_store(tmp_path / "ssl")}
-    lab = HostLab(tmp_path / "lab", 3, tag="tt", listen_all=True, etc=etc)
+    lab = HostLab(tmp_path / "lab", 3, tag="tt", listen_all=True, etc=etc, vm_login=True)
     for address in (storage_address, metadata_address):
         subprocess.run(["ip", "addr", "add", f"{address}/24", "dev", BRIDGE], check=True)
     world.storage_proxy.listen(storage_address, 443, world.tls_context)
@@ -69,9 +70,15 @@ def test_three_workers_train_on_gs_and_the_results_come_back(gs_cli, world, tmp_
     # The launcher's throughput figures go beside them, where `invoke tensorboard` reads on gcp.
     assert any(n.startswith(prefix + "tensorboard/throughput/") and "tfevents" in n for n in names), names
     assert f"gs://{bucket}/{prefix}tensorboard/throughput" in train.stdout
-    # Every write came from the VMs' identity, and IAM allowed each one.
+    # IAM allowed every request of the VMs' identity, and every object of the run came from it:
+    # checkpoints, model and TensorBoard, all but the launcher's own throughput figures.
     vm = [entry for entry in world.storage_proxy.log if entry[2] == VM_TOKEN]
     assert vm and all(allowed for *_, allowed in vm)
+    run_writes = [(token, name) for token, name in world.storage_proxy.object_writes if name.startswith(prefix)]
+    by_vms = {name for token, name in run_writes if token == VM_TOKEN}
+    assert any("/model/" in f"/{name}" for name in by_vms) and any("checkpoint" in name for name in by_vms), by_vms
+    by_others = {name for token, name in run_writes if token != VM_TOKEN}
+    assert all(name.startswith(prefix + "tensorboard/throughput/") for name in by_others), by_others
 
     pulled = gs_cli.run("pull", timeout=120)
     assert pulled.returncode == 0, pulled.stderr
@@ -93,14 +100,15 @@ def test_three_workers_train_on_gs_and_the_results_come_back(gs_cli, world, tmp_
     try:
         run_dir = wait_for(lambda: gs_cli.runs() and gs_cli.runs()[-1].name != run["run_id"] and gs_cli.runs()[-1],
                            60, what="the second run's folder")
-        root = tmp_path / "remote" / "default" / "runs" / run_dir.name
+        def on_vm(worker: int) -> Path:  # The product's remote folder, in the login's home on that VM.
+            return gs_cli.lab.home(worker) / ".tfcluster-remote" / "default" / "runs" / run_dir.name / f"worker-{worker}"
 
         def epoch_done():
-            log = root / "worker-0" / "worker-0.log"
+            log = on_vm(0) / "worker-0.log"
             return log.exists() and any(e["event"] == "epoch_end" for e in events_of(log.read_text()))
 
         wait_for(epoch_done, 240, what="the chief's first epoch")
-        os.kill(int((root / "worker-2" / "worker-2.attempt1.pid").read_text()), signal.SIGKILL)
+        os.kill(int((on_vm(2) / "worker-2.attempt1.pid").read_text()), signal.SIGKILL)
         output, _ = launcher.communicate(timeout=400)
     finally:
         if launcher.poll() is None:

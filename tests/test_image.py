@@ -387,7 +387,7 @@ def test_gcp_image_build_pushes_to_the_cluster_registry_and_up_pre_pulls(tmp_pat
         accepted = registrylab.TlsRegistry(tmp_path / "registry", addresses[accepting], cert, key)
         started.append(accepted)
         started.append(registrylab.DenyingRegistry(denying, addresses[denying], cert, key))
-        lab = HostLab(tmp_path / "lab", 1, tag="ti", listen_all=True)
+        lab = HostLab(tmp_path / "lab", 1, tag="ti", listen_all=True, vm_login=True)
         started.append(type("Lab", (), {"stop": lambda self: lab.teardown()})())
         registrylab.use_daemon(lab, daemon)
         cli = make_gcp_cli(tmp_path, world, lab, synthetic_data)

@@ -121,11 +121,7 @@ class SpotWorld:
             return  # Never went down (a stop by API only).
         subprocess.run(["ip", "-n", host.netns, "addr", "add", f"{external_ip}/24", "dev", "eth0"],
                        capture_output=True)
-        host_dir = self.lab.root / f"h{index}"
-        host.sshd = subprocess.Popen(
-            ["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c",
-             f"hostname {host.hostname}; exec /usr/sbin/sshd -D -f {host_dir / 'sshd_config'} "
-             f"-E {host_dir / 'sshd.log'}"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.lab.start_sshd(host)
         self.lab._wait_for_port(host)
         self.metadata[index].values.update(CALM)
 
@@ -148,7 +144,7 @@ def spot_cli_in(tmp_path: Path, world, synthetic_data: Path):
     ``cli.spot`` is the SpotWorld. Shared by the tests and bench/bench_spot.py."""
     storage_address = f"{SUBNET}.2"
     etc = {"hosts": "", "ssl": world.trust_store(tmp_path / "ssl")}
-    lab = HostLab(tmp_path / "lab", 3, tag="ts", listen_all=True, etc=etc)
+    lab = HostLab(tmp_path / "lab", 3, tag="ts", listen_all=True, etc=etc, vm_login=True)
     servers = []
     try:
         for address in [storage_address, *METADATA]:
@@ -189,8 +185,10 @@ def spot(tmp_path, world, synthetic_data):
         yield cli
 
 
-def _remote_log(tmp_path: Path, run_id: str, worker: int) -> Path:
-    return tmp_path / "remote" / "default" / "runs" / run_id / f"worker-{worker}" / f"worker-{worker}.log"
+def _remote_log(lab: HostLab, run_id: str, worker: int) -> Path:
+    """The worker's log on its VM: the product's remote folder in the `tfcluster` login's home."""
+    return (lab.home(worker) / ".tfcluster-remote" / "default" / "runs" / run_id / f"worker-{worker}"
+            / f"worker-{worker}.log")
 
 
 @needs_hosts
@@ -205,7 +203,7 @@ def test_a_preempted_worker_comes_back_and_the_same_run_resumes(spot, world, tmp
         run_dir = wait_for(lambda: spot.runs() and spot.runs()[-1], 60, what="the run's folder")
 
         def mid_epoch_2():
-            log = _remote_log(tmp_path, run_dir.name, 0)
+            log = _remote_log(spot.lab, run_dir.name, 0)
             steps = [e for e in events_of(log.read_text()) if e["event"] == "step"] if log.exists() else []
             return steps and steps[-1]["epoch"] == 2 and steps[-1]["step"] >= 8
 
@@ -243,8 +241,8 @@ def test_a_preempted_worker_comes_back_and_the_same_run_resumes(spot, world, tmp
         first = run_dir.name
         run_dir = wait_for(lambda: spot.runs() and spot.runs()[-1].name != first and spot.runs()[-1], 60,
                            what="the second run's folder")
-        wait_for(lambda: _remote_log(tmp_path, run_dir.name, 0).exists() and any(
-            e["event"] == "first_step" for e in events_of(_remote_log(tmp_path, run_dir.name, 0).read_text())),
+        wait_for(lambda: _remote_log(spot.lab, run_dir.name, 0).exists() and any(
+            e["event"] == "first_step" for e in events_of(_remote_log(spot.lab, run_dir.name, 0).read_text())),
             300, what="the second run's first step")
         spot.spot.preempt(1)
         output, _ = launcher.communicate(timeout=300)
@@ -281,7 +279,7 @@ def test_preempted_while_no_launcher_runs_then_train_resume_brings_the_same_run_
                        what="the run's folder")
 
     def epoch_done():
-        log = _remote_log(tmp_path, run_dir.name, 0)
+        log = _remote_log(spot.lab, run_dir.name, 0)
         return log.exists() and any(e["event"] == "epoch_end" for e in events_of(log.read_text()))
 
     try:

@@ -21,7 +21,7 @@ def _error(code: int, status: str, message: str) -> tuple[int, dict]:
     return code, {"error": {"code": code, "status": status, "message": message}}
 
 
-def route(state, method: str, path: str, body: dict | None) -> tuple[int, dict] | None:
+def route(state, method: str, path: str, body: dict | None, query: dict | None = None) -> tuple[int, dict] | None:
     match = re.fullmatch(r"/v1/projects/(?P<project>[^/]+)/serviceAccounts(?:/(?P<email>[^/]+))?", path)
     if match:
         accounts = state.service_accounts
@@ -50,7 +50,18 @@ def route(state, method: str, path: str, body: dict | None) -> tuple[int, dict] 
                 return _error(409, "ALREADY_EXISTS", f"A role ({name}) with this ID already exists.")
             roles[name] = set(body["role"].get("includedPermissions", []))
             return 200, {"name": name, **body["role"]}
+        if method == "GET" and not match["id"]:
+            # projects.roles.list: the project's custom roles, deleted ones only with showDeleted
+            # (https://cloud.google.com/iam/docs/reference/rest/v1/projects.roles/list).
+            shown = [{"name": n, "includedPermissions": sorted(p)} for n, p in sorted(roles.items())]
+            if (query or {}).get("showDeleted", [""])[0] == "true":
+                shown += [{"name": n, "deleted": True} for n in sorted(state.deleted_roles)]
+            return 200, {"roles": shown}
         name = f"projects/{match['project']}/roles/{match['id']}"
+        if name in state.deleted_roles and method == "GET":
+            # A deleted role stays readable, marked deleted, until it is purged
+            # (https://cloud.google.com/iam/docs/creating-custom-roles#deleting-custom-role).
+            return 200, {"name": name, "deleted": True}
         if name not in roles:
             return _error(404, "NOT_FOUND", f"The role named {name} was not found.")
         if method == "DELETE":

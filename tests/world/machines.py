@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tests.hostlab import HostLab
+from tests.hostlab import VM_LOGIN, HostLab
 
 
 @dataclass
@@ -36,7 +36,11 @@ class LabMachines:
         metadata = record.get("metadata", {})
         user_key = metadata.get("ssh-keys", "").split(":", 1)
         if len(user_key) == 2:
-            with open(self.lab.authorized_keys, "a") as authorized:
+            # Into the named login's own authorized keys (labs with the VMs' login), else the
+            # file every login of the lab reads.
+            own = self.lab.vm_login and user_key[0] == VM_LOGIN
+            path = self.lab.home(host.index) / ".ssh" / "authorized_keys" if own else self.lab.authorized_keys
+            with open(path, "a") as authorized:
                 authorized.write(user_key[1].strip() + "\n")
         if str(metadata.get("enable-guest-attributes", "")).upper() != "TRUE":
             return

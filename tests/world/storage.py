@@ -19,7 +19,7 @@ import re
 import ssl
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.world.iam import needed, permissions_of
 
@@ -34,6 +34,24 @@ def is_object_write(method: str, path: str) -> bool:
     return method in ("DELETE", "PATCH", "PUT") and "/o/" in path and path.startswith("/storage/v1/b/")
 
 
+def written_object(method: str, target: str, body: bytes) -> str | None:
+    """The object a write names, or None for the rest of a resumable upload (a PUT with its
+    upload_id: the object was named by the POST that began it). Names come from the path
+    (objects/patch, update, delete), the `name` query parameter (media and resumable uploads), or
+    the JSON metadata part of a multipart upload's body
+    (https://cloud.google.com/storage/docs/uploading-objects#uploading-an-object)."""
+    parts = urlsplit(target)
+    query = parse_qs(parts.query)
+    if not parts.path.startswith("/upload/"):
+        return unquote(parts.path.split("/o/", 1)[1])
+    if "upload_id" in query:
+        return None
+    if "name" in query:
+        return query["name"][0]
+    found = re.search(rb'"name"\s*:\s*"((?:[^"\\]|\\.)*)"', body)
+    return json.loads(b'"' + found[1] + b'"') if found else None
+
+
 class IamStorageProxy:
     def __init__(self, listens: list[tuple[str, int, ssl.SSLContext | None]], upstream: tuple[str, int],
                  principals: dict[str, str]):
@@ -44,6 +62,9 @@ class IamStorageProxy:
         self.policies: dict[str, list[dict]] = {}
         # (method, path, token, allowed) of every request, for the tests to read.
         self.log: list[tuple[str, str, str, bool]] = []
+        # (token, object name) of every object write IAM allowed, so a test can say whose
+        # identity wrote each object.
+        self.object_writes: list[tuple[str, str]] = []
         # Object writes passed on so far, and the number after which further writes are held
         # (None: never), so a test can kill a writer mid-upload: a held write waits for
         # ``release`` and is then refused with a 503 instead of reaching the emulator, as a
@@ -115,6 +136,10 @@ class IamStorageProxy:
                         {"message": message, "domain": "global", "reason": "forbidden"}]}}).encode()
                     self._reply(403, [("Content-Type", "application/json; charset=UTF-8")], payload)
                     return
+                if is_object_write(self.command, path):
+                    name = written_object(self.command, self.path, body)
+                    if name is not None:
+                        proxy.object_writes.append((token, name))
                 if is_object_write(self.command, path) and not proxy._pass_write():
                     proxy.holding.set()
                     proxy.release.wait(timeout=300)

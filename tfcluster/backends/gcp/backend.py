@@ -11,10 +11,11 @@ import urllib.request
 from pathlib import Path
 
 from tfcluster.backends.base import Preemption, VmRow
-from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, gpu_type, pinned_host_key,
+from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
                                             preflight_quota, wait_ready)
 from tfcluster.backends.gcp.cost import Quote, quote
 from tfcluster.backends.gcp.errors import translated
+from tfcluster.backends.gcp.iam import iam_leftovers, service_account_email
 from tfcluster.backends.gcp.registry import adopt_kept_repository
 from tfcluster.backends.gcp.restart import ZoneFull, bring_back, bring_back_waiting, new_nonce
 from tfcluster.backends.gcp.teardown import destroy_keeping_results
@@ -317,11 +318,18 @@ class GcpBackend(SshBackend):
         with translated(cluster.project, "down"):
             kept = destroy_keeping_results(cluster, terraform, delete_bucket, self._announce)
             left = self._api(cluster).leftovers(cluster.zone, cluster.name)
-        if left:
-            raise ClusterError(f"still there after destroy: {', '.join(left)}; delete them in the console "
-                               f"(Compute Engine, project {cluster.project}) or with `gcloud compute ... delete`, "
+            iam = iam_leftovers(cluster.project, cluster.name, default_credentials())
+        if left or iam.found:
+            raise ClusterError(f"still there after destroy: {', '.join(left + iam.found)}; delete them in the "
+                               f"console (project {cluster.project}) or with `gcloud compute ... delete`, "
+                               "`gcloud iam service-accounts delete` and `gcloud iam roles delete`, "
                                "then run `invoke down` again")
         self._announce(f"verified through the Compute API (label {LABEL}={cluster.name} and network "
                        f"{cluster.name}-net): nothing left that bills by the hour")
+        if iam.unchecked:
+            self._announce(f"could not check that the service account and custom role are gone: {iam.unchecked}")
+        else:
+            self._announce(f"verified through IAM: service account {service_account_email(cluster.project, cluster.name)} "
+                           "and the watchdog's custom role are gone")
         for line in kept:
             self._announce(line)
