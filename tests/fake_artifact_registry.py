@@ -12,6 +12,11 @@ Behaviours modelled, with their sources (https://cloud.google.com/artifact-regis
   repositories/delete): there is no refusal for a non-empty repository, unlike a bucket.
 - repositories.create returns a long-running operation; an id that exists answers 409
   ALREADY_EXISTS (projects.locations.repositories/create).
+- repositories.getIamPolicy (GET REPOSITORY:getIamPolicy) and setIamPolicy (POST
+  REPOSITORY:setIamPolicy with {"policy"}) read and replace the repository's whole policy
+  (https://cloud.google.com/artifact-registry/docs/reference/rest/v1/projects.locations.repositories/getIamPolicy,
+  .../setIamPolicy); a repository without one answers an empty policy with its etag; a missing
+  repository answers 404. Deleting a repository deletes its policy.
 - A project that has not enabled the API answers 403 PERMISSION_DENIED with a google.rpc.ErrorInfo
   whose reason is SERVICE_DISABLED (as tests/fake_compute.py does for Compute).
 """
@@ -38,6 +43,8 @@ class FakeArtifactRegistry:
     service_disabled: bool = False
     # (method, path) of every API request, for the tests to read.
     requests: list = field(default_factory=list)
+    # Repository name -> its IAM bindings [{"role", "members"}], as setIamPolicy left them.
+    policies: dict = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def add_image(self, repository: str, package: str, tag: str, size: int) -> None:
@@ -55,7 +62,8 @@ def _error(code: int, status: str, message: str) -> tuple[int, dict]:
     return code, {"error": {"code": code, "message": message, "status": status}}
 
 
-def route(state: FakeArtifactRegistry, method: str, path: str, query: dict) -> tuple[int, dict]:
+def route(state: FakeArtifactRegistry, method: str, path: str, query: dict,
+          body: dict | None = None) -> tuple[int, dict]:
     state.requests.append((method, path))
     if state.service_disabled:
         return 403, {"error": {
@@ -76,11 +84,20 @@ def route(state: FakeArtifactRegistry, method: str, path: str, query: dict) -> t
             state.repositories[name] = []
         return 200, {"name": f"{parent['parent']}/operations/create-{name.rsplit('/', 1)[1]}", "done": True,
                      "response": {"name": name}}
+    iam = re.fullmatch(REPOSITORY + r":(?P<verb>getIamPolicy|setIamPolicy)", path)
+    if iam:
+        with state.lock:
+            if iam["repo"] not in state.repositories:
+                return _error(404, "NOT_FOUND", "Requested entity was not found.")
+            if iam["verb"] == "setIamPolicy" and method == "POST":
+                state.policies[iam["repo"]] = (body or {}).get("policy", {}).get("bindings", [])
+            return 200, {"version": 1, "etag": "BwY=", "bindings": state.policies.get(iam["repo"], [])}
     match = re.fullmatch(REPOSITORY + r"(?P<images>/dockerImages)?", path)
     if method == "DELETE" and match and not match["images"]:
         with state.lock:  # "deletes a repository and all of its contents"
             if state.repositories.pop(match["repo"], None) is None:
                 return _error(404, "NOT_FOUND", "Requested entity was not found.")
+            state.policies.pop(match["repo"], None)
         return 200, {"name": f"{match['repo']}/operations/delete", "done": True}
     if method != "GET" or match is None:
         return _error(404, "NOT_FOUND", f"fake Artifact Registry does not serve {method} {path}")
@@ -123,7 +140,8 @@ class FakeArtifactRegistryServer:
                             state_ref.repositories.pop(name, None)
                     code, payload = 200, {"existed": existed}
                 else:
-                    code, payload = route(state_ref, self.command, parsed.path, parse_qs(parsed.query))
+                    code, payload = route(state_ref, self.command, parsed.path, parse_qs(parsed.query),
+                                          json.loads(raw) if raw else None)
                 data = json.dumps(payload).encode()
                 self.send_response(code)
                 self.send_header("Content-Type", "application/json")

@@ -223,6 +223,9 @@ def test_up_status_down(gcp_cli, world):
     policy = world.storage_proxy.policies[bucket_name]
     assert sorted(b["role"] for b in policy if VM_MEMBER in b["members"]) == [
         "roles/storage.legacyBucketReader", "roles/storage.objectAdmin"]
+    # And the VMs may pull from the cluster's registry, by a binding on that repository alone.
+    registry_policy = world.artifacts.state.policies["projects/demo-project/locations/us-west1/repositories/default-images"]
+    assert [b["role"] for b in registry_policy if VM_MEMBER in b["members"]] == ["roles/artifactregistry.reader"]
     assert [h["host_key"] for h in state["hosts"]] == [h.host_key_public for h in gcp_cli.lab.hosts]
     assert [h["instance"] for h in state["hosts"]] == ["default-0", "default-1"]
     key = Path(state["ssh_key"])

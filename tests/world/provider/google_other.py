@@ -11,8 +11,9 @@
   door holds the policy and grants by it).
 - google_service_account and google_project_iam_custom_role through IAM's REST API
   (tests/world/iam_api.py).
-- google_artifact_registry_repository_iam_member computes what the provider returns without a call:
-  the Artifact Registry stand-in has no IAM policy yet.
+- google_artifact_registry_repository_iam_member through repositories.getIamPolicy / setIamPolicy, a
+  read-modify-write of the repository's policy as for the bucket (provider source
+  iam_artifact_registry_repository.go: GetResourceIamPolicy / SetResourceIamPolicy).
 """
 
 from __future__ import annotations
@@ -158,10 +159,46 @@ class BucketIamMember(IamMember):
                 raise fail("removing IAM policy member", error) from None
 
 
-class RepositoryIamMember(IamMember):
+class RepositoryIamMember(BucketIamMember):
+    """As iam_artifact_registry_repository.go: the same read-modify-write, on the repository's
+    policy (GET :getIamPolicy, POST :setIamPolicy {"policy"})."""
     type_name = "google_artifact_registry_repository_iam_member"
     keys = ("project", "location", "repository", "role", "member")
     forces_new = keys
+
+    def _url(self, state) -> str:
+        project = state.get("project") or self.provider.config["project"]
+        return f"{ARTIFACTS}/projects/{project}/locations/{state['location']}/repositories/{state['repository']}"
+
+    def _bindings(self, state) -> list[dict]:
+        return call("GET", self._url(state) + ":getIamPolicy").get("bindings", [])
+
+    def _change(self, state, add: bool) -> None:
+        with _POLICY_LOCKS[self._url(state)]:
+            bindings = [dict(b) for b in self._bindings(state)]
+            binding = next((b for b in bindings if b["role"] == state["role"]), None)
+            if binding is None:
+                bindings.append(binding := {"role": state["role"], "members": []})
+            members = set(binding["members"])
+            binding["members"] = sorted(members | {state["member"]} if add else members - {state["member"]})
+            call("POST", self._url(state) + ":setIamPolicy", {"policy": {"bindings": [b for b in bindings if b["members"]]}})
+
+    def create(self, planned):
+        try:
+            self._change(planned, add=True)
+        except GoogleApiError as error:
+            raise fail(f"applying IAM policy for repository {planned['repository']}", error) from None
+        return IamMember.create(self, planned)
+
+    def read(self, state):
+        try:
+            bindings = self._bindings(state)
+        except GoogleApiError as error:
+            if not_found(error):
+                return None
+            raise fail("reading IAM policy", error) from None
+        held = any(state["member"] in b["members"] for b in bindings if b["role"] == state["role"])
+        return state if held else None
 
 
 class Bucket(Resource):
