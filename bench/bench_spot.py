@@ -51,7 +51,7 @@ def one_preemption(cli, world, tmp: Path, extra: list[str]) -> dict:
     launcher = cli.popen("train", "--retries", "1", "--", "--epochs", "3", "--steps-per-epoch", str(STEPS), *extra)
     try:
         run_dir = wait_for(lambda: [r for r in cli.runs() if r.name not in before], 60, what="the run")[0]
-        log = _remote_log(tmp, run_dir.name, 0)
+        log = _remote_log(cli.lab, run_dir.name, 0)
 
         def deep_in_epoch_2():
             found = [e for e in events_of(log.read_text()) if e["event"] == "step"] if log.exists() else []

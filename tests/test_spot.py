@@ -139,12 +139,13 @@ class SpotWorld:
 
 
 @contextlib.contextmanager
-def spot_cli_in(tmp_path: Path, world, synthetic_data: Path):
-    """The CLI on three Spot "VMs" (namespace hosts, each with its own metadata server) in ``world``;
-    ``cli.spot`` is the SpotWorld. Shared by the tests and bench/bench_spot.py."""
+def spot_cli_in(tmp_path: Path, world, synthetic_data: Path, workers: int = 3):
+    """The CLI on ``workers`` Spot "VMs" (namespace hosts, each with its own metadata server) in
+    ``world``; ``cli.spot`` is the SpotWorld. Shared by the tests (2 VMs: a chief and a worker
+    to preempt are all a preemption needs) and bench/bench_spot.py (3)."""
     storage_address = f"{SUBNET}.2"
     etc = {"hosts": "", "ssl": world.trust_store(tmp_path / "ssl")}
-    lab = HostLab(tmp_path / "lab", 3, tag="ts", listen_all=True, etc=etc, vm_login=True)
+    lab = HostLab(tmp_path / "lab", workers, tag="ts", listen_all=True, etc=etc, vm_login=True)
     servers = []
     try:
         for address in [storage_address, *METADATA]:
@@ -167,7 +168,7 @@ def spot_cli_in(tmp_path: Path, world, synthetic_data: Path):
         cli = make_gcp_cli(tmp_path, world, lab, synthetic_data)
         cli.env.update({"INVOKE_TFCLUSTER_SPOT": "true", "INVOKE_TFCLUSTER_CAPACITY_WAIT_SECONDS": "1",
                         "INVOKE_TFCLUSTER_CAPACITY_TRIES": "5"})
-        for index in range(3):
+        for index in range(workers):
             world.compute.state.next_external_ip[f"default-{index}"] = NEW_IP[index]
         cli.spot = SpotWorld(lab, world.compute, servers)
         yield cli
@@ -181,7 +182,7 @@ def spot_cli_in(tmp_path: Path, world, synthetic_data: Path):
 
 @pytest.fixture
 def spot(tmp_path, world, synthetic_data):
-    with spot_cli_in(tmp_path, world, synthetic_data) as cli:
+    with spot_cli_in(tmp_path, world, synthetic_data, workers=2) as cli:
         yield cli
 
 
@@ -208,19 +209,19 @@ def test_a_preempted_worker_comes_back_and_the_same_run_resumes(spot, world, tmp
             return steps and steps[-1]["epoch"] == 2 and steps[-1]["step"] >= 8
 
         wait_for(mid_epoch_2, 300, interval=0.05, what="the chief in epoch 2, step 8")
-        spot.spot.preempt(2)
+        spot.spot.preempt(1)
         output, _ = launcher.communicate(timeout=600)
     finally:
         if launcher.poll() is None:
             launcher.kill()
     assert launcher.returncode == 0, output[-4000:]
-    assert f"worker-2 ({SUBNET}.12) was preempted by Google at " in output
+    assert f"worker-1 ({SUBNET}.11) was preempted by Google at " in output
     assert "restarting it (attempt 2 of 3)" in output
-    assert output.count("has no capacity for default-2 right now (ZONE_RESOURCE_POOL_EXHAUSTED); trying again") == 3
+    assert output.count("has no capacity for default-1 right now (ZONE_RESOURCE_POOL_EXHAUSTED); trying again") == 3
     run = json.loads((run_dir / "run.json").read_text())
     assert run["outcome"] == "succeeded" and run["attempts"] == 2
     [preemption] = run["summary"]["preemptions"]
-    assert preemption["worker"] == "worker-2" and preemption["instance"] == "default-2"
+    assert preemption["worker"] == "worker-1" and preemption["instance"] == "default-1"
     assert preemption["attempt"] == 1 and preemption["restarted_at"] >= preemption["noticed_at"]
     # The same run resumed from its gs:// step backup: at most the steps since the last one redone.
     assert run["summary"]["resumed_at"]["2"] == 2
@@ -229,9 +230,9 @@ def test_a_preempted_worker_comes_back_and_the_same_run_resumes(spot, world, tmp
     resumed = next(e for e in events_of(after) if e["event"] == "first_step")
     assert resumed["epoch"] == 2 and 0 <= reached - (resumed["step"] - 1) < EVERY + 2  # Steps are reported every 2.
     # The VM came back on a new external address, which the cluster record now holds.
-    assert spot.cluster()["hosts"][2]["ssh_address"] == NEW_IP[2]
-    assert world.compute.state.instances["default-2"]["status"] == "RUNNING"
-    assert world.compute.state.instances["default-2"]["max_run_seconds"] == 12 * 3600  # Deadline set again.
+    assert spot.cluster()["hosts"][1]["ssh_address"] == NEW_IP[1]
+    assert world.compute.state.instances["default-1"]["status"] == "RUNNING"
+    assert world.compute.state.instances["default-1"]["max_run_seconds"] == 12 * 3600  # Deadline set again.
 
     # Preempted again, and the zone stays full past the limit: one line, nothing left running.
     world.compute.state.no_capacity_starts = 99
@@ -287,14 +288,14 @@ def test_preempted_while_no_launcher_runs_then_train_resume_brings_the_same_run_
     finally:
         launcher.kill()  # The laptop goes away; the workers run on.
         launcher.communicate(timeout=30)
-    spot.spot.preempt(2)
+    spot.spot.preempt(1)
     follow = spot.run("logs", "--follow", timeout=120)
-    assert f"worker-2 ({SUBNET}.12) was preempted by Google at" in follow.stdout, follow.stdout[-2000:]
+    assert f"worker-1 ({SUBNET}.11) was preempted by Google at" in follow.stdout, follow.stdout[-2000:]
     assert f"Resume the same run with: invoke train --resume {run_dir.name}" in follow.stdout
     status = spot.run("status", timeout=120)
     assert f"invoke train --resume {run_dir.name}" in status.stdout, status.stdout[-2000:]
     # Nothing restarted the VM by itself.
-    assert world.compute.state.instances["default-2"]["status"] == "TERMINATED"
+    assert world.compute.state.instances["default-1"]["status"] == "TERMINATED"
 
     resumed = spot.run("train", "--resume", run_dir.name, timeout=600)
     assert resumed.returncode == 0, resumed.stdout[-4000:] + resumed.stderr[-2000:]
@@ -302,5 +303,5 @@ def test_preempted_while_no_launcher_runs_then_train_resume_brings_the_same_run_
     run = json.loads((run_dir / "run.json").read_text())
     assert run["outcome"] == "succeeded" and run["attempts"] == 2
     assert run["summary"]["resumed_at"]["2"] > 1  # From its gs:// backup.
-    assert [p["worker"] for p in run["summary"]["preemptions"]] == ["worker-2"]
-    assert spot.cluster()["hosts"][2]["ssh_address"] == NEW_IP[2]
+    assert [p["worker"] for p in run["summary"]["preemptions"]] == ["worker-1"]
+    assert spot.cluster()["hosts"][1]["ssh_address"] == NEW_IP[1]
