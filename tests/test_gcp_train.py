@@ -1,4 +1,4 @@
-"""Real training on gs://: three TensorFlow workers on the test hosts, the gcp backend's path end
+"""Real training on gs://: two TensorFlow workers on the test hosts, the gcp backend's path end
 to end, with checkpoints, the model and TensorBoard logs in the cluster bucket.
 
 Each host sees the test world through `ip netns exec`'s /etc/netns/<host>/: a hosts file that
@@ -33,7 +33,7 @@ def gs_cli(tmp_path, world, synthetic_data):
     etc = {"hosts": f"127.0.0.1 localhost\n{storage_address} {' '.join(STORAGE_NAMES)}\n"
                     f"{metadata_address} metadata.google.internal\n",
            "ssl": world.trust_store(tmp_path / "ssl")}
-    lab = HostLab(tmp_path / "lab", 3, tag="tt", listen_all=True, etc=etc, vm_login=True)
+    lab = HostLab(tmp_path / "lab", 2, tag="tt", listen_all=True, etc=etc, vm_login=True)
     for address in (storage_address, metadata_address):
         subprocess.run(["ip", "addr", "add", f"{address}/24", "dev", BRIDGE], check=True)
     world.storage_proxy.listen(storage_address, 443, world.tls_context)
@@ -53,13 +53,13 @@ def gs_cli(tmp_path, world, synthetic_data):
     lab.teardown()
 
 
-def test_three_workers_train_on_gs_and_the_results_come_back(gs_cli, world, tmp_path):
+def test_two_workers_train_on_gs_and_the_results_come_back(gs_cli, world, tmp_path):
     up = gs_cli.run("up", timeout=240)
     assert up.returncode == 0, up.stdout + up.stderr
     train = gs_cli.run("train", "--", "--epochs", "2", timeout=600)
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     run_dir, run = gs_cli.latest_run()
-    assert run["summary"]["replicas_in_sync"] == 3
+    assert run["summary"]["replicas_in_sync"] == 2
     prefix = f"runs/{run['run_id']}/"
     from tfcluster.backends.gcp import storage as gcs
 
@@ -108,7 +108,7 @@ def test_three_workers_train_on_gs_and_the_results_come_back(gs_cli, world, tmp_
             return log.exists() and any(e["event"] == "epoch_end" for e in events_of(log.read_text()))
 
         wait_for(epoch_done, 240, what="the chief's first epoch")
-        os.kill(int((on_vm(2) / "worker-2.attempt1.pid").read_text()), signal.SIGKILL)
+        os.kill(int((on_vm(1) / "worker-1.attempt1.pid").read_text()), signal.SIGKILL)
         output, _ = launcher.communicate(timeout=400)
     finally:
         if launcher.poll() is None:
