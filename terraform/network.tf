@@ -4,17 +4,12 @@ resource "google_compute_network" "cluster" {
 }
 
 resource "google_compute_subnetwork" "cluster" {
+  # checkov:skip=CKV_GCP_26: VPC flow logs are billed (https://cloud.google.com/vpc/network-pricing#network-telemetry) and a cluster's traffic is SSH from one address and training between its own VMs; add a log_config where policy asks for them.
   name                     = "${var.cluster_name}-subnet"
   network                  = google_compute_network.cluster.id
   region                   = local.region
   ip_cidr_range            = "10.128.0.0/20"
   private_ip_google_access = true
-
-  log_config {
-    aggregation_interval = "INTERVAL_10_MIN"
-    flow_sampling        = 0.5
-    metadata             = "INCLUDE_ALL_METADATA"
-  }
 }
 
 # SSH only from the operator's address, only to this cluster's VMs.
@@ -31,7 +26,11 @@ resource "google_compute_firewall" "ssh_from_operator" {
   }
 }
 
-# The TensorFlow port and `invoke tune`'s oracle port only between members of the cluster (tag to tag).
+# Every TCP port, only between members of the cluster (tag to tag): TensorFlow's gRPC port and
+# `invoke tune`'s oracle port are fixed, but NCCL, which TensorFlow's multi-worker guide
+# recommends on GPUs, opens its bootstrap and data sockets on ephemeral ports
+# (https://docs.nvidia.com/deeplearning/nccl/user-guide/docs/env.html: NCCL_SOCKET_IFNAME, no
+# fixed port), so a rule limited to tf_port and oracle_port makes a GPU run hang.
 resource "google_compute_firewall" "tf_between_members" {
   name        = "${var.cluster_name}-tf-between-members"
   network     = google_compute_network.cluster.id
@@ -41,6 +40,5 @@ resource "google_compute_firewall" "tf_between_members" {
 
   allow {
     protocol = "tcp"
-    ports    = [tostring(var.tf_port), tostring(var.oracle_port)]
   }
 }

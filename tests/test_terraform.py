@@ -111,7 +111,7 @@ def test_hypervisor_deadline_and_vm_hardening():
     assert re.search(r"common-cu129-ubuntu-2204-nvidia-580-v\d{8}$", default_image)
 
 
-def test_firewall_ssh_only_from_operator_and_tf_port_by_tag():
+def test_firewall_ssh_only_from_operator_and_every_tcp_port_between_members_by_tag():
     firewalls = resources("google_compute_firewall")
     for name, rule in firewalls.items():
         assert "0.0.0.0/0" not in json.dumps(rule), f"{name} is open to the world"
@@ -121,9 +121,12 @@ def test_firewall_ssh_only_from_operator_and_tf_port_by_tag():
     tf_rule = firewalls["tf_between_members"]
     assert tf_rule["source_tags"] == ["${local.tag}"] and tf_rule["target_tags"] == ["${local.tag}"]
     assert "source_ranges" not in tf_rule
-    assert one(tf_rule["allow"])["ports"] == ["${tostring(var.tf_port)}", "${tostring(var.oracle_port)}"]
+    # Every TCP port (no `ports`): NCCL's sockets are ephemeral, not tf_port or oracle_port.
+    assert one(tf_rule["allow"]) == {"protocol": "tcp"}
     network = resources("google_compute_network")["cluster"]
     assert network["auto_create_subnetworks"] is False
+    # No billed flow logs by default.
+    assert "log_config" not in resources("google_compute_subnetwork")["cluster"]
 
 
 def test_bucket_is_private_with_lifecycle():
