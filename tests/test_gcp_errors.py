@@ -29,8 +29,9 @@ def test_a_missing_permission_is_named(tmp_path, world, synthetic_data, fake_com
     assert up.returncode == 2, up.stdout + up.stderr
     assert up.stderr.strip().splitlines() == [
         "error: up: your account lacks the permission compute.regions.get in project demo-project; ask a project "
-        "owner for roles/compute.admin, roles/storage.admin, roles/iam.serviceAccountAdmin and roles/iam.roleAdmin "
-        "(or roles/owner on a sandbox project), then re-run the same command"]
+        "owner for roles/compute.admin, roles/storage.admin, roles/iam.serviceAccountAdmin, "
+        "roles/iam.serviceAccountUser, roles/iam.roleAdmin, roles/artifactregistry.admin and "
+        "roles/serviceusage.serviceUsageConsumer (or roles/owner on a sandbox project), then re-run the same command"]
     assert cli.cluster() is None
 
 

@@ -100,9 +100,15 @@ def explain(text: str, project: str, reason: str = "", service: str = "", status
         permission = re.search(r"'([a-z]+\.[a-zA-Z]+\.[a-zA-Z]+)' permission", text) or \
             re.search(r"(?:permission|Permission) '?([a-z]+\.[a-zA-Z]+\.[a-zA-Z]+)'?", text)
         missing = f"the permission {permission[1]}" if permission else "a permission it needs"
+        # What up, train, image build and down need (https://cloud.google.com/iam/docs/roles-permissions):
+        # serviceAccountUser for iam.serviceAccounts.actAs (a VM runs as the cluster's account),
+        # artifactregistry.admin for the registry and its IAM, serviceUsageConsumer for
+        # serviceusage.services.use (the Cloud Billing Catalog's live prices).
         return (f"your account lacks {missing} in project {project}; ask a project owner for "
-                "roles/compute.admin, roles/storage.admin, roles/iam.serviceAccountAdmin and "
-                "roles/iam.roleAdmin (or roles/owner on a sandbox project), then re-run the same command")
+                "roles/compute.admin, roles/storage.admin, roles/iam.serviceAccountAdmin, "
+                "roles/iam.serviceAccountUser, roles/iam.roleAdmin, roles/artifactregistry.admin and "
+                "roles/serviceusage.serviceUsageConsumer (or roles/owner on a sandbox project), then re-run "
+                "the same command")
     if "invalid_grant" in lowered or "reauth" in lowered or "token has been expired" in lowered:
         return f"your Google credentials expired; run `{LOGIN}` and re-run the same command"
     if status == 404 or reason == "notFound":
