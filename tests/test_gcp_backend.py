@@ -158,13 +158,14 @@ def make_gcp_cli(tmp_path, world, lab: HostLab, synthetic_data) -> Cli:
     cli.compute = fake_compute
     cli.machines = LabMachines(lab)
     fake_compute.state.on_insert = cli.machines
+    # The product looks up the operator's address itself; the world answers what the VMs see.
+    world.checkip.public = f"{SUBNET}.1"
     cli.env.update(mirror.build(tmp_path / "providers"))
     cli.env.update({
         "INVOKE_TFCLUSTER_BACKEND": "gcp",
         "INVOKE_TFCLUSTER_PROJECT": fake_compute.state.project,
         "INVOKE_TFCLUSTER_ZONE": "us-west1-b",
         "INVOKE_TFCLUSTER_WORKERS": str(len(lab.hosts)),
-        "INVOKE_TFCLUSTER_OPERATOR_CIDR": f"{SUBNET}.1/32",
         "INVOKE_TFCLUSTER_READY_TIMEOUT_SECONDS": "20",
     })
     cli.enter(world)
@@ -331,6 +332,23 @@ def test_vm_error_and_wrong_host_key_name_the_vm(gcp_cli):
     up = gcp_cli.run("up", timeout=120)
     assert up.returncode == 2
     assert f"worker-1 ({SUBNET}.11): host key CHANGED" in up.stderr
+
+
+def test_the_operator_address_is_looked_up_around_a_proxy(world, monkeypatch):
+    from tfcluster.backends.gcp.backend import detect_operator_cidr
+
+    world.checkip.public = "203.0.113.7"
+    # A proxy for everything else: the lookup must not go through it (it would answer the proxy's
+    # address), and this one refuses every connection.
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy"):
+        monkeypatch.setenv(name, "http://127.0.0.1:9")
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    monkeypatch.delenv("no_proxy", raising=False)
+    assert detect_operator_cidr() == "203.0.113.7/32"
+    # The first service down: the next one answers.
+    world.checkip.down.add("checkip.amazonaws.com")
+    assert detect_operator_cidr() == "203.0.113.7/32"
+    assert world.checkip.asked[-2:] == ["checkip.amazonaws.com", "api.ipify.org"]
 
 
 def test_missing_terraform_and_credentials(tmp_path, synthetic_data, fake_compute):

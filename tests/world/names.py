@@ -12,6 +12,8 @@
 - Cloud Billing Catalog (cloudbilling.googleapis.com): tests/world/billing.py over HTTPS on
   <billing address>:443. As in most real projects, the Cloud Billing API starts disabled in the
   world's project (estimates then come from the dated table); tests enable it to see catalog prices.
+- The public-address lookups (checkip.amazonaws.com, api.ipify.org): tests/world/checkip.py over
+  HTTPS on <checkip address>:443, answering the operator's address as the VMs see it.
 A started process sees them through a private /etc/hosts (`unshare --mount`, bind mount) and
 trusts the test CA through REQUESTS_CA_BUNDLE / SSL_CERT_FILE / CURL_CA_BUNDLE; this process
 sees them through a patched name resolution (the same mapping, for in-process tests).
@@ -29,6 +31,7 @@ from tests.fake_artifact_registry import FakeArtifactRegistry, FakeArtifactRegis
 from tests.fake_compute import FakeCompute, FakeComputeServer
 from tests.world.billing import Catalog, CatalogServer
 from tests.world.storage import IamStorageProxy
+from tests.world.checkip import CHECKIP_NAMES, CheckIpServer
 from tests.world.tls import GOOGLE_NAMES, make_certificates, operator_key, service_account_key
 
 # The access token the metadata server hands the VMs (their service account's identity).
@@ -69,9 +72,10 @@ class GoogleWorld:
         net = int(os.environ.get("TFCLUSTER_TESTLAB_NET", "7"))
         self.compute_address, self.storage_address = f"127.77.{net}.1", f"127.77.{net}.2"
         self.billing_address = f"127.77.{net}.5"
+        self.checkip_address = f"127.77.{net}.6"
         self.artifacts_address = f"127.77.{net}.3"
         self.ca, cert, key = make_certificates(root / "tls", GOOGLE_NAMES + BILLING_NAMES + ARTIFACTS_NAMES
-                                               + ("iam.googleapis.com",))
+                                               + ("iam.googleapis.com",) + CHECKIP_NAMES)
         self.artifacts = FakeArtifactRegistryServer(FakeArtifactRegistry(project=project),
                                                     tls=(self.artifacts_address, str(cert), str(key)))
         self.credentials = service_account_key(root / "operator-key.json", project)
@@ -99,8 +103,10 @@ class GoogleWorld:
                               f"{self.compute_address} {' '.join(COMPUTE_NAMES)}\n"
                               f"{self.storage_address} {' '.join(STORAGE_NAMES)}\n"
                               f"{self.billing_address} {' '.join(BILLING_NAMES)}\n"
-                              f"{self.artifacts_address} {' '.join(ARTIFACTS_NAMES)}\n")
+                              f"{self.artifacts_address} {' '.join(ARTIFACTS_NAMES)}\n"
+                              f"{self.checkip_address} {' '.join(CHECKIP_NAMES)}\n")
         self.billing = CatalogServer(Catalog(disabled_projects={project}), self.billing_address, context)
+        self.checkip = CheckIpServer(self.checkip_address, context)
 
     def trust_store(self, folder: Path) -> Path:
         """A copy of this machine's /etc/ssl that also trusts the test CA: the bundle file
@@ -136,7 +142,8 @@ class GoogleWorld:
         mapping = {**dict.fromkeys(COMPUTE_NAMES, self.compute_address),
                    **dict.fromkeys(STORAGE_NAMES, self.storage_address),
                    **dict.fromkeys(BILLING_NAMES, self.billing_address),
-                   **dict.fromkeys(ARTIFACTS_NAMES, self.artifacts_address)}
+                   **dict.fromkeys(ARTIFACTS_NAMES, self.artifacts_address),
+                   **dict.fromkeys(CHECKIP_NAMES, self.checkip_address)}
         real = socket.getaddrinfo
 
         def getaddrinfo(host, *args, **kwargs):
@@ -149,6 +156,7 @@ class GoogleWorld:
             socket.getaddrinfo = real
 
     def close(self) -> None:
+        self.checkip.close()
         self.billing.close()
         self.artifacts.close()
         self.storage_proxy.close()
