@@ -470,7 +470,7 @@ def test_deleted_vm_is_shown_skipped_and_recreated(gcp_cli):
 
 
 @needs_hosts
-def test_down_keeps_a_bucket_with_results_and_deletes_it_when_asked(gcp_cli):
+def test_down_keeps_a_bucket_with_results_and_deletes_it_when_asked(gcp_cli, world):
     assert gcp_cli.run("up", timeout=180).returncode == 0
     kept_name = gcp_cli.cluster()["bucket"]
     kept = bucket_of(gcp_cli.storage, kept_name)
@@ -489,6 +489,16 @@ def test_down_keeps_a_bucket_with_results_and_deletes_it_when_asked(gcp_cli):
     assert name != kept_name
     bucket = bucket_of(gcp_cli.storage, name)
     bucket.blob("runs/r2/model/model.keras").upload_from_string(b"y" * 1000)
+    # Storage refuses the operator (granted Compute, not Storage): the VMs are gone all the same,
+    # and `down` stops with one line and keeps the cluster's record, to be run again.
+    world.storage_proxy.owner_missing = {"storage.objects.list"}
+    refused = gcp_cli.run("down", "--delete-bucket", timeout=120)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("error: down (the VMs are destroyed; the bucket, registry, network and service account "
+                           "are not yet): your account lacks the permission storage.objects.list"), line
+    assert gcp_cli.compute.state.instances == {} and gcp_cli.cluster() is not None
+    world.storage_proxy.owner_missing = set()
     gone = gcp_cli.run("down", "--delete-bucket", timeout=120)
     assert gone.returncode == 0, gone.stdout + gone.stderr
     calls = terraform_log(gcp_cli)

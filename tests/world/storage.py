@@ -65,6 +65,9 @@ class IamStorageProxy:
         # (token, object name) of every object write IAM allowed, so a test can say whose
         # identity wrote each object.
         self.object_writes: list[tuple[str, str]] = []
+        # Permissions the project owner's token (the operator) lacks, as when a project's admin
+        # grants Compute but not Storage: its requests that need one answer 403 as IAM does.
+        self.owner_missing: set[str] = set()
         # Object writes passed on so far, and the number after which further writes are held
         # (None: never), so a test can kill a writer mid-upload: a held write waits for
         # ``release`` and is then refused with a 503 instead of reaching the emulator, as a
@@ -125,11 +128,15 @@ class IamStorageProxy:
                     return
                 permissions = needed(self.command, path)
                 granted = proxy.granted(token, path)
-                allowed = token not in proxy.principals or (permissions is not None and permissions <= granted)
+                if token not in proxy.principals:
+                    granted = {p for p in (permissions or set()) if p not in proxy.owner_missing}
+                allowed = permissions is not None and permissions <= granted if token in proxy.principals \
+                    else not (permissions or set()) & proxy.owner_missing
                 proxy.log.append((self.command, path, token, allowed))
                 if not allowed:
                     missing = sorted((permissions or {"(unknown request)"}) - granted)
-                    message = (f"tfcluster-vm@demo-project.iam.gserviceaccount.com does not have {missing[0]} "
+                    who = proxy.principals.get(token, "user:operator@example.com").split(":", 1)[1]
+                    message = (f"{who} does not have {missing[0]} "
                                "access to the Google Cloud Storage bucket. Permission "
                                f"'{missing[0]}' denied on resource (or it may not exist).")
                     payload = json.dumps({"error": {"code": 403, "message": message, "errors": [

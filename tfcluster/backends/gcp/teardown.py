@@ -13,6 +13,10 @@ So each one that holds something is taken out of Terraform's state before the de
 named with its size, monthly cost and the command that deletes it), or, with `--delete-bucket`
 (or bucket_force_destroy), deleted with the rest: the bucket after a targeted apply of
 force_destroy, the repository as destroy does anyway. Empty ones always go.
+
+The VMs go first, by a destroy targeted at them, before either is read: a Storage or Artifact
+Registry call that is refused (a missing permission, an API turned off) or fails then stops
+`down` with the VMs already gone, not billing while the user fixes it.
 """
 
 from __future__ import annotations
@@ -21,11 +25,13 @@ import json
 from typing import Callable
 
 from tfcluster.backends.gcp.cost import PRICES
+from tfcluster.backends.gcp.errors import translated
 from tfcluster.backends.gcp.registry import REPOSITORY, Stored, repository_path, repository_usage
 from tfcluster.backends.gcp.terraform import Terraform
 from tfcluster.state import ClusterState
 
 BUCKET = "google_storage_bucket.cluster"
+WORKERS = "google_compute_instance.worker"
 
 
 def bucket_usage(project: str, bucket: str) -> Stored | None:
@@ -62,9 +68,13 @@ def _kept_repository(stored: Stored, location: str, repository: str, project: st
 
 def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_stored: bool,
                             announce: Callable[[str], None]) -> list[str]:
-    """Destroy the cluster's resources; returns one line per kept bucket or repository."""
-    bucket = bucket_usage(cluster.project, cluster.bucket) if cluster.bucket else None
-    images = repository_usage(cluster)
+    """Destroy the cluster's resources, the VMs first; returns one line per kept bucket or repository."""
+    announce("destroying the VMs first (what bills by the hour), then looking at what the bucket and the registry hold")
+    terraform.destroy([WORKERS])
+    with translated(cluster.project, "down (the VMs are destroyed; the bucket, registry, network and service "
+                                     "account are not yet)"):
+        bucket = bucket_usage(cluster.project, cluster.bucket) if cluster.bucket else None
+        images = repository_usage(cluster)
     delete_stored = delete_stored or bool(terraform.variables().get("bucket_force_destroy"))
     kept, deleted = [], []
     if bucket is not None and bucket.items:
@@ -82,7 +92,7 @@ def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_
             terraform.forget(REPOSITORY)
             _, name = repository_path(cluster)
             kept.append(_kept_repository(images, name.split("/")[3], name.split("/")[-1], name.split("/")[1]))
-    rest = "the VMs, firewall rules, network and service account"
+    rest = "the firewall rules, network and service account"
     if deleted:
         announce(f"deleting {' and '.join(deleted)}, then {rest}")
     else:

@@ -82,8 +82,8 @@ class Terraform:
         """Drop a resource from the state so that destroy leaves it alone (it keeps existing)."""
         self.run("state", "rm", "-no-color", address)
 
-    def destroy(self) -> None:
-        self.run("destroy", "-input=false", "-auto-approve", "-no-color")
+    def destroy(self, targets: list[str] | None = None) -> None:
+        self.run("destroy", "-input=false", "-auto-approve", "-no-color", *(f"-target={t}" for t in targets or []))
 
     def outputs(self) -> "TerraformOutputs":
         return TerraformOutputs.parse(json.loads(self.run("output", "-json", "-no-color") or "{}"))
