@@ -11,12 +11,16 @@ resource "google_storage_bucket" "cluster" {
     enabled = true
   }
 
-  lifecycle_rule {
-    condition {
-      age = var.bucket_retention_days
-    }
-    action {
-      type = "Delete"
+  # Live objects (models, checkpoints) are deleted by age only when the user asks for it.
+  dynamic "lifecycle_rule" {
+    for_each = var.bucket_retention_days > 0 ? [var.bucket_retention_days] : []
+    content {
+      condition {
+        age = lifecycle_rule.value
+      }
+      action {
+        type = "Delete"
+      }
     }
   }
 

@@ -205,12 +205,12 @@ variable "bucket_location" {
 }
 
 variable "bucket_retention_days" {
-  description = "Lifecycle rule: objects older than this are deleted from the cluster bucket."
+  description = "Opt-in lifecycle rule: live objects older than this many days are deleted from the cluster bucket; 0 keeps them until you delete them. Old versions of a replaced object always go a day later."
   type        = number
-  default     = 30
+  default     = 0
   validation {
-    condition     = var.bucket_retention_days >= 1 && var.bucket_retention_days <= 3650
-    error_message = "bucket_retention_days must be between 1 and 3650."
+    condition     = var.bucket_retention_days >= 0 && var.bucket_retention_days <= 3650
+    error_message = "bucket_retention_days must be between 0 (keep objects) and 3650."
   }
 }
 

@@ -210,6 +210,8 @@ def test_up_status_down(gcp_cli, world):
     assert "/hour" in up.stdout and "prices of 2026-10-15" in up.stdout
     assert "safety: idle watchdog stops a VM after 30 idle minutes" in up.stdout
     assert "hypervisor deadline STOP after 12 h" in up.stdout
+    assert "bucket: objects are kept until you delete them (bucket_retention_days: 0); an object's old versions " \
+        "are deleted a day after it is replaced" in up.stdout
     assert terraform_calls(gcp_cli) == ["init", "apply", "output"]
     variables = json.loads((gcp_cli.state_dir / "gcp" / "default" / "terraform.tfvars.json").read_text())
     assert variables["operator_cidr"] == f"{SUBNET}.1/32" and variables["workers"] == 2
@@ -480,6 +482,7 @@ def test_down_keeps_a_bucket_with_results_and_deletes_it_when_asked(gcp_cli, wor
     assert ["state", "rm", "-no-color", "google_storage_bucket.cluster"] in terraform_log(gcp_cli)
     assert f"kept bucket gs://{kept_name}: 1 objects, 0.00 GB" in down.stdout
     assert f"gcloud storage rm --recursive gs://{kept_name}" in down.stdout
+    assert "bucket: objects are kept until you delete them" in down.stdout  # The rule in force, said.
     assert "nothing left that bills by the hour" in down.stdout
     assert kept.exists() and gcp_cli.compute.state.instances == {} and gcp_cli.cluster() is None
 

@@ -9,6 +9,7 @@ import json
 import re
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -20,7 +21,7 @@ from tfcluster.errors import ConfigError
 
 GCP = {"backend": "gcp", "project": "demo-project", "zone": "us-west1-b", "operator_cidr": "203.0.113.7/32"}
 # Variables the product leaves at the module's default on purpose: no setting chooses them.
-MODULE_DEFAULTS = {"image", "bucket_location", "bucket_retention_days"}
+MODULE_DEFAULTS = {"image", "bucket_location"}
 
 
 def declared() -> dict[str, str]:
@@ -118,3 +119,28 @@ def test_numeric_settings_agree_with_the_module_at_their_boundaries(tmp_path, te
                 for case, ok in product_accepts.items() if ok == (case in refused)}
     assert disagree == {}
     assert refused  # The values beyond each range were refused.
+
+
+def planned_bucket(env, workdir: Path, variables: dict) -> dict:
+    """google_storage_bucket.cluster as `terraform plan` would create it from ``variables``."""
+    shutil.copytree(TF, workdir)
+    (workdir / "terraform.tfvars.json").write_text(json.dumps(variables))
+    assert terraform(env, workdir, "init", "-input=false").returncode == 0
+    planned = terraform(env, workdir, "plan", "-input=false", "-refresh=false", "-out=plan.bin")
+    assert planned.returncode == 0, planned.stdout + planned.stderr
+    shown = json.loads(subprocess.run([mirror.TERRAFORM, f"-chdir={workdir}", "show", "-json", "-no-color", "plan.bin"],
+                                      env=env, capture_output=True, text=True, timeout=300, check=True).stdout)
+    [bucket] = [r for r in shown["planned_values"]["root_module"]["resources"]
+                if r["address"] == "google_storage_bucket.cluster"]
+    return bucket["values"]
+
+
+def test_the_bucket_deletes_no_live_object_unless_asked(tmp_path, terraform_env):
+    """Only replaced versions are deleted by default (a day after); deleting results by age is the
+    user's choice, bucket_retention_days, which the product writes."""
+    rules = planned_bucket(terraform_env, tmp_path / "default", product_variables())["lifecycle_rule"]
+    assert [rule["condition"][0].get("days_since_noncurrent_time") for rule in rules] == [1]
+    assert [rule["condition"][0].get("with_state") for rule in rules] == ["ARCHIVED"]
+    asked = planned_bucket(terraform_env, tmp_path / "asked", product_variables(bucket_retention_days=30))
+    ages = sorted(rule["condition"][0].get("age") or 0 for rule in asked["lifecycle_rule"])
+    assert ages == [0, 30]

@@ -100,6 +100,9 @@ class Settings:
     termination_action: str = "STOP"
     # gcp: let `down` delete a bucket that still holds objects.
     bucket_force_destroy: bool = False
+    # gcp: an opt-in lifecycle rule deleting the bucket's live objects after this many days;
+    # 0 keeps them until the user deletes them (old versions always go a day after replacement).
+    bucket_retention_days: int = 0
     # gcp: how long `up` waits for every VM's readiness attribute.
     ready_timeout_seconds: float = 1200.0
     # gcp: restarting a preempted Spot VM in a zone without capacity: the first wait (doubling
@@ -226,6 +229,9 @@ def validate(values: Mapping[str, Any]) -> Settings:
     max_run_hours = parse_int("max_run_hours", values["max_run_hours"], 1)
     if max_run_hours > 168:
         raise ConfigError(f"max_run_hours must be between 1 and 168 (got {max_run_hours})")
+    bucket_retention_days = parse_int("bucket_retention_days", values["bucket_retention_days"], 0)
+    if bucket_retention_days > 3650:
+        raise ConfigError(f"bucket_retention_days must be between 0 (keep objects) and 3650 (got {bucket_retention_days})")
     machine_type = str(values["machine_type"])
     if not re.match(r"^n1-(standard|highmem|highcpu)-\d+$", machine_type):
         raise ConfigError(f"machine_type must be an N1 type such as n1-standard-8 (got {machine_type!r}): "
@@ -268,6 +274,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         max_run_hours=max_run_hours,
         termination_action=termination,
         bucket_force_destroy=parse_bool("bucket_force_destroy", values["bucket_force_destroy"]),
+        bucket_retention_days=bucket_retention_days,
         ready_timeout_seconds=ready_timeout,
         capacity_wait_seconds=parse_int("capacity_wait_seconds", values["capacity_wait_seconds"], 1),
         capacity_tries=parse_int("capacity_tries", values["capacity_tries"], 1),

@@ -18,7 +18,7 @@ from tfcluster.backends.gcp.errors import translated
 from tfcluster.backends.gcp.iam import iam_leftovers, service_account_email
 from tfcluster.backends.gcp.registry import adopt_kept_repository
 from tfcluster.backends.gcp.restart import ZoneFull, bring_back, bring_back_waiting, new_nonce
-from tfcluster.backends.gcp.teardown import destroy_keeping_results
+from tfcluster.backends.gcp.teardown import bucket_rule, destroy_keeping_results
 from tfcluster.backends.gcp.terraform import MODULE_DIR, Terraform
 from tfcluster.backends.group import in_parallel
 from tfcluster.backends.ssh import SshBackend
@@ -84,7 +84,7 @@ class GcpBackend(SshBackend):
             "oracle_port": settings.oracle_port, "ssh_user": settings.gcp_ssh_user,
             "ssh_public_key": public_key, "idle_minutes": settings.idle_minutes,
             "idle_action": settings.idle_action, "boot_grace_minutes": settings.boot_grace_minutes,
-            "max_run_hours": settings.max_run_hours,
+            "max_run_hours": settings.max_run_hours, "bucket_retention_days": settings.bucket_retention_days,
             "termination_action": settings.termination_action, "boot_disk_gb": settings.boot_disk_gb,
             "bucket_force_destroy": settings.bucket_force_destroy, "boot_nonce": new_nonce(),
             # Docker on the VMs when the workers run in an image (startup.sh, step 2a).
@@ -115,6 +115,7 @@ class GcpBackend(SshBackend):
             f"safety: idle watchdog {settings.idle_action}s a VM after {settings.idle_minutes} idle minutes"
             f"{' (off)' if not settings.idle_minutes else ''}; hypervisor deadline {settings.termination_action} "
             f"after {settings.max_run_hours} h; `invoke down` destroys everything")
+        self._announce(bucket_rule(settings.bucket_retention_days))
         preflight_quota(api, settings.zone, gpu, settings.gpu_count, settings.workers, settings.spot)
         operator = settings.operator_cidr or detect_operator_cidr()
         key_file = self.workdir(settings.cluster) / "id_ed25519"

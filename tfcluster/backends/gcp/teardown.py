@@ -47,6 +47,14 @@ def bucket_usage(project: str, bucket: str) -> Stored | None:
     return Stored(f"gs://{bucket}", len(blobs), sum(blob.size or 0 for blob in blobs))
 
 
+def bucket_rule(retention_days: int) -> str:
+    """The bucket's lifecycle rules in force (terraform/bucket.tf), in words: `up` and `down` say
+    them, since a rule deletes results without asking."""
+    live = (f"objects older than {retention_days} days are deleted (bucket_retention_days)" if retention_days
+            else "objects are kept until you delete them (bucket_retention_days: 0)")
+    return f"bucket: {live}; an object's old versions are deleted a day after it is replaced"
+
+
 def _prices() -> dict:
     return json.loads(PRICES.read_text())
 
@@ -85,6 +93,7 @@ def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_
         else:
             terraform.forget(BUCKET)
             kept.append(_kept_bucket(bucket))
+            kept.append(bucket_rule(int(terraform.variables().get("bucket_retention_days") or 0)))
     if images is not None and images.items:
         if delete_stored:
             deleted.append(f"registry {images.label} with its {images.items} images ({images.size / 1e9:.2f} GB)")
