@@ -249,6 +249,13 @@ def test_up_status_down(gcp_cli, world):
     assert f"REPORT 0 {model_url} chief" in train.stdout and f"REPORT 1 {model_url} worker" in train.stdout
     assert (run_dir / "worker-1.log").exists()  # Logs come back over SSH.
 
+    # An image on VMs made without Docker: the fix is a new cluster, and the line says so.
+    image = "us-west1-docker.pkg.dev/demo-project/default-images/trainer:1"
+    no_docker = gcp_cli.run("up", "--image", image, timeout=120)
+    assert no_docker.returncode == 2 and no_docker.stderr.strip().splitlines() == [
+        f"error: cluster default was created without Docker; run invoke down, then invoke up --image {image} "
+        "(the bucket and registry are kept)"], no_docker.stdout + no_docker.stderr
+
     down = gcp_cli.run("down", timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr
     assert "verified through the Compute API (label tfcluster-cluster=default and network default-net): " \

@@ -150,6 +150,23 @@ class GcpBackend(SshBackend):
         self.preflight(cluster, self.hosts(cluster), need_tensorflow=True, image=settings.image)
         return cluster
 
+    def preflight(self, cluster, hosts, need_tensorflow: bool, image: str = "") -> None:
+        if image:
+            self._require_docker(cluster, image)
+        super().preflight(cluster, hosts, need_tensorflow, image=image)
+
+    def pre_pull(self, cluster, image: str) -> list[str]:
+        self._require_docker(cluster, image)
+        return super().pre_pull(cluster, image)
+
+    def _require_docker(self, cluster, image: str) -> None:
+        """Docker is on the VMs only when `up` made them for an image (variable `docker`,
+        startup.sh step 2a); on others `docker` is simply missing, which no VM-side fix mends."""
+        tfvars = self.workdir(cluster.name) / "terraform.tfvars.json"
+        if tfvars.exists() and not json.loads(tfvars.read_text()).get("docker"):
+            raise ConfigError(f"cluster {cluster.name} was created without Docker; run invoke down, then "
+                              f"invoke up --image {image} (the bucket and registry are kept)")
+
     def stage(self, cluster, hosts, run_id: str, payload):
         """As ssh, but model, checkpoints and TensorBoard go to the bucket, so `--retries`
         resumes from it whichever VM restarts, and results survive the VMs."""
