@@ -55,6 +55,12 @@ systemctl daemon-reload || fail "systemctl daemon-reload failed"
 systemctl enable tfcluster-watchdog.service >/dev/null 2>&1
 systemctl restart tfcluster-watchdog.service || fail "the idle watchdog did not start"
 
+# The image's python3 first: TensorFlow $TF_VERSION has wheels for Python 3.10 and newer only
+# (tests/test_vm_requirements.py resolves this list for 3.10, the default image's), so an older
+# one would fail minutes later at pip with "No matching distribution".
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 10))' ||
+  fail "the image's python3 is $(python3 -V 2>&1 || echo missing); TensorFlow $TF_VERSION needs Python 3.10 or newer: choose an image with a newer python3 (variable image)"
+
 # 2. Python environment with a pinned TensorFlow build (once per version). The image's system
 # Python may lack venv (Ubuntu ships it as python3-venv): install it, waiting for the apt lock
 # that the image's own first-boot jobs may hold, and try once more.
