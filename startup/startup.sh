@@ -74,14 +74,13 @@ summary() {
   printf '%s' "$text"
 }
 APT_LOG=/var/log/tfcluster-apt.log
+# The image's own first-boot jobs (unattended-upgrades) may hold the dpkg lock: apt itself waits
+# up to 10 minutes for it (DPkg::Lock::Timeout, apt.conf(5); apt >= 1.9.11, Ubuntu 20.04 on), then
+# fails with "Could not get lock ... It is held by process N", which apt_error reports.
+APT_WAIT=(-o DPkg::Lock::Timeout=600)
 apt_install() {
-  local deadline=$((SECONDS + 600))
-  while fuser /var/lib/dpkg/lock-frontend /var/lib/apt/lists/lock >/dev/null 2>&1; do
-    [ "$SECONDS" -lt "$deadline" ] || { echo "E: the apt lock stayed held for 10 minutes" >>"$APT_LOG"; return 1; }
-    sleep 5
-  done
-  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@" ||
-    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "$@"; }; } >>"$APT_LOG" 2>&1
+  { DEBIAN_FRONTEND=noninteractive apt-get "${APT_WAIT[@]}" install -y -q "$@" ||
+    { apt-get "${APT_WAIT[@]}" update -q && DEBIAN_FRONTEND=noninteractive apt-get "${APT_WAIT[@]}" install -y -q "$@"; }; } >>"$APT_LOG" 2>&1
 }
 # apt's last error or warning line (the log keeps the rest).
 apt_error() { grep -E '^(E|W): ' "$APT_LOG" | tail -n 1 | tr -s ' \t' ' '; }
