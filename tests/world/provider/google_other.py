@@ -119,31 +119,37 @@ class BucketIamMember(IamMember):
     type_name = "google_storage_bucket_iam_member"
     keys = ("bucket", "role", "member")
     forces_new = keys
+    what = "storage bucket"
+
+    def _url(self, state) -> str:
+        return f"{STORAGE}/b/{state['bucket']}/iam"
+
+    def _bindings(self, state) -> list[dict]:
+        return call("GET", self._url(state)).get("bindings", [])
+
+    def _write(self, state, bindings: list[dict]) -> None:
+        call("PUT", self._url(state), {"bindings": bindings})
 
     def _change(self, state, add: bool) -> None:
-        url = f"{STORAGE}/b/{state['bucket']}/iam"
-        with _POLICY_LOCKS[url]:
-            self._read_modify_write(url, state, add)
-
-    def _read_modify_write(self, url: str, state, add: bool) -> None:
-        bindings = [dict(b) for b in call("GET", url).get("bindings", [])]
-        binding = next((b for b in bindings if b["role"] == state["role"]), None)
-        if binding is None:
-            bindings.append(binding := {"role": state["role"], "members": []})
-        members = set(binding["members"])
-        binding["members"] = sorted(members | {state["member"]} if add else members - {state["member"]})
-        call("PUT", url, {"bindings": [b for b in bindings if b["members"]]})
+        with _POLICY_LOCKS[self._url(state)]:
+            bindings = [dict(b) for b in self._bindings(state)]
+            binding = next((b for b in bindings if b["role"] == state["role"]), None)
+            if binding is None:
+                bindings.append(binding := {"role": state["role"], "members": []})
+            members = set(binding["members"])
+            binding["members"] = sorted(members | {state["member"]} if add else members - {state["member"]})
+            self._write(state, [b for b in bindings if b["members"]])
 
     def create(self, planned):
         try:
             self._change(planned, add=True)
         except GoogleApiError as error:
-            raise fail(f"applying IAM policy for storage bucket {planned['bucket']}", error) from None
+            raise fail(f"applying IAM policy for {self.what} {planned[self.keys[-3]]}", error) from None
         return super().create(planned)
 
     def read(self, state):
         try:
-            bindings = call("GET", f"{STORAGE}/b/{state['bucket']}/iam").get("bindings", [])
+            bindings = self._bindings(state)
         except GoogleApiError as error:
             if not_found(error):
                 return None
@@ -165,6 +171,7 @@ class RepositoryIamMember(BucketIamMember):
     type_name = "google_artifact_registry_repository_iam_member"
     keys = ("project", "location", "repository", "role", "member")
     forces_new = keys
+    what = "repository"
 
     def _url(self, state) -> str:
         project = state.get("project") or self.provider.config["project"]
@@ -173,32 +180,8 @@ class RepositoryIamMember(BucketIamMember):
     def _bindings(self, state) -> list[dict]:
         return call("GET", self._url(state) + ":getIamPolicy").get("bindings", [])
 
-    def _change(self, state, add: bool) -> None:
-        with _POLICY_LOCKS[self._url(state)]:
-            bindings = [dict(b) for b in self._bindings(state)]
-            binding = next((b for b in bindings if b["role"] == state["role"]), None)
-            if binding is None:
-                bindings.append(binding := {"role": state["role"], "members": []})
-            members = set(binding["members"])
-            binding["members"] = sorted(members | {state["member"]} if add else members - {state["member"]})
-            call("POST", self._url(state) + ":setIamPolicy", {"policy": {"bindings": [b for b in bindings if b["members"]]}})
-
-    def create(self, planned):
-        try:
-            self._change(planned, add=True)
-        except GoogleApiError as error:
-            raise fail(f"applying IAM policy for repository {planned['repository']}", error) from None
-        return IamMember.create(self, planned)
-
-    def read(self, state):
-        try:
-            bindings = self._bindings(state)
-        except GoogleApiError as error:
-            if not_found(error):
-                return None
-            raise fail("reading IAM policy", error) from None
-        held = any(state["member"] in b["members"] for b in bindings if b["role"] == state["role"])
-        return state if held else None
+    def _write(self, state, bindings: list[dict]) -> None:
+        call("POST", self._url(state) + ":setIamPolicy", {"policy": {"bindings": bindings}})
 
 
 class Bucket(Resource):
