@@ -278,6 +278,13 @@ class SshConnection:
                     readable, _, _ = select.select([channel], [], [], 0.01)
                     if not readable:
                         channel.status_event.wait(0.05)
+            # sshd sends the output before the exit status, and paramiko's transport thread
+            # buffers messages in that order, so output that arrived between the checks above
+            # is waiting in the channel now: read it, or a fast command's answer is lost.
+            while channel.recv_ready():
+                (sink or out).write(channel.recv(1 << 16))
+            while channel.recv_stderr_ready():
+                err.write(channel.recv_stderr(1 << 16))
             code = channel.recv_exit_status()
             channel.close()
         except TRANSIENT as error:
