@@ -24,7 +24,7 @@ def trained(tmp_path_factory, synthetic_data):
     try:
         up = cli.run("up", "--workers", "1")
         assert up.returncode == 0, up.stdout + up.stderr
-        train = cli.run("train", "--", "--epochs", "3")
+        train = cli.run("train", "--", "--epochs", "5")
         assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
         run_dir, run = cli.latest_run()
         yield train.stdout, run_dir, run
@@ -92,8 +92,12 @@ def test_fresh_process_classifies_raw_jpeg_bytes_of_held_out_images(trained):
     answer = json.loads(result.stdout.strip().splitlines()[-1])
     chance = run["summary"]["chance"]
     assert answer["shape"] == [80, 4]
-    print("held-out JPEG accuracy", answer["accuracy"])
-    assert answer["accuracy"] >= chance + 0.2, answer  # 80 images: chance +0.2 is over 4 sigma.
+    print("held-out JPEG accuracy", answer["accuracy"], run["summary"]["metrics"])
+    # The trainer seeds its weights (--seed 0), so this run is the same every time: measured 0.825
+    # held-out, 0.87 validation after 5 epochs (3 epochs unseeded ranged 0.29 to 0.55).
+    assert answer["accuracy"] >= chance + 0.3, answer
+    # Served bigger and through JPEG, the model keeps what training measured on its own val split.
+    assert answer["accuracy"] >= run["summary"]["metrics"]["val_accuracy"] - 0.15, (answer, run["summary"])
     classes = sorted(CLASSES)  # The manifest's order: sorted class folder names.
     assert all(classes[index] == name for index, name in answer["ids_name_classes"])
     assert answer["png_vs_uint8"] < 1e-4  # PNG is lossless: both signatures see the same pixels.
