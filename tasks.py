@@ -51,7 +51,8 @@ def _user_errors(body):
             "idle_minutes": "idle watchdog: minutes before acting, 0 = off (default 30)",
             "idle_action": "idle watchdog: stop or delete (default stop)",
             "max_run_hours": "gcp: hypervisor deadline in hours (default 12)",
-            "image": "container image the workers run in; pulled on every host now"})
+            "image": "container image the workers run in; pulled on every host now",
+            "boot_image": "gcp: VM boot image, projects/P/global/images/NAME or .../family/FAMILY"})
 @_user_errors
 def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        cluster: Optional[str] = None, hosts: Optional[str] = None, ssh_user: Optional[str] = None,
@@ -61,7 +62,7 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        gpu_count: Optional[int] = None, machine_type: Optional[str] = None, spot: bool = False,
        operator_cidr: Optional[str] = None, idle_minutes: Optional[int] = None,
        idle_action: Optional[str] = None, max_run_hours: Optional[int] = None,
-       image: Optional[str] = None):
+       image: Optional[str] = None, boot_image: Optional[str] = None):
     """Create the cluster. Idempotent: running it twice changes nothing."""
     install_watchdog = True if idle_minutes is not None and (backend or c.config.tfcluster.backend) == "ssh" else None
     if hosts and workers is None and backend in (None, "ssh"):
@@ -72,7 +73,8 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
                           project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
                           machine_type=machine_type, spot=spot or None, operator_cidr=operator_cidr,
                           idle_minutes=idle_minutes, idle_action=idle_action,
-                          max_run_hours=max_run_hours, install_watchdog=install_watchdog, image=image))
+                          max_run_hours=max_run_hours, install_watchdog=install_watchdog, image=image,
+                          boot_image=boot_image))
 
 
 @task(help={
@@ -170,6 +172,25 @@ def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bo
     commands.down(_settings(c, cluster=cluster), keep=keep, delete_bucket=delete_bucket)
 
 
+@task(auto_shortflags=False,
+      help={"backend": "local (default), ssh or gcp", "project": "gcp: project ID",
+            "zone": "gcp: zone, e.g. us-west1-b", "gpu": "gcp: t4 or v100", "gpu_count": "gcp: GPUs per VM",
+            "workers": "number of workers (default: tfcluster.workers, 3)", "spot": "gcp: check for SPOT VMs",
+            "boot_image": "gcp: projects/P/global/images/NAME or .../images/family/FAMILY "
+                          "(default: the Deep Learning VM CUDA family)",
+            "operator_cidr": "gcp: only source allowed to SSH in (default: your public IP/32)",
+            "cluster": "cluster name (default: default)"})
+@_user_errors
+def check(c, backend: Optional[str] = None, project: Optional[str] = None, zone: Optional[str] = None,
+          gpu: Optional[str] = None, gpu_count: Optional[int] = None, workers: Optional[int] = None,
+          spot: bool = False, boot_image: Optional[str] = None, operator_cidr: Optional[str] = None,
+          cluster: Optional[str] = None):
+    """Before anything is created: one line per prerequisite (✓, ✗ with the fix, ? when it cannot tell)."""
+    commands.check(_settings(c, backend=backend, project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
+                             workers=workers, spot=spot or None, boot_image=boot_image,
+                             operator_cidr=operator_cidr, cluster=cluster))
+
+
 @task(help={"src": "image folder with one sub-folder per class",
             "out": "output folder (default: the folder `train` reads)",
             "synthetic": "generate the built-in coloured-shapes set instead",
@@ -224,5 +245,5 @@ def image(c, action, dockerfile: str = "Dockerfile", tag: Optional[str] = None,
     commands.build_image(_settings(c, cluster=cluster, registry=registry), dockerfile, tag, context)
 
 
-ns = Collection(up, train, tune, status, logs, stop, down, data, idle, pull, tensorboard, image)
+ns = Collection(check, up, train, tune, status, logs, stop, down, data, idle, pull, tensorboard, image)
 ns.configure({"tfcluster": config.DEFAULTS})

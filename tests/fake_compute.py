@@ -49,6 +49,7 @@ from urllib.parse import parse_qs, urlparse
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 
 from tests.world import compute_auth, compute_resources, iam_api  # noqa: E402
+from tests.world import images as world_images  # noqa: E402
 from tests.fake_operations import advance, capacity_error, new_operation, preempt_instance, start_effect  # noqa: E402
 
 __all__ = ["FakeCompute", "FakeComputeServer", "preempt_instance", "stop_instance"]
@@ -101,6 +102,8 @@ class FakeCompute:
     service_accounts: dict = field(default_factory=dict)
     custom_roles: dict = field(default_factory=dict)
     deleted_roles: set = field(default_factory=set)
+    # Images, "project/name" -> image (tests/world/images.py): the Deep Learning VM families.
+    images: dict = field(default_factory=world_images.default_images)
     # networks, subnetworks, firewalls: name -> the resource as inserted (compute_resources.py).
     resources: dict = field(default_factory=dict)
     # Operation name -> {"json": the operation's fields, "done_at": monotonic time, "apply": effect
@@ -197,7 +200,7 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
     refused = _forbidden(state, method, path)
     if refused:
         return refused
-    served = compute_resources.route(state, method, path, body)
+    served = compute_resources.route(state, method, path, body) or world_images.route(state, method, path)
     if served is not None:
         return served
     match = re.fullmatch(BASE + r"(?:/zones/[^/]+|/regions/[^/]+|/global)/(?P<kind>disks|addresses|firewalls|"
@@ -361,6 +364,20 @@ class FakeComputeServer:
                     if grant.get("refresh_token", [""])[0] in state_ref.revoked_refresh_tokens:
                         code, payload = 400, {"error": "invalid_grant",
                                               "error_description": "Token has been expired or revoked."}
+                elif parsed.path == "/tokeninfo":
+                    # oauth2.googleapis.com/tokeninfo?access_token=T: whose token it is. The e-mail
+                    # is there when the token has the email scope, as `gcloud auth
+                    # application-default login` grants; an unknown token is 400 invalid_token
+                    # (https://developers.google.com/identity/protocols/oauth2/web-server, "tokeninfo").
+                    token = parse_qs(parsed.query).get("access_token", [""])[0]
+                    who = state_ref.tokens.get(token, "")
+                    if who:
+                        code, payload = 200, {"email": who.split(":", 1)[1], "email_verified": "true",
+                                              "scope": "openid https://www.googleapis.com/auth/userinfo.email "
+                                                       "https://www.googleapis.com/auth/cloud-platform",
+                                              "expires_in": "3599"}
+                    else:
+                        code, payload = 400, {"error": "invalid_token", "error_description": "Invalid Value"}
                 else:
                     body = json.loads(raw or b"null") if raw else None
                     code, payload = route(state_ref, self.command, parsed.path, parse_qs(parsed.query), body,

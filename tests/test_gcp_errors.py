@@ -27,11 +27,11 @@ def test_a_missing_permission_is_named(tmp_path, world, synthetic_data, fake_com
     cli = _gcp_cli(tmp_path, world, synthetic_data)
     up = cli.run("up", timeout=120)
     assert up.returncode == 2, up.stdout + up.stderr
+    # `up` checks first (projects.testIamPermissions): the permission, who needs it and the role.
     assert up.stderr.strip().splitlines() == [
-        "error: up: your account lacks the permission compute.regions.get in project demo-project; ask a project "
-        "owner for roles/compute.admin, roles/storage.admin, roles/iam.serviceAccountAdmin, "
-        "roles/iam.serviceAccountUser, roles/iam.roleAdmin, roles/artifactregistry.admin and "
-        "roles/serviceusage.serviceUsageConsumer (or roles/owner on a sandbox project), then re-run the same command"]
+        "error: your account lacks compute.regions.get (up) in project demo-project; ask a project owner for "
+        "roles/compute.admin"]
+    assert "? quota: cannot read it (" in up.stdout  # Refused to read, not claimed short.
     assert cli.cluster() is None
 
 
@@ -48,7 +48,9 @@ def test_an_expired_login_names_the_command_that_renews_it(tmp_path, world, synt
     up = cli.run("up", timeout=120)
     assert up.returncode == 2, up.stdout + up.stderr
     assert up.stderr.strip().splitlines() == [
-        "error: up: your Google credentials expired or were revoked; run `gcloud auth application-default login`"]
+        "error: Google refused your credentials (invalid_grant: Token has been expired or revoked.); run "
+        "`gcloud auth application-default login` again"]
+    assert "✗ credentials: Google refused your credentials" in up.stdout
     assert any(r["path"] == "/token" for r in fake_compute.state.requests), "the refresh never reached Google"
     assert cli.cluster() is None
 

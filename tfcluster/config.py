@@ -113,6 +113,9 @@ class Settings:
     install_watchdog: bool = False
     # Container image the workers run in (`train --image`); empty runs `python` on the hosts.
     image: str = ""
+    # gcp: the VMs' boot image, projects/P/global/images/NAME or .../images/family/FAMILY; empty is
+    # the Deep Learning VM CUDA family (tfcluster/backends/gcp/check.py). `up` writes the exact image.
+    boot_image: str = ""
     # Registry `invoke image build` pushes to (HOST[:PORT]/PATH); gcp: the cluster's Artifact Registry.
     registry: str = ""
 
@@ -157,6 +160,18 @@ def parse_image(key: str, value: Any) -> str:
     if image and not IMAGE_REFERENCE.match(image):
         raise ConfigError(f"{key} must be an image reference such as trainer:1 or "
                           f"us-docker.pkg.dev/PROJECT/REPO/trainer:1 (got {value!r})")
+    return image
+
+
+BOOT_IMAGE = re.compile(r"projects/[a-z0-9-]+/global/images/(family/)?[a-z0-9-]+")
+
+
+def parse_boot_image(value: Any) -> str:
+    """A Compute Engine image or image family path ("" = the default family)."""
+    image = str(value or "").strip()
+    if image and not BOOT_IMAGE.fullmatch(image):
+        raise ConfigError("boot_image must be projects/PROJECT/global/images/NAME or "
+                          f"projects/PROJECT/global/images/family/FAMILY (got {value!r})")
     return image
 
 
@@ -280,6 +295,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         capacity_tries=parse_int("capacity_tries", values["capacity_tries"], 1),
         install_watchdog=parse_bool("install_watchdog", values["install_watchdog"]),
         image=parse_image("image", values["image"]),
+        boot_image=parse_boot_image(values["boot_image"]),
         registry=str(values["registry"] or "").strip().rstrip("/"),
         hosts=str(values["hosts"] or ""),
         ssh_user=str(values["ssh_user"] or ""),

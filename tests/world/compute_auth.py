@@ -51,28 +51,36 @@ def role_permissions(state, role: str) -> set[str]:
     return set(state.custom_roles.get(role, PREDEFINED.get(role, set())))
 
 
-def check(state, method: str, path: str, headers: dict) -> tuple[int, dict] | None:
-    """None when the caller may make this request, else Compute's refusal."""
+def principal(state, headers: dict) -> tuple[str | None, tuple[int, dict] | None]:
+    """(who holds the bearer token, None), or (None, Google's 401) when there is none or it is unknown."""
     # Header names are case-insensitive (RFC 9110); google-auth sends "authorization".
     value = next((v for k, v in headers.items() if k.lower() == "authorization"), "")
     token = value.removeprefix("Bearer ").strip()
     if not token:
-        return _refuse(401, "required", "Login Required.")
-    principal = state.tokens.get(token) or _signed_by_a_known_key(state, token)
-    if principal is None:
-        return _refuse(401, "authError", "Invalid Credentials")
-    if principal == OPERATOR:
+        return None, _refuse(401, "required", "Login Required.")
+    who = state.tokens.get(token) or _signed_by_a_known_key(state, token)
+    if who is None:
+        return None, _refuse(401, "authError", "Invalid Credentials")
+    return who, None
+
+
+def check(state, method: str, path: str, headers: dict) -> tuple[int, dict] | None:
+    """None when the caller may make this request, else Compute's refusal."""
+    caller, refused = principal(state, headers)
+    if refused:
+        return refused
+    if caller == OPERATOR:
         return None
     match = re.fullmatch(BASE + r"/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)(?P<verb>/\w+)?", path)
     if match is None:  # Operations and lists: what a VM's calls need to follow up, nothing more.
-        return None if "/operations/" in path else _denied(principal, "compute.instances.list", path)
+        return None if "/operations/" in path else _denied(caller, "compute.instances.list", path)
     permission = next((p for verb, suffix, p in INSTANCE_METHODS
                        if verb == method and suffix == (match["verb"] or "")), None)
     instance = state.instances.get(match["name"])
     bindings = (instance or {}).get("iam_bindings", [])
-    granted = set().union(*(role_permissions(state, b["role"]) for b in bindings if principal in b.get("members", [])))
+    granted = set().union(*(role_permissions(state, b["role"]) for b in bindings if caller in b.get("members", [])))
     if permission is None or permission not in granted:
-        return _denied(principal, permission or f"{method} {match['verb']}", path)
+        return _denied(caller, permission or f"{method} {match['verb']}", path)
     return None
 
 

@@ -12,6 +12,10 @@
 - Cloud Billing Catalog (cloudbilling.googleapis.com): tests/world/billing.py over HTTPS on
   <billing address>:443. As in most real projects, the Cloud Billing API starts disabled in the
   world's project (estimates then come from the dated table); tests enable it to see catalog prices.
+- Service Usage, Resource Manager and Org Policy (serviceusage, cloudresourcemanager and
+  orgpolicy.googleapis.com, what `invoke check` reads): tests/world/project_apis.py over HTTPS on
+  <project APIs address>:443. Every API tfcluster needs is on and no organisation policy is set,
+  as in a sandbox project; tests switch them.
 - The public-address lookups (checkip.amazonaws.com, api.ipify.org): tests/world/checkip.py over
   HTTPS on <checkip address>:443, answering the operator's address as the VMs see it.
 A started process sees them through a private /etc/hosts (`unshare --mount`, bind mount) and
@@ -32,6 +36,7 @@ from tests.fake_compute import FakeCompute, FakeComputeServer
 from tests.world.billing import Catalog, CatalogServer
 from tests.world.storage import IamStorageProxy
 from tests.world.checkip import CHECKIP_NAMES, CheckIpServer
+from tests.world.project_apis import PROJECT_NAMES, ProjectApis, ProjectApisServer
 from tests.world.tls import GOOGLE_NAMES, make_certificates, operator_key, service_account_key
 
 # The access token the metadata server hands the VMs (their service account's identity).
@@ -73,9 +78,10 @@ class GoogleWorld:
         self.compute_address, self.storage_address = f"127.77.{net}.1", f"127.77.{net}.2"
         self.billing_address = f"127.77.{net}.5"
         self.checkip_address = f"127.77.{net}.6"
+        self.project_address = f"127.77.{net}.7"
         self.artifacts_address = f"127.77.{net}.3"
         self.ca, cert, key = make_certificates(root / "tls", GOOGLE_NAMES + BILLING_NAMES + ARTIFACTS_NAMES
-                                               + ("iam.googleapis.com",) + CHECKIP_NAMES)
+                                               + ("iam.googleapis.com",) + CHECKIP_NAMES + PROJECT_NAMES)
         self.artifacts = FakeArtifactRegistryServer(FakeArtifactRegistry(project=project),
                                                     tls=(self.artifacts_address, str(cert), str(key)))
         self.credentials = service_account_key(root / "operator-key.json", project)
@@ -104,9 +110,12 @@ class GoogleWorld:
                               f"{self.storage_address} {' '.join(STORAGE_NAMES)}\n"
                               f"{self.billing_address} {' '.join(BILLING_NAMES)}\n"
                               f"{self.artifacts_address} {' '.join(ARTIFACTS_NAMES)}\n"
-                              f"{self.checkip_address} {' '.join(CHECKIP_NAMES)}\n")
+                              f"{self.checkip_address} {' '.join(CHECKIP_NAMES)}\n"
+                              f"{self.project_address} {' '.join(PROJECT_NAMES)}\n")
         self.billing = CatalogServer(Catalog(disabled_projects={project}), self.billing_address, context)
         self.checkip = CheckIpServer(self.checkip_address, context)
+        self.project_apis = ProjectApisServer(ProjectApis(project), self.compute.state, self.billing.catalog,
+                                              self.project_address, context)
 
     def trust_store(self, folder: Path) -> Path:
         """A copy of this machine's /etc/ssl that also trusts the test CA: the bundle file
@@ -143,7 +152,8 @@ class GoogleWorld:
                    **dict.fromkeys(STORAGE_NAMES, self.storage_address),
                    **dict.fromkeys(BILLING_NAMES, self.billing_address),
                    **dict.fromkeys(ARTIFACTS_NAMES, self.artifacts_address),
-                   **dict.fromkeys(CHECKIP_NAMES, self.checkip_address)}
+                   **dict.fromkeys(CHECKIP_NAMES, self.checkip_address),
+                   **dict.fromkeys(PROJECT_NAMES, self.project_address)}
         real = socket.getaddrinfo
 
         def getaddrinfo(host, *args, **kwargs):
@@ -156,9 +166,13 @@ class GoogleWorld:
             socket.getaddrinfo = real
 
     def close(self) -> None:
-        self.checkip.close()
-        self.billing.close()
-        self.artifacts.close()
-        self.storage_proxy.close()
-        self.storage.stop()
-        self.compute.close()
+        """All at once: each server's shutdown waits out its serve_forever poll (0.5 s)."""
+        import threading
+
+        closers = [self.project_apis.close, self.checkip.close, self.billing.close, self.artifacts.close,
+                   self.storage_proxy.close, self.storage.stop, self.compute.close]
+        threads = [threading.Thread(target=close) for close in closers]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()

@@ -65,6 +65,18 @@ class WorkerHost(Protocol):
         the program is not installed there."""
 
 
+@dataclass(frozen=True)
+class Finding:
+    """One prerequisite `invoke check` looked at."""
+
+    subject: str  # What was checked: "credentials", "APIs", "constraints/compute.requireOsLogin"...
+    holds: bool | None  # True ✓; False ✗ (it fails: detail names the fix); None ? (it could not be told).
+    detail: str  # What was found, and the fix or what to ask for.
+
+    def line(self) -> str:
+        return f"{ {True: '✓', False: '✗', None: '?'}[self.holds]} {self.subject}: {self.detail}"
+
+
 class Backend:
     """What the commands need from a backend.
 
@@ -136,6 +148,11 @@ class Backend:
     def pre_pull(self, cluster: ClusterState, image: str) -> list[str]:
         """`up` with an image: pull it on every machine at once ("present"/"pulled" per machine)."""
         return docker.pre_pull(self.hosts(cluster), image)
+
+    def check(self, settings: Settings) -> list[Finding]:
+        """`invoke check`: what the account and project must offer before `up` creates anything.
+        Default: nothing to check (no account, no cloud)."""
+        return []
 
     def refresh(self, cluster: ClusterState, settings: Settings) -> None:
         """`up` on a cluster that exists: bring stopped machines back and restore the configured

@@ -7,10 +7,11 @@ from __future__ import annotations
 import json
 import os
 import time
-import urllib.request
 from pathlib import Path
 
-from tfcluster.backends.base import Preemption, VmRow
+from tfcluster.backends.base import Finding, Preemption, VmRow
+from tfcluster.backends.gcp import check as prerequisites
+from tfcluster.backends.gcp.address import detect_operator_cidr
 from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
                                             preflight_quota, wait_ready)
 from tfcluster.backends.gcp.cost import Quote, quote
@@ -27,23 +28,6 @@ from tfcluster.state import ClusterState, HostRecord
 
 STARTUP_DIR = MODULE_DIR.parent / "startup"
 VM_PYTHON = "/opt/tfcluster/venv/bin/python"
-
-
-def detect_operator_cidr(timeout: float = 5.0) -> str:
-    """This machine's public IPv4 as a /32, for the SSH firewall rule. Asked without any proxy:
-    the services answer the address a request arrives from, and through an HTTPS_PROXY that is
-    the proxy's, not the address this machine's SSH will come from."""
-    direct = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    for url in ("https://checkip.amazonaws.com", "https://api.ipify.org"):
-        try:
-            with direct.open(url, timeout=timeout) as response:
-                address = response.read().decode().strip()
-            if address.count(".") == 3:
-                return f"{address}/32"
-        except OSError:
-            continue
-    raise ConfigError("cannot detect your public IP for the SSH firewall rule; set it with "
-                      "--operator-cidr A.B.C.D/32 (or tfcluster.operator_cidr)")
 
 
 def generate_cluster_key(path: Path, comment: str) -> str:
@@ -93,19 +77,30 @@ class GcpBackend(SshBackend):
             "watchdog_script": str(STARTUP_DIR / "watchdog.py"),
         }
 
+    def check(self, settings) -> list[Finding]:
+        _require_place(settings)
+        return prerequisites.run(settings).findings
+
     def up(self, settings, existing):
         if existing is not None:
             return existing
-        if not settings.project or not settings.zone:
-            raise ConfigError("the gcp backend needs --project and --zone (or tfcluster.project / "
-                              "tfcluster.zone in invoke.yaml)")
+        _require_place(settings)
         gpu = gpu_type(settings.gpu)
         terraform = Terraform(self.workdir(settings.cluster), project=settings.project)  # Fails early if missing.
         api = ComputeApi(settings.project)  # Fails early without credentials.
+        # Before anything is created: the same lines as `invoke check`, and a stop on any ✗.
+        report = prerequisites.run(settings)
+        for finding in report.findings:
+            self._announce(finding.line())
+        if report.failed:
+            first = report.failed[0]
+            raise ConfigError(first.detail if len(report.failed) == 1 else
+                              f"{len(report.failed)} prerequisites fail ({', '.join(f.subject for f in report.failed)}); "
+                              "each ✗ line above names its fix")
         with translated(settings.project, "up"):
-            return self._create(settings, terraform, api, gpu)
+            return self._create(settings, terraform, api, gpu, report.image)
 
-    def _create(self, settings, terraform: Terraform, api: ComputeApi, gpu: str):
+    def _create(self, settings, terraform: Terraform, api: ComputeApi, gpu: str, image: str):
         self._announce(
             f"plan: {settings.workers} x {settings.machine_type} + {settings.gpu_count} x {gpu}"
             f"{' (SPOT)' if settings.spot else ''} in {settings.zone}, bucket, VPC, firewall, service account")
@@ -116,7 +111,6 @@ class GcpBackend(SshBackend):
             f"{' (off)' if not settings.idle_minutes else ''}; hypervisor deadline {settings.termination_action} "
             f"after {settings.max_run_hours} h; `invoke down` destroys everything")
         self._announce(bucket_rule(settings.bucket_retention_days))
-        preflight_quota(api, settings.zone, gpu, settings.gpu_count, settings.workers, settings.spot)
         operator = settings.operator_cidr or detect_operator_cidr()
         key_file = self.workdir(settings.cluster) / "id_ed25519"
         public_key = generate_cluster_key(key_file, f"tfcluster-{settings.cluster}")
@@ -125,12 +119,15 @@ class GcpBackend(SshBackend):
         self._store.save_cluster(ClusterState(name=settings.cluster, backend=self.name, hosts=[],
                                               status="provisioning", project=settings.project,
                                               zone=settings.zone, ssh_key=str(key_file)))
-        variables = self.variables(settings, public_key, operator)
+        variables = {**self.variables(settings, public_key, operator), "image": image}
         # Resuming a failed `up`: VMs it already made keep the nonce they booted with (the
-        # metadata key is in ignore_changes), so the resumed apply and its readiness keep it too.
+        # metadata key is in ignore_changes), so the resumed apply and its readiness keep it too,
+        # and the image they booted (a family's newest may have moved on since).
         tfvars = terraform.workdir / "terraform.tfvars.json"
         if tfvars.exists():
-            variables["boot_nonce"] = terraform.variables().get("boot_nonce") or variables["boot_nonce"]
+            previous = terraform.variables()
+            variables["boot_nonce"] = previous.get("boot_nonce") or variables["boot_nonce"]
+            variables["image"] = previous.get("image") or image
         terraform.prepare(variables)
         adopt_kept_repository(terraform, settings.project, settings.zone, settings.cluster, self._announce)
         terraform.apply()
@@ -354,3 +351,9 @@ class GcpBackend(SshBackend):
                            "and the watchdog's custom role are gone")
         for line in kept:
             self._announce(line)
+
+
+def _require_place(settings) -> None:
+    if not settings.project or not settings.zone:
+        raise ConfigError("the gcp backend needs --project and --zone (or tfcluster.project / "
+                          "tfcluster.zone in invoke.yaml)")

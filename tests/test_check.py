@@ -1,0 +1,182 @@
+"""`invoke check` on Google Cloud, in the test world: every ✗ and ? a real project can give, the
+lines' fixes, the exit codes, and `up` stopping on a ✗ before anything is created."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import Cli
+from tfcluster import config
+from tfcluster.backends.gcp import check
+
+
+def settings(**overrides) -> config.Settings:
+    return config.load({"backend": "gcp", "project": "demo-project", "zone": "us-west1-b", "workers": 2,
+                        "operator_cidr": "203.0.113.9/32", **overrides})
+
+
+def lines(**overrides) -> dict[str, str]:
+    """subject -> its line, for one run of every check."""
+    return {finding.subject: finding.line() for finding in check.run(settings(**overrides)).findings}
+
+
+def test_a_sandbox_project_passes_and_the_default_family_resolves_to_its_newest_image(world):
+    report = check.run(settings())
+    assert [f.subject for f in report.findings if f.holds is not True] == []
+    # The family's newest image that is not deprecated: v20261001 is, v20261115 replaced it.
+    assert report.image == "projects/deeplearning-platform-release/global/images/common-cu129-ubuntu-2204-nvidia-580-v20261115"
+    assert any(p.endswith("services:batchGet") for _, p in world.project_apis.apis.requests)
+
+
+def test_an_api_off_and_a_missing_permission_name_their_fix(world):
+    world.project_apis.apis.disabled.add("artifactregistry.googleapis.com")
+    world.compute.state.service_disabled = True
+    world.compute.state.missing_permissions |= {"iam.serviceAccounts.actAs", "compute.firewalls.create"}
+    found = lines()
+    assert found["APIs"] == ("✗ APIs: artifactregistry.googleapis.com, compute.googleapis.com off: run `gcloud services "
+                             "enable artifactregistry.googleapis.com compute.googleapis.com --project demo-project`")
+    assert found["permissions"] == (
+        "✗ permissions: your account lacks compute.firewalls.create (up); iam.serviceAccounts.actAs (up) in project "
+        "demo-project; ask a project owner for roles/compute.admin, roles/iam.serviceAccountUser")
+    # With Compute off, what Compute answers cannot be told: ?, not a false ✗.
+    assert found["quota"].startswith("? quota: cannot read it (SERVICE_DISABLED")
+    assert found["boot image"].startswith("? boot image: cannot read ") and "its API is off" in found["boot image"]
+
+
+def test_reads_that_are_refused_are_question_marks(world):
+    world.compute.state.missing_permissions |= {"serviceusage.services.get", "orgpolicy.policies.get"}
+    found = lines()
+    assert found["APIs"].startswith("? APIs: cannot read them (403 IAM_PERMISSION_DENIED")
+    assert found["organisation policies"].startswith(
+        "? organisation policies: cannot read them (403 IAM_PERMISSION_DENIED")
+    assert "compute.requireOsLogin" in found["organisation policies"]
+    world.compute.state.missing_permissions.clear()
+    world.project_apis.apis.disabled.add("orgpolicy.googleapis.com")
+    assert "cannot read them (its API is off); enable orgpolicy.googleapis.com" in lines()["organisation policies"]
+    world.project_apis.apis.disabled.add("cloudresourcemanager.googleapis.com")
+    assert lines()["permissions"] == "? permissions: cannot test them (its API is off)"
+
+
+@pytest.mark.parametrize("name, rules, expected", [
+    ("compute.requireOsLogin", [{"enforce": True}], "enforced: the VMs take the cluster's SSH key from metadata"),
+    ("compute.requireShieldedVm", [{"enforce": True}], "enforced: it requires Secure Boot"),
+    ("compute.disableGuestAttributesAccess", [{"enforce": True}], "enforced: readiness and the VMs' host keys"),
+    ("iam.disableServiceAccountCreation", [{"enforce": True}], "enforced: terraform creates one service account"),
+    ("compute.vmExternalIpAccess", [{"denyAll": True}], "denies all: the VMs need an external IP"),
+    ("compute.vmExternalIpAccess", [{"values": {"allowedValues": [
+        "projects/demo-project/zones/us-west1-b/instances/default-0"]}}],
+     "does not allow projects/demo-project/zones/us-west1-b/instances/default-1"),
+    ("compute.trustedImageProjects", [{"values": {"allowedValues": ["projects/my-golden-images"]}}],
+     "does not allow projects/deeplearning-platform-release: the boot image's project must be trusted"),
+    ("gcp.resourceLocations", [{"values": {"allowedValues": ["in:europe-west4-locations"]}}], None),
+    ("gcp.resourceLocations", [{"values": {"deniedValues": ["in:us-locations"]}}], "denies us-west1-b"),
+])
+def test_each_organisation_constraint_that_refuses_the_cluster_is_named(world, name, rules, expected):
+    world.project_apis.apis.policies[name] = rules
+    line = lines()[f"constraints/{name}"]
+    if expected is None:  # A value group tfcluster cannot expand: only Google can tell.
+        assert line == (f"? constraints/{name}: cannot tell whether in:europe-west4-locations covers us-west1-b")
+        return
+    assert line.startswith(f"✗ constraints/{name}: {expected}"), line
+    assert line.endswith("ask your organisation's admin to exempt project demo-project")
+
+
+def test_constraints_that_allow_the_cluster_hold(world):
+    policies = world.project_apis.apis.policies
+    policies["compute.trustedImageProjects"] = [{"values": {"allowedValues": ["projects/deeplearning-platform-release"]}}]
+    policies["gcp.resourceLocations"] = [{"values": {"allowedValues": ["in:us-locations"]}}]
+    policies["compute.requireOsLogin"] = [{"enforce": False}]
+    policies["compute.vmExternalIpAccess"] = [{"values": {"allowedValues": [
+        f"projects/demo-project/zones/us-west1-b/instances/default-{i}" for i in (0, 1)]}}]
+    assert [f.line() for f in check.run(settings()).findings if f.holds is not True] == []
+
+
+def test_boot_images_unknown_obsolete_deprecated_and_the_v100_driver(world):
+    dlvm = "projects/deeplearning-platform-release/global/images"
+    assert lines(boot_image=f"{dlvm}/family/no-such-family")["boot image"].startswith(
+        f"✗ boot image: {dlvm}/family/no-such-family does not exist: pick one from `gcloud compute images list")
+    obsolete = lines(boot_image=f"{dlvm}/common-cu124-ubuntu-2204-nvidia-550-v20250101")["boot image"]
+    assert obsolete.startswith(f"✗ boot image: {dlvm}/common-cu124-ubuntu-2204-nvidia-550-v20250101 is OBSOLETE")
+    deprecated = check.run(settings(boot_image=f"{dlvm}/common-cu129-ubuntu-2204-nvidia-580-v20261001"))
+    assert deprecated.image == f"{dlvm}/common-cu129-ubuntu-2204-nvidia-580-v20261001"  # Still boots: a warning.
+    assert deprecated.findings[-2].line().endswith(
+        "warning: DEPRECATED, replaced by common-cu129-ubuntu-2204-nvidia-580-v20261115")
+    # Driver branch 590 on T4 is fine; V100 (Volta) ends at 580.
+    newer = f"{dlvm}/family/common-cu130-ubuntu-2204-nvidia-590"
+    assert lines(boot_image=newer, gpu="t4")["boot image"].startswith("✓ boot image:")
+    assert lines(boot_image=newer, gpu="v100")["boot image"] == (
+        f"✗ boot image: {dlvm}/common-cu130-ubuntu-2204-nvidia-590-v20261115 has NVIDIA driver branch 590, and V100 "
+        f"(Volta) needs 580 or older: use --boot-image {check.DEFAULT_FAMILY}")
+
+
+def test_user_credentials_say_whose_and_an_expired_login_is_a_cross(world, tmp_path, monkeypatch):
+    adc = tmp_path / "application_default_credentials.json"  # What `gcloud auth application-default login` writes.
+    adc.write_text(json.dumps({"type": "authorized_user", "client_id": "764086051850-x.apps.googleusercontent.com",
+                               "client_secret": "d-FL95Q19q7MQmFpd7hHD0Ty", "refresh_token": "1//user-refresh"}))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+    found = lines()
+    assert found["credentials"] == "✓ credentials: operator@example.com (application default credentials)"
+    assert found["permissions"].startswith("✓ permissions:")  # The user's token reaches the APIs.
+    world.compute.state.revoked_refresh_tokens.add("1//user-refresh")
+    found = lines()
+    assert found["credentials"] == ("✗ credentials: Google refused your credentials (invalid_grant: Token has been "
+                                    "expired or revoked.); run `gcloud auth application-default login` again")
+    assert found["Google Cloud"].startswith("? Google Cloud: not checked without credentials")
+
+
+@pytest.fixture
+def check_cli(tmp_path, world):
+    cli = Cli(tmp_path / "state", None)
+    cli.env.update({"INVOKE_TFCLUSTER_BACKEND": "gcp", "INVOKE_TFCLUSTER_PROJECT": "demo-project",
+                    "INVOKE_TFCLUSTER_ZONE": "us-west1-b", "INVOKE_TFCLUSTER_WORKERS": "2"})
+    cli.enter(world)
+    world.checkip.public = "203.0.113.9"
+    return cli
+
+
+def test_the_command_exits_2_on_a_cross_0_on_a_question_mark_and_up_stops_before_creating(check_cli, world,
+                                                                                        tmp_path):
+    passed = check_cli.run("check", timeout=120)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert passed.stdout.splitlines()[0] == "✓ terraform: " + passed.stdout.splitlines()[0].split(": ", 1)[1]
+    assert "✓ your address: 203.0.113.9/32; SSH is opened to it alone" in passed.stdout
+    assert passed.stdout.rstrip().endswith("14 of 14 checks hold; `invoke up` may go ahead")
+
+    world.project_apis.apis.disabled.add("orgpolicy.googleapis.com")
+    unknown = check_cli.run("check", timeout=120)
+    assert unknown.returncode == 0 and "1 could not be made (?)" in unknown.stdout
+
+    # terraform 1.8 on PATH: the module's `>= 1.9` is refused before terraform would refuse it.
+    old = tmp_path / "bin" / "terraform"
+    old.parent.mkdir()
+    old.write_text('#!/bin/sh\necho \'{"terraform_version":"1.8.5","platform":"linux_amd64"}\'\n')
+    old.chmod(0o755)
+    check_cli.env["PATH"] = f"{old.parent}:{check_cli.env['PATH']}"
+    world.project_apis.apis.policies["compute.requireOsLogin"] = [{"enforce": True}]
+    world.project_apis.apis.disabled.clear()
+    failed = check_cli.run("check", timeout=120)
+    assert failed.returncode == 2, failed.stdout + failed.stderr
+    assert "✗ terraform: 1.8.5 is older than the module's required_version >= 1.9.0: upgrade it" in failed.stdout
+    assert failed.stderr.strip().splitlines() == [
+        "error: 2 of 14 checks fail (terraform, constraints/compute.requireOsLogin); fix what their ✗ lines name, "
+        "then run invoke check again"]
+
+    # `up` runs the same checks first: nothing is created, nothing is remembered.
+    up = check_cli.run("up", timeout=120)
+    assert up.returncode == 2 and "✗ constraints/compute.requireOsLogin: enforced" in up.stdout
+    assert up.stderr.strip().splitlines() == [
+        "error: 2 prerequisites fail (terraform, constraints/compute.requireOsLogin); each ✗ line above names its fix"]
+    assert world.compute.state.instances == {} and check_cli.cluster() is None
+    assert not (check_cli.state_dir / "gcp" / "default" / "terraform.tfvars.json").exists()
+
+
+def test_no_credentials_is_a_cross_that_names_the_login(check_cli, tmp_path):
+    check_cli.env.pop("GOOGLE_APPLICATION_CREDENTIALS")
+    check_cli.env.update({"HOME": str(tmp_path), "CLOUDSDK_CONFIG": str(tmp_path / "gcloud")})
+    result = check_cli.run("check", timeout=120)
+    assert result.returncode == 2
+    assert ("✗ credentials: none found: run `gcloud auth application-default login` (or set "
+            "GOOGLE_APPLICATION_CREDENTIALS to a key file)") in result.stdout
+    assert "Traceback" not in result.stderr

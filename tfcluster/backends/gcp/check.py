@@ -1,0 +1,259 @@
+"""`invoke check` on Google Cloud: before anything bills, one line per prerequisite.
+
+✓ it holds; ✗ it definitely fails, with the fix; ? the check itself could not be made (its API is
+off or reading is refused), with what to ask for. `up` runs the same checks first and stops on ✗.
+The rules live in prerequisites.py; this module asks Google:
+- credentials: google.auth.default, then who they are (a key's service account, or tokeninfo);
+- APIs: Service Usage services.batchGet
+  (https://cloud.google.com/service-usage/docs/reference/rest/v1/services/batchGet);
+- permissions: Resource Manager projects.testIamPermissions, which answers the subset the caller
+  holds (https://cloud.google.com/resource-manager/reference/rest/v1/projects/testIamPermissions);
+- organisation constraints: Org Policy v2 projects.policies.getEffectivePolicy
+  (https://cloud.google.com/resource-manager/docs/reference/orgpolicy/rest/v2/projects.policies/getEffectivePolicy);
+- quota: compute.preflight_quota; the boot image: images.getFromFamily / images.get
+  (https://cloud.google.com/compute/docs/reference/rest/v1/images), whose `deprecated.state` is
+  DEPRECATED (still boots), OBSOLETE or DELETED (refused);
+- terraform: `terraform version -json` against versions.tf's required_version;
+- the operator's address, looked up without any proxy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from tfcluster.backends.base import Finding
+from tfcluster.backends.gcp import prerequisites as rules
+from tfcluster.backends.gcp.address import detect_operator_cidr
+from tfcluster.backends.gcp.terraform import MODULE_DIR
+from tfcluster.errors import ConfigError
+
+DEFAULT_FAMILY = "projects/deeplearning-platform-release/global/images/family/common-cu129-ubuntu-2204-nvidia-580"
+IMAGE_PATH = re.compile(r"projects/(?P<project>[a-z0-9-]+)/global/images/(?:family/(?P<family>[a-z0-9-]+)|(?P<name>[a-z0-9-]+))")
+TIMEOUT = 20.0
+
+
+@dataclass
+class Report:
+    """What check found, and the exact boot image `up` writes into the cluster's tfvars."""
+
+    findings: list[Finding]
+    image: str | None  # projects/P/global/images/NAME, or None when it could not be resolved.
+
+    @property
+    def failed(self) -> list[Finding]:
+        return [finding for finding in self.findings if finding.holds is False]
+
+
+class Refused(Exception):
+    """A Google API answered an error: its status, reason and message."""
+
+    def __init__(self, status: int, reason: str, message: str):
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+    def why(self) -> str:
+        if self.reason == "SERVICE_DISABLED" or "has not been used in project" in self.message:
+            return "its API is off"
+        return f"{self.status} {self.reason}: {self.message}"[:200]
+
+
+class Google:
+    """JSON over HTTPS with the operator's credentials (requests honours REQUESTS_CA_BUNDLE)."""
+
+    def __init__(self, credentials):
+        from google.auth.transport.requests import AuthorizedSession
+
+        self.session = AuthorizedSession(credentials)
+
+    def call(self, method: str, url: str, **kwargs) -> dict:
+        response = self.session.request(method, url, timeout=TIMEOUT, **kwargs)
+        payload = response.json() if response.content else {}
+        if response.status_code >= 400:
+            error = payload.get("error") if isinstance(payload, dict) else None
+            error = error if isinstance(error, dict) else {"message": str(payload)}
+            details = [d.get("reason") for d in error.get("details", []) if isinstance(d, dict) and d.get("reason")]
+            reason = (details or [error.get("status") or ""])[0]
+            raise Refused(response.status_code, reason, error.get("message", ""))
+        return payload
+
+
+def credentials_finding() -> tuple[Finding, object | None]:
+    import google.auth
+    from google.auth.exceptions import DefaultCredentialsError, RefreshError, TransportError
+    from google.auth.transport.requests import Request
+
+    try:
+        credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    except DefaultCredentialsError:
+        return Finding("credentials", False, "none found: run `gcloud auth application-default login` (or set "
+                                             "GOOGLE_APPLICATION_CREDENTIALS to a key file)"), None
+    email = getattr(credentials, "service_account_email", None)
+    try:
+        credentials.refresh(Request())
+    except RefreshError as error:
+        # google-auth raises it with (message, the token endpoint's answer): the message is enough.
+        message = error.args[0] if error.args and isinstance(error.args[0], str) else str(error)
+        return Finding("credentials", False, f"Google refused your credentials ({message[:120]}); run "
+                                             "`gcloud auth application-default login` again"), None
+    except TransportError as error:
+        return Finding("credentials", None, f"cannot reach Google's sign-in ({error})"), None
+    if email and email != "default":
+        return Finding("credentials", True, f"service account {email} (key file)"), credentials
+    try:
+        info = Google(credentials).call("GET", "https://oauth2.googleapis.com/tokeninfo",
+                                        params={"access_token": credentials.token})
+        who = info.get("email") or "an account without an e-mail scope"
+    except Refused:
+        who = "a user account whose e-mail Google does not tell"
+    return Finding("credentials", True, f"{who} (application default credentials)"), credentials
+
+
+def services_finding(google: Google, project: str) -> Finding:
+    url = f"https://serviceusage.googleapis.com/v1/projects/{project}/services:batchGet"
+    try:
+        answer = google.call("GET", url, params={"names": [f"projects/{project}/services/{s}" for s in rules.SERVICES]})
+    except Refused as error:
+        return Finding("APIs", None, f"cannot read them ({error.why()}); ask for roles/serviceusage.serviceUsageViewer")
+    off = sorted(s["name"].rsplit("/", 1)[-1] for s in answer.get("services", []) if s.get("state") != "ENABLED")
+    if off:
+        return Finding("APIs", False, f"{', '.join(off)} off: run `gcloud services enable {' '.join(off)} "
+                                      f"--project {project}`")
+    return Finding("APIs", True, f"{len(rules.SERVICES)} enabled ({', '.join(rules.SERVICES)})")
+
+
+def permissions_finding(google: Google, project: str) -> Finding:
+    url = f"https://cloudresourcemanager.googleapis.com/v1/projects/{project}:testIamPermissions"
+    try:
+        answer = google.call("POST", url, json={"permissions": sorted(rules.PERMISSIONS)})
+    except Refused as error:
+        return Finding("permissions", None, f"cannot test them ({error.why()})")
+    missing = sorted(set(rules.PERMISSIONS) - set(answer.get("permissions", [])))
+    if not missing:
+        return Finding("permissions", True, f"all {len(rules.PERMISSIONS)} that up, train, down and image build use")
+    roles = sorted({rules.PERMISSIONS[p][0] for p in missing})
+    listed = "; ".join(f"{p} ({rules.PERMISSIONS[p][1]})" for p in missing)
+    return Finding("permissions", False, f"your account lacks {listed} in project {project}; ask a project owner "
+                                         f"for {', '.join(roles)}")
+
+
+def constraint_findings(google: Google, target: rules.Target) -> list[Finding]:
+    findings = []
+    for constraint in rules.CONSTRAINTS:
+        url = (f"https://orgpolicy.googleapis.com/v2/projects/{target.project}/policies/"
+               f"{constraint.name}:getEffectivePolicy")
+        try:
+            policy = google.call("GET", url)
+        except Refused as error:
+            return [Finding("organisation policies", None, f"cannot read them ({error.why()}); enable "
+                            "orgpolicy.googleapis.com or ask for roles/orgpolicy.policyViewer, else ask your "
+                            "admin about " + ", ".join(c.name for c in rules.CONSTRAINTS))]
+        holds, detail = rules.judge(constraint, (policy.get("spec") or {}).get("rules", []), target)
+        if holds is False:
+            detail += f"; ask your organisation's admin to exempt project {target.project}"
+        findings.append(Finding(f"constraints/{constraint.name}", holds, detail))
+    return findings
+
+
+def image_finding(google: Google, wanted: str, gpu: str) -> tuple[Finding, str | None]:
+    """The boot image, resolved to an exact one: a family's newest, or the user's own."""
+    match = IMAGE_PATH.fullmatch(wanted)
+    base = f"https://compute.googleapis.com/compute/v1/projects/{match['project']}/global/images/"
+    try:
+        image = google.call("GET", base + (f"family/{match['family']}" if match["family"] else match["name"]))
+    except Refused as error:
+        if error.status == 404:
+            return Finding("boot image", False, f"{wanted} does not exist: pick one from `gcloud compute images list "
+                                                f"--project {match['project']} --no-standard-images`"), None
+        return Finding("boot image", None, f"cannot read {wanted} ({error.why()})"), None
+    exact = f"projects/{match['project']}/global/images/{image['name']}"
+    state = (image.get("deprecated") or {}).get("state", "ACTIVE")
+    if state in ("OBSOLETE", "DELETED"):
+        return Finding("boot image", False, f"{exact} is {state}: pick a current one, e.g. --boot-image "
+                                            f"{DEFAULT_FAMILY}"), None
+    branch = rules.DRIVER_BRANCH.search(image.get("family") or image["name"])
+    if gpu == "nvidia-tesla-v100" and branch and int(branch[1]) > rules.VOLTA_LAST_BRANCH:
+        return Finding("boot image", False, f"{exact} has NVIDIA driver branch {branch[1]}, and V100 (Volta) needs "
+                                            f"{rules.VOLTA_LAST_BRANCH} or older: use --boot-image {DEFAULT_FAMILY}"), None
+    note = (f"; warning: DEPRECATED, replaced by {image['deprecated'].get('replacement', '?').rsplit('/', 1)[-1]}"
+            if state == "DEPRECATED" else "")
+    return Finding("boot image", True, f"{exact}" + (f" (newest of {match['family']})" if match["family"] else "")
+                   + note), exact
+
+
+def terraform_finding() -> Finding:
+    required = re.search(r'required_version\s*=\s*">=\s*([0-9.]+)', (MODULE_DIR / "versions.tf").read_text())[1]
+    binary = os.environ.get("TFCLUSTER_TERRAFORM") or shutil.which("terraform")
+    if not binary or not os.access(binary, os.X_OK):
+        return Finding("terraform", False, f"not installed: install Terraform >= {required} "
+                                           "(https://developer.hashicorp.com/terraform/install)")
+    try:
+        out = subprocess.run([binary, "version", "-json"], capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "CHECKPOINT_DISABLE": "1"}).stdout
+        version = json.loads(out)["terraform_version"]
+    except (OSError, subprocess.TimeoutExpired, ValueError, KeyError, TypeError):
+        return Finding("terraform", None, f"{binary} did not say its version; the module needs >= {required}")
+
+    def numbers(text: str) -> tuple[int, ...]:
+        return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+    if numbers(version) < numbers(required):
+        return Finding("terraform", False, f"{version} is older than the module's required_version >= {required}: "
+                                           "upgrade it (https://developer.hashicorp.com/terraform/install)")
+    return Finding("terraform", True, f"{version} (the module needs >= {required})")
+
+
+def address_finding(operator_cidr: str) -> Finding:
+    if operator_cidr:
+        return Finding("your address", True, f"{operator_cidr} (given); SSH is opened to it alone")
+    try:
+        return Finding("your address", True, f"{detect_operator_cidr()}; SSH is opened to it alone")
+    except ConfigError as error:
+        return Finding("your address", False, str(error))
+
+
+def quota_finding(project: str, zone: str, gpu: str, gpu_count: int, workers: int, spot: bool) -> Finding:
+    from google.api_core import exceptions
+
+    from tfcluster.backends.gcp.compute import ComputeApi, preflight_quota
+
+    try:
+        preflight_quota(ComputeApi(project), zone, gpu, gpu_count, workers, spot)
+    except ConfigError as error:
+        return Finding("quota", False, str(error))
+    except exceptions.GoogleAPICallError as error:
+        return Finding("quota", None, f"cannot read it ({getattr(error, 'reason', None) or error.code}: "
+                                      f"{error.message[:160]})")
+    return Finding("quota", True, f"{gpu_count * workers} x {gpu} fit in {zone}'s region and the project's GPUS_ALL_REGIONS"
+                   if gpu_count else "no GPUs asked for")
+
+
+def run(settings) -> Report:
+    """Every check, in the order a user fixes them."""
+    from tfcluster.backends.gcp.compute import gpu_type
+
+    gpu = gpu_type(settings.gpu)
+    findings = [terraform_finding()]
+    credentials_line, credentials = credentials_finding()
+    findings.append(credentials_line)
+    image = None
+    wanted = settings.boot_image or DEFAULT_FAMILY
+    names = [f"{settings.cluster}-{index}" for index in range(settings.workers)]
+    target = rules.Target(settings.project, settings.zone, names, IMAGE_PATH.fullmatch(wanted)["project"])
+    if credentials is None:
+        findings.append(Finding("Google Cloud", None, "not checked without credentials: APIs, permissions, "
+                                                      "organisation policies, quota, boot image"))
+    else:
+        google = Google(credentials)
+        apis = services_finding(google, settings.project)
+        findings += [apis, permissions_finding(google, settings.project), *constraint_findings(google, target)]
+        findings.append(quota_finding(settings.project, settings.zone, gpu, settings.gpu_count, settings.workers,
+                                      settings.spot))
+        image_line, image = image_finding(google, wanted, gpu)
+        findings.append(image_line)
+    findings.append(address_finding(settings.operator_cidr))
+    return Report(findings, image)
