@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+from tests.world.http import send_json
+
 REPOSITORY = r"/v1/(?P<repo>projects/(?P<project>[^/]+)/locations/[^/]+/repositories/[^/]+)"
 NOW = "2026-11-22T20:00:00Z"
 
@@ -142,12 +144,7 @@ class FakeArtifactRegistryServer:
                 else:
                     code, payload = route(state_ref, self.command, parsed.path, parse_qs(parsed.query),
                                           json.loads(raw) if raw else None)
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, payload)
 
             do_GET = do_POST = do_DELETE = _serve
 

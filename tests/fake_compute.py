@@ -50,6 +50,7 @@ BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 
 from tests.world import compute_auth, compute_resources, iam_api  # noqa: E402
 from tests.world import images as world_images  # noqa: E402
+from tests.world.http import send_json  # noqa: E402
 from tests.fake_operations import advance, capacity_error, new_operation, preempt_instance, start_effect  # noqa: E402
 
 __all__ = ["FakeCompute", "FakeComputeServer", "preempt_instance", "stop_instance"]
@@ -382,12 +383,7 @@ class FakeComputeServer:
                     body = json.loads(raw or b"null") if raw else None
                     code, payload = route(state_ref, self.command, parsed.path, parse_qs(parsed.query), body,
                                           dict(self.headers))
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, payload)
 
             do_GET = do_POST = do_DELETE = _serve
 

@@ -35,8 +35,9 @@ def test_an_api_off_and_a_missing_permission_name_their_fix(world):
     world.compute.state.service_disabled = True
     world.compute.state.missing_permissions |= {"iam.serviceAccounts.actAs", "compute.firewalls.create"}
     found = lines()
-    assert found["APIs"] == ("✗ APIs: artifactregistry.googleapis.com, compute.googleapis.com off: run `gcloud services "
-                             "enable artifactregistry.googleapis.com compute.googleapis.com --project demo-project`")
+    assert found["APIs"] == ("✗ APIs: the APIs artifactregistry.googleapis.com, compute.googleapis.com are off in "
+                             "project demo-project: run `gcloud services enable artifactregistry.googleapis.com "
+                             "compute.googleapis.com --project demo-project`")
     assert found["permissions"] == (
         "✗ permissions: your account lacks compute.firewalls.create (up); iam.serviceAccounts.actAs (up) in project "
         "demo-project; ask a project owner for roles/compute.admin, roles/iam.serviceAccountUser")

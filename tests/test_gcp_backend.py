@@ -522,7 +522,8 @@ def test_google_errors_are_one_line_with_the_fix(gcp_cli):
     gcp_cli.compute.state.service_disabled = True
     up = gcp_cli.run("up", timeout=60)
     assert up.returncode == 2 and "Traceback" not in up.stderr
+    # Seen by `up`'s own check (Service Usage) before any Compute call.
     assert up.stderr.strip().splitlines() == [
-        "error: up: the compute.googleapis.com API is not enabled in project demo-project: enable it with "
-        "`gcloud services enable compute.googleapis.com --project demo-project`, then re-run the same command"]
+        "error: the API compute.googleapis.com is off in project demo-project: run `gcloud services enable "
+        "compute.googleapis.com --project demo-project`"]
     assert gcp_cli.cluster() is None

@@ -24,12 +24,13 @@ which one an estimate used.
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
+
+from tests.world.http import send_json
 
 COMPUTE_ID = "6F81-5844-456A"
 AMERICAS = ["us-central1", "us-east1", "us-west1"]
@@ -168,12 +169,7 @@ class CatalogServer:
                 code, payload = route(catalog_ref, parsed.path, parse_qs(parsed.query), headers)
                 if catalog_ref.answer_seconds:
                     time.sleep(catalog_ref.answer_seconds)  # Models a slow server; nothing waits on it.
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, payload)
 
             def log_message(self, *args):
                 pass

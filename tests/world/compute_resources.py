@@ -30,11 +30,10 @@ from tests.fake_operations import new_operation
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 # What exists in this world (a small part of Google's catalogue, enough for terraform/'s choices):
 # https://cloud.google.com/compute/docs/regions-zones, .../disks#disk-types,
-# .../general-purpose-machines#n1_machines, and the Deep Learning VM image of terraform/variables.tf.
+# .../general-purpose-machines#n1_machines; images are the Compute stand-in's (tests/world/images.py).
 ZONES = {"us-west1-a", "us-west1-b", "us-central1-a", "us-central1-b", "europe-west4-a"}
 DISK_TYPES = {"pd-standard", "pd-balanced", "pd-ssd", "pd-extreme"}
 MACHINE_TYPE = re.compile(r"n1-(standard-(1|2|4|8|16|32|64|96)|highmem-(2|4|8|16|32|64|96)|highcpu-(2|4|8|16|32|64|96))")
-IMAGES = {"projects/deeplearning-platform-release/global/images/common-cu129-ubuntu-2204-nvidia-580-v20261001"}
 COLLECTIONS = {"networks": "global", "firewalls": "global", "subnetworks": "regions/[^/]+"}
 
 
@@ -163,7 +162,8 @@ def _refusal(state, zone: str, body: dict) -> tuple[int, dict] | None:
         if kind not in DISK_TYPES:
             return _error(400, "invalid", f"Invalid value for field 'resource.disks[{index}].initializeParams."
                                           f"diskType': '{params.get('diskType')}'. The provided diskType is not valid.")
-        if params.get("sourceImage") not in IMAGES:
+        image = re.fullmatch(r"projects/([^/]+)/global/images/([^/]+)", params.get("sourceImage") or "")
+        if image is None or f"{image[1]}/{image[2]}" not in state.images:
             return _error(404, "notFound", f"The resource '{params.get('sourceImage')}' was not found")
     for index, accelerator in enumerate(body.get("guestAccelerators", [])):
         kind = accelerator.get("acceleratorType", "").rsplit("/", 1)[-1]

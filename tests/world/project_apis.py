@@ -34,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from tests.world import compute_auth
+from tests.world.http import send_json
 
 PROJECT_NAMES = ("serviceusage.googleapis.com", "cloudresourcemanager.googleapis.com", "orgpolicy.googleapis.com")
 
@@ -80,12 +81,7 @@ class ProjectApisServer:
                 host = self.headers.get("Host", "").split(":")[0]
                 code, payload = server_ref.route(host, self.command, parsed.path, parse_qs(parsed.query), body,
                                                  dict(self.headers))
-                data = json.dumps(payload).encode()
-                self.send_response(code)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, code, payload)
 
             do_GET = do_POST = _serve
 

@@ -121,8 +121,9 @@ def services_finding(google: Google, project: str) -> Finding:
         return Finding("APIs", None, f"cannot read them ({error.why()}); ask for roles/serviceusage.serviceUsageViewer")
     off = sorted(s["name"].rsplit("/", 1)[-1] for s in answer.get("services", []) if s.get("state") != "ENABLED")
     if off:
-        return Finding("APIs", False, f"{', '.join(off)} off: run `gcloud services enable {' '.join(off)} "
-                                      f"--project {project}`")
+        return Finding("APIs", False, f"{'the API' if len(off) == 1 else 'the APIs'} {', '.join(off)} "
+                                      f"{'is' if len(off) == 1 else 'are'} off in project {project}: run "
+                                      f"`gcloud services enable {' '.join(off)} --project {project}`")
     return Finding("APIs", True, f"{len(rules.SERVICES)} enabled ({', '.join(rules.SERVICES)})")
 
 
