@@ -16,7 +16,9 @@ Every poll (at most 60 s apart) it reads its settings afresh, so a change from t
   reboot (the kernel's boot id changes);
 - after ``idle_minutes`` idle it logs the decision with the probe readings, then acts:
   ``stop`` halts the guest (the instance goes to TERMINATED; disks keep billing), ``delete``
-  deletes the VM through the Compute API with the metadata server's token;
+  deletes the VM through the Compute API with the metadata server's token. A refused delete
+  (a missing role, the API off) halts the guest instead and says so in its status, so the VM
+  stops billing for its GPU either way;
 - a training run counts as idle once its last progress is older than the stall limit, so a
   stalled job cannot hold a VM past the limit plus the idle time. Progress is read from the job's
   own log (its stdout, /proc/PID/fd/1): the trainer's step events and ``tfcluster.progress``
@@ -40,6 +42,7 @@ import subprocess
 import sys
 import time
 import traceback
+import urllib.error
 import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -367,6 +370,14 @@ class Gce:
 # ---------------------------------------------------------------- the loop
 
 
+def _google_message(error: urllib.error.HTTPError) -> str:
+    """The message of Google's JSON error body (https://cloud.google.com/apis/design/errors), else the reason."""
+    try:
+        return str(json.loads(error.read().decode())["error"]["message"])[:200]
+    except Exception:  # noqa: BLE001 - any body at all
+        return str(error.reason)
+
+
 def boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -383,6 +394,9 @@ class Watchdog:
         saved = self._load_state()
         self.tracker = IdleTracker(clock, saved.get("boot_id", ""), saved.get("idle_since"))
         self.settings = Settings()
+        # Why the last delete was refused, shown by `invoke status` (None: no refusal).
+        self.refused: str | None = None
+        self.last_status: dict = {}
 
     def log(self, message: str) -> None:
         print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} tfcluster-watchdog: {message}", flush=True)
@@ -420,10 +434,27 @@ class Watchdog:
         elif action == "delete":
             if self.gce is None:
                 raise RuntimeError("action delete needs --gce (the Compute API)")
-            self.log(self.gce.delete_self())
+            try:
+                self.log(self.gce.delete_self())
+            except urllib.error.HTTPError as error:
+                self.refused = f"delete refused by the Compute API ({error.code}: {_google_message(error)}); halted instead"
+                self.log(self.refused)
+                self._publish(self.last_status)  # Before the halt: nothing runs after it.
+                subprocess.run(["shutdown", "-h", "now"], check=True, timeout=60)
         else:
             subprocess.run(["shutdown", "-h", "now"], check=True, timeout=60)
         self.tracker.acted()
+
+    def _publish(self, status: dict) -> None:
+        """status.json, and on Google Cloud the tfcluster/watchdog guest attribute `invoke status` reads."""
+        status = {**status, "refused": self.refused}
+        self.last_status = status
+        self._save("status.json", status)
+        if self.gce is not None:
+            try:
+                self.gce.put_guest_attribute("tfcluster/watchdog", json.dumps(status, sort_keys=True))
+            except Exception as error:  # noqa: BLE001 - status is a courtesy, never fatal
+                self.log(f"cannot publish status: {error}")
 
     def poll_once(self) -> Decision:
         self.settings = self.read_settings()
@@ -441,14 +472,8 @@ class Watchdog:
         readings["boot"] = probe_boot(marker, settings.boot_grace_minutes * 60, self.tracker.clock)
         decision = self.tracker.observe(readings, settings, boot_id())
         self._save("state.json", {"boot_id": self.tracker.boot_id, "idle_since": self.tracker.idle_since})
-        status = {**asdict(decision), "idle_minutes": settings.idle_minutes, "action": settings.action,
-                  "probes": list(settings.probes), "updated_at": time.time()}
-        self._save("status.json", status)
-        if self.gce is not None:
-            try:
-                self.gce.put_guest_attribute("tfcluster/watchdog", json.dumps(status, sort_keys=True))
-            except Exception as error:  # noqa: BLE001 - status is a courtesy, never fatal
-                self.log(f"cannot publish status: {error}")
+        self._publish({**asdict(decision), "idle_minutes": settings.idle_minutes, "action": settings.action,
+                       "probes": list(settings.probes), "updated_at": time.time()})
         if decision.act:
             self.act(decision)
         return decision

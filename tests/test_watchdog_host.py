@@ -223,3 +223,63 @@ def test_a_stalled_job_is_idle_after_its_stall_limit(tmp_path):
     # Not while it made progress; then within the stall limit + idle + one poll (and a little slack).
     assert last + stall + IDLE_SECONDS - POLL <= acted_times(dog)[0] <= last + stall + IDLE_SECONDS + POLL + 1.0
     assert "no progress for" in json.dumps(dog.status()["readings"]["stalled"])
+
+
+def test_a_refused_delete_halts_the_vm_and_says_why(tmp_path, world, monkeypatch):
+    """The VM's service account may not delete its instance (no binding: a role removed by hand, an
+    organisation that forbids it): Compute answers 403, and the watchdog halts the guest instead of
+    leaving a GPU VM billing until the hypervisor deadline. `shutdown` is this world's (PATH): it
+    records that it was asked, instead of halting the machine that runs the tests."""
+    compute = world.compute
+    compute.state.tokens["ya29.fake-token-123"] = "serviceAccount:demo-vm@demo-project.iam.gserviceaccount.com"
+    compute.state.instances["demo-0"] = {"zone": "us-west1-b", "labels": {}, "status": "RUNNING", "guest": {},
+                                         "iam_bindings": []}
+    halted = tmp_path / "halted"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "shutdown").write_text(f'#!/bin/sh\necho "$@" >> {halted}\n')
+    (bin_dir / "shutdown").chmod(0o755)
+    metadata = FakeMetadataServer({
+        "instance/service-accounts/default/token": json.dumps(
+            {"access_token": "ya29.fake-token-123", "expires_in": 3599, "token_type": "Bearer"}),
+        "project/project-id": "demo-project", "instance/zone": "projects/123456789/zones/us-west1-b",
+        "instance/name": "demo-0", "instance/attributes/tfcluster-idle-minutes": str(IDLE_SECONDS / 60),
+        "instance/attributes/tfcluster-idle-action": "delete", "instance/attributes/tfcluster-idle-probes": "jobs",
+    })
+    dog = RunningWatchdog([*world.prefix(), sys.executable, str(WATCHDOG), "--gce", "--state-dir",
+                           str(tmp_path / "state"), "--poll-seconds", str(POLL)], tmp_path / "state",
+                          env={"GCE_METADATA_HOST": metadata.host, "SSL_CERT_FILE": str(world.ca),
+                               "PATH": f"{bin_dir}:{os.environ['PATH']}"})
+    try:
+        wait_for(lambda: halted.exists(), 30, what="the halt after the refused delete")
+        assert halted.read_text().split() == ["-h", "now"]
+        assert compute.state.instances["demo-0"]["status"] == "RUNNING"  # Not deleted: refused.
+        refused = (metadata.status() or {}).get("refused") or ""
+        assert refused.startswith("delete refused by the Compute API (403: Required 'compute.instances.delete' "
+                                  "permission for 'projects/demo-project/zones/us-west1-b/instances/demo-0'"), refused
+        assert refused.endswith("; halted instead")
+    finally:
+        dog.stop()
+        metadata.close()
+
+
+def test_status_shows_a_refused_delete_beside_the_worker(capsys):
+    """What `invoke status` prints from a watchdog status that carries a refusal (the guest attribute
+    the test above publishes), through the Backend interface every backend implements."""
+    from tfcluster.backends.base import Backend
+    from tfcluster.commands.cluster import _print_watchdog
+    from tfcluster.state import ClusterState, HostRecord
+
+    class Halted(Backend):
+        name = "gcp"
+
+        def watchdog_status(self, cluster):
+            return {"worker-0": {"busy": False, "idle_seconds": 40.0, "idle_minutes": 30, "action": "delete",
+                                 "refused": "delete refused by the Compute API (403: Required 'compute.instances."
+                                            "delete' permission); halted instead"}}
+
+    cluster = ClusterState(name="c", backend="gcp", hosts=[HostRecord(name="worker-0", address="10.0.0.2", tf_port=23456)])
+    _print_watchdog(Halted(), cluster)
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("worker-0: the watchdog's delete refused by the Compute API (403: Required 'compute.instances.delete' "
+            "permission); halted instead; its disk bills until `invoke down`") in out

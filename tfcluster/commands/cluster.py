@@ -138,6 +138,11 @@ def _print_watchdog(backend: Backend, cluster: ClusterState) -> None:
             acts = f"{status.get('action')} after {status.get('idle_minutes'):g} idle min"
         table.add_row(record.name, state, ui.duration(status.get("idle_seconds", 0)), acts, deadline_text)
     console.print(table)
+    for record in cluster.hosts:
+        refused = (statuses.get(record.name) or {}).get("refused")
+        if refused:  # The VM halted instead of deleting itself: its disk still bills until `down`.
+            console.print(f"[yellow]![/] {record.name}: the watchdog's {refused}; its disk bills until "
+                          "`invoke down`", markup=True, highlight=False, soft_wrap=True)
 
 
 def idle(settings: Settings, minutes: int | None, off: bool) -> int:
