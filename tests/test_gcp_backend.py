@@ -59,6 +59,16 @@ def test_preflight_names_the_zone_and_the_quota_fix(fake_compute):
     fake_compute.state.region_quotas["us-west1"]["PREEMPTIBLE_NVIDIA_T4_GPUS"] = (2.0, 0.0)
     with pytest.raises(ConfigError, match="quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1 has 2 GPUs free"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=True)
+    # On-demand GPU VMs the hypervisor deletes within 7 days may use the preemptible quota too.
+    fake_compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (1.0, 0.0)
+    fake_compute.state.region_quotas["us-west1"]["PREEMPTIBLE_NVIDIA_T4_GPUS"] = (4.0, 0.0)
+    gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False, deleted_within_hours=168)
+    for hours in (None, 169):  # STOP, or a deadline past 7 days: the standard quota alone.
+        with pytest.raises(ConfigError, match=r"quota NVIDIA_T4_GPUS in us-west1 has 1 GPUs free"):
+            gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False, deleted_within_hours=hours)
+    with pytest.raises(ConfigError, match=r"quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1 has 4 GPUs free"):
+        gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 5, spot=False, deleted_within_hours=12)
+    fake_compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (8.0, 0.0)
     # Rate limited twice, as 403 rateLimitExceeded and as 429: retried with backoff, then it answers.
     for status in (403, 429):
         fake_compute.state.rate_limited_calls, fake_compute.state.rate_limit_status = 2, status

@@ -217,13 +217,14 @@ def address_finding(operator_cidr: str) -> Finding:
         return Finding("your address", False, str(error))
 
 
-def quota_finding(project: str, zone: str, gpu: str, gpu_count: int, workers: int, spot: bool) -> Finding:
+def quota_finding(project: str, zone: str, gpu: str, gpu_count: int, workers: int, spot: bool,
+                  deleted_within_hours: int | None) -> Finding:
     from google.api_core import exceptions
 
     from tfcluster.backends.gcp.compute import ComputeApi, preflight_quota
 
     try:
-        preflight_quota(ComputeApi(project), zone, gpu, gpu_count, workers, spot)
+        preflight_quota(ComputeApi(project), zone, gpu, gpu_count, workers, spot, deleted_within_hours)
     except ConfigError as error:
         return Finding("quota", False, str(error))
     except exceptions.GoogleAPICallError as error:
@@ -253,7 +254,8 @@ def run(settings) -> Report:
         apis = services_finding(google, settings.project)
         findings += [apis, permissions_finding(google, settings.project), *constraint_findings(google, target)]
         findings.append(quota_finding(settings.project, settings.zone, gpu, settings.gpu_count, settings.workers,
-                                      settings.spot))
+                                      settings.spot, settings.max_run_hours if settings.termination_action == "DELETE"
+                                      else None))
         image_line, image = image_finding(google, wanted, gpu)
         findings.append(image_line)
     findings.append(address_finding(settings.operator_cidr))

@@ -219,8 +219,16 @@ def gpu_type(name: str) -> str:
     return full
 
 
-def preflight_quota(api: ComputeApi, zone: str, gpu: str, gpu_count: int, workers: int, spot: bool) -> None:
-    """The zone offers the GPU, and the regional and global GPU quotas cover the cluster."""
+# "GPU VMs that are configured to be automatically deleted after a predefined run time of 7 days or
+# less can consume either preemptible or standard allocation quotas"
+# (https://cloud.google.com/compute/docs/instances/limit-vm-runtime, note at the top).
+TIME_LIMITED_HOURS = 168
+
+
+def preflight_quota(api: ComputeApi, zone: str, gpu: str, gpu_count: int, workers: int, spot: bool,
+                    deleted_within_hours: int | None = None) -> None:
+    """The zone offers the GPU, and the regional and global GPU quotas cover the cluster.
+    ``deleted_within_hours``: the hypervisor deadline's hours when its action is DELETE."""
     if gpu_count == 0:
         return
     offered = api.accelerator_types(zone)
@@ -238,6 +246,10 @@ def preflight_quota(api: ComputeApi, zone: str, gpu: str, gpu_count: int, worker
     # standard quota (https://cloud.google.com/compute/resource-usage#preemptible_quotas).
     if spot and quotas.get("PREEMPTIBLE_" + metric, (0.0, 0.0))[0] > 0:
         metric = "PREEMPTIBLE_" + metric
+    elif deleted_within_hours is not None and deleted_within_hours <= TIME_LIMITED_HOURS:
+        # Either quota may hold these VMs: the one with more room answers for both.
+        free = {m: quotas.get(m, (0.0, 0.0))[0] - quotas.get(m, (0.0, 0.0))[1] for m in (metric, "PREEMPTIBLE_" + metric)}
+        metric = max(free, key=free.get)
     limit, usage = quotas.get(metric, (0.0, 0.0))
     if limit - usage < needed:
         raise ConfigError(f"quota {metric} in {region} has {limit - usage:g} GPUs free (limit {limit:g}, used "
