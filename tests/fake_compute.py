@@ -9,9 +9,11 @@ Behaviours modelled, with their sources:
   message, errors[].reason and, for a disabled API, details[] with a google.rpc.ErrorInfo whose
   reason is SERVICE_DISABLED and metadata.service the API (google-api-core parses these in
   google/api_core/exceptions.py, format_http_response_error).
-- A stopped VM (TERMINATED) loses scheduling.maxRunDuration and, unless SPOT, its
-  instanceTerminationAction (https://cloud.google.com/compute/docs/instances/limit-vm-runtime);
-  instances.setScheduling puts them back.
+- A stopped VM (TERMINATED) keeps scheduling.maxRunDuration and instanceTerminationAction: "The
+  termination timestamp is automatically cleared whenever a VM is stopped or suspended", and is
+  "automatically defined by Compute Engine whenever a VM has a time limit and enters the RUNNING
+  state" (https://cloud.google.com/compute/docs/instances/limit-vm-runtime), so the duration
+  counts again from each start (lastStartTimestamp).
 - A start gives a new ephemeral external IP; the internal IP stays
   (https://cloud.google.com/compute/docs/ip-addresses#ephemeraladdress).
 - A deleted instance answers 404 notFound (instances.get reference).
@@ -151,10 +153,7 @@ def stop_instance(state: FakeCompute, name: str) -> None:
     """What a stop (the watchdog's halt, a deadline, a preemption) does to the instance record."""
     with state.lock:
         instance = state.instances[name]
-        instance["status"] = "TERMINATED"
-        instance["max_run_seconds"] = None  # Cleared by the stop (limit-vm-runtime).
-        if not instance.get("spot"):
-            instance["termination_action"] = None
+        instance["status"] = "TERMINATED"  # Its time limit stays; only the termination timestamp goes.
         instance["external_ip"] = None  # An ephemeral address is released.
 
 

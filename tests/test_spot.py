@@ -232,7 +232,7 @@ def test_a_preempted_worker_comes_back_and_the_same_run_resumes(spot, world, tmp
     # The VM came back on a new external address, which the cluster record now holds.
     assert spot.cluster()["hosts"][1]["ssh_address"] == NEW_IP[1]
     assert world.compute.state.instances["default-1"]["status"] == "RUNNING"
-    assert world.compute.state.instances["default-1"]["max_run_seconds"] == 12 * 3600  # Deadline set again.
+    assert world.compute.state.instances["default-1"]["max_run_seconds"] == 12 * 3600  # Deadline kept and written again.
 
     # Preempted again, and the zone stays full past the limit: one line, nothing left running.
     world.compute.state.no_capacity_starts = 99

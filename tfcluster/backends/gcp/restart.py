@@ -1,11 +1,13 @@
 """Bring a stopped cluster back: what `invoke up` does for a cluster that already exists.
 
 Compute Engine facts this follows:
-- A stopped VM loses `scheduling.maxRunDuration` (and, unless SPOT, its termination action):
-  https://cloud.google.com/compute/docs/instances/limit-vm-runtime. It is put back with
-  instances.setScheduling before the start, with exactly the configured value, so Terraform's
-  state still matches (the google provider stops a VM to change it: hasMaxRunDurationChanged in
-  resource_compute_instance.go).
+- A stop clears the VM's termination timestamp, and the next start defines a new one from
+  `scheduling.maxRunDuration`, which the VM keeps: the deadline counts again from each start
+  (https://cloud.google.com/compute/docs/instances/limit-vm-runtime). The configured scheduling is
+  still written with instances.setScheduling before the start (only allowed on a stopped VM), so a
+  changed `max_run_hours` or termination action takes effect without an apply, at exactly the
+  configured value, so Terraform's state still matches (the google provider stops a VM to change
+  it: hasMaxRunDurationChanged in resource_compute_instance.go).
 - A started VM gets a new ephemeral external IP; its internal IP stays
   (https://cloud.google.com/compute/docs/ip-addresses#ephemeraladdress).
 - Guest attributes survive a stop, so an old "ok" proves nothing: a fresh nonce goes into the
