@@ -125,6 +125,8 @@ class HostLab:
         # name -> text, or a folder to copy. The world the host's processes see.
         self.etc = etc or {}
         self.hosts: list[TestHost] = []
+        # What tests started for these hosts (a metadata server on the bridge): stopped at teardown.
+        self.closers: list = []
         self.root.mkdir(parents=True, exist_ok=True)
         self.client_key = root / "id_ed25519"
         sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(self.client_key))
@@ -174,7 +176,15 @@ class HostLab:
         hostname = f"{self.tag}-h{index}"
         etc_dir = Path("/etc/netns") / netns
         shutil.rmtree(etc_dir, ignore_errors=True)
-        for name, content in {**self.etc, **(vm_login_files(self.home(index)) if self.vm_login else {})}.items():
+        files = {**self.etc}
+        if self.vm_login:
+            files.update(vm_login_files(self.home(index)))
+            # A Compute Engine image's /etc/hosts names the metadata server ("169.254.169.254
+            # metadata.google.internal metadata"); here it is on the bridge, where the world's
+            # machines (tests/world/machines.py) serve it.
+            hosts = str(self.etc.get("hosts") or "127.0.0.1 localhost\n")
+            files["hosts"] = hosts + f"{SUBNET}.1 metadata.google.internal metadata\n"
+        for name, content in files.items():
             etc_dir.mkdir(parents=True, exist_ok=True)
             if isinstance(content, Path):
                 shutil.copytree(content, etc_dir / name, symlinks=True)
@@ -231,6 +241,9 @@ class HostLab:
                 pass
 
     def teardown(self) -> None:
+        for close in reversed(self.closers):
+            close()
+        self.closers = []
         self._teardown_started(len(self.hosts))
 
     def _teardown_started(self, count: int) -> None:

@@ -12,6 +12,19 @@ Behind the names:
 - `TlsRegistry`: Debian's docker-registry with TLS on ADDRESS:443, accepting pushes, as Artifact
   Registry does once `gcloud auth configure-docker` gave Docker credentials (the credentials
   themselves are not modelled).
+- `TokenRegistry`: docker-registry with token authentication, as Artifact Registry signs in: /v2/
+  answers 401 with a Bearer challenge, and its token endpoint exchanges Basic credentials whose
+  user is `oauth2accesstoken` and whose password is a Google access token
+  (https://cloud.google.com/artifact-registry/docs/docker/authentication, "Access token") for a
+  registry token (Docker's token protocol: https://distribution.github.io/distribution/spec/auth/token/).
+  A pull needs artifactregistry.repositories.downloadArtifacts (roles/artifactregistry.reader,
+  or writer) on the repository, a push uploadArtifacts (writer), granted to the token's principal
+  in the repository's IAM policy (the Artifact Registry stand-in's, which terraform's binding
+  writes) or owned by the project's operator; anything else is refused with Artifact Registry's
+  403 DENIED "Permission ... denied on resource ... (or it may not exist)". docker-registry
+  itself checks the token's signature and scope (its `auth: token` configuration); the token
+  endpoint is on port 5001 of the same name, since docker-registry owns /v2/ on 443 (Google
+  serves it at /v2/token; Docker follows whatever realm the challenge names).
 - `DenyingRegistry`: what Artifact Registry answers a Docker client without credentials: /v2/
   answers 401 with a Bearer challenge whose realm is https://REGION-docker.pkg.dev/v2/token
   (seen in docker/setup-buildx-action#79), the anonymous token is granted, and the upload is
@@ -23,15 +36,18 @@ Behind the names:
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import ssl
 import subprocess
 import tempfile
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from tests.conftest import wait_for
+from tests.world.http import send_json
 
 
 class PrivateDaemon:
@@ -111,17 +127,28 @@ def use_daemon(lab, daemon: PrivateDaemon) -> None:
                         str(daemon.socket), "/run/docker.sock"], check=True, capture_output=True)
 
 
-class TlsRegistry:
-    """docker-registry serving HTTPS on ``address``:443 with ``cert``/``key``, storing under ``root``."""
+def _https_server(address: str, port: int, handler, cert: Path, key: Path) -> ThreadingHTTPServer:
+    """``handler`` over HTTPS on address:port with the world's certificate, served from a thread."""
+    server = ThreadingHTTPServer((address, port), handler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    server.socket = context.wrap_socket(server.socket, server_side=True)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
-    def __init__(self, root: Path, address: str, cert: Path, key: Path):
+
+class TlsRegistry:
+    """docker-registry serving HTTPS on ``address``:443 with ``cert``/``key``, storing under ``root``;
+    ``auth`` is the `auth:` section of its configuration (none: it takes any push and pull)."""
+
+    def __init__(self, root: Path, address: str, cert: Path, key: Path, auth: str = ""):
         self.storage = root / "storage"
         root.mkdir(parents=True, exist_ok=True)
         config = root / "registry.yml"
         config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {self.storage}\n"
-                          f"http:\n  addr: {address}:443\n  tls:\n    certificate: {cert}\n    key: {key}\n")
-        self.process = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=subprocess.DEVNULL,
-                                        stderr=subprocess.DEVNULL)
+                          f"http:\n  addr: {address}:443\n  tls:\n    certificate: {cert}\n    key: {key}\n{auth}")
+        self.process = subprocess.Popen(["docker-registry", "serve", str(config)], stdout=open(root / "registry.log", "w"),
+                                        stderr=subprocess.STDOUT)
         def answers() -> bool:
             import socket
 
@@ -188,12 +215,115 @@ class DenyingRegistry:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer((address, 443), Handler)
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(str(cert), str(key))
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = _https_server(address, 443, Handler, cert, key)
 
     def stop(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class TokenRegistry(TlsRegistry):
+    """docker-registry with Artifact Registry's sign-in (see the module doc) on ``name``/``address``.
+
+    ``principal_of(token)`` answers whose a Google access token is (None: unknown); ``roles_of(member,
+    repository)`` the roles that member holds on projects/P/locations/L/repositories/R;
+    ``owner`` holds every permission (the project's operator). ``denied`` holds members an IAM deny
+    policy keeps from every Artifact Registry permission whatever their roles
+    (https://cloud.google.com/iam/docs/deny-overview)."""
+
+    def __init__(self, root: Path, name: str, address: str, cert: Path, key: Path, principal_of, roles_of,
+                 owner: str):
+        import base64
+        import datetime
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import rsa
+        from cryptography.x509.oid import NameOID
+
+        root.mkdir(parents=True, exist_ok=True)
+        self.refusals: list[str] = []
+        self.denied: set[str] = set()
+        denied = self.denied
+        # The token signer: a key and its self-signed certificate, the registry's only trusted root.
+        signer = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "tfcluster test token signer")])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        certificate = (x509.CertificateBuilder().subject_name(subject).issuer_name(subject)
+                       .public_key(signer.public_key()).serial_number(x509.random_serial_number())
+                       .not_valid_before(now - datetime.timedelta(days=1)).not_valid_after(now + datetime.timedelta(days=7))
+                       .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+                       .sign(signer, hashes.SHA256()))
+        (root / "token-root.pem").write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
+        x5c = base64.b64encode(certificate.public_bytes(serialization.Encoding.DER)).decode()
+        issuer, realm = "tfcluster-test-token-issuer", f"https://{name}:5001/v2/token"
+        auth = (f"auth:\n  token:\n    realm: {realm}\n    service: {name}\n    issuer: {issuer}\n"
+                f"    rootcertbundle: {root / 'token-root.pem'}\n")
+        refusals = self.refusals
+        location = name.removesuffix("-docker.pkg.dev")
+
+        def b64(data: bytes) -> str:
+            return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+        def sign(claims: dict) -> str:
+            from cryptography.hazmat.primitives.asymmetric import padding
+
+            header = b64(json.dumps({"typ": "JWT", "alg": "RS256", "x5c": [x5c]}).encode())
+            body = b64(json.dumps(claims).encode())
+            signature = signer.sign(f"{header}.{body}".encode(), padding.PKCS1v15(), hashes.SHA256())
+            return f"{header}.{body}.{b64(signature)}"
+
+        # permission -> the predefined roles that hold it (https://cloud.google.com/artifact-registry/docs/access-control#roles).
+        holders = {"downloadArtifacts": {"roles/artifactregistry.reader", "roles/artifactregistry.writer",
+                                         "roles/artifactregistry.repoAdmin", "roles/artifactregistry.admin"},
+                   "uploadArtifacts": {"roles/artifactregistry.writer", "roles/artifactregistry.repoAdmin",
+                                       "roles/artifactregistry.admin"}}
+
+        class Handler(BaseHTTPRequestHandler):
+            def _answer(self, code: int, body: dict) -> None:
+                send_json(self, code, body)
+
+            def do_GET(self):
+                from urllib.parse import parse_qs, urlparse
+
+                query = parse_qs(urlparse(self.path).query)
+                basic = self.headers.get("Authorization", "")
+                try:
+                    user, token = base64.b64decode(basic.removeprefix("Basic ")).decode().split(":", 1)
+                except ValueError:
+                    user, token = "", ""
+                member = principal_of(token) if user == "oauth2accesstoken" else None
+                if member is None:
+                    refusals.append(f"unauthenticated ({user or 'no credentials'})")
+                    self._answer(401, {"errors": [{"code": "UNAUTHORIZED", "message": "Unauthorized access."}]})
+                    return
+                access = []
+                for scope in query.get("scope", []):  # repository:PROJECT/REPO/IMAGE:pull,push
+                    kind, path, actions = scope.split(":")
+                    project, repo = path.split("/")[:2]
+                    resource = f"projects/{project}/locations/{location}/repositories/{repo}"
+                    roles = set(roles_of(member, resource))
+                    for action in actions.split(","):
+                        permission = "uploadArtifacts" if action == "push" else "downloadArtifacts"
+                        if member in denied or (member != owner and not roles & holders[permission]):
+                            message = (f'Permission "artifactregistry.repositories.{permission}" denied on resource '
+                                       f'"{resource}" (or it may not exist)')
+                            refusals.append(f"{member}: {message}")
+                            self._answer(403, {"errors": [{"code": "DENIED", "message": message}]})
+                            return
+                    access.append({"type": kind, "name": path, "actions": actions.split(",")})
+                issued = int(time.time())
+                jwt = sign({"iss": issuer, "sub": member, "aud": name, "iat": issued, "nbf": issued - 60,
+                            "exp": issued + 3600, "jti": os.urandom(8).hex(), "access": access})
+                self._answer(200, {"token": jwt, "access_token": jwt, "expires_in": 3600})
+
+            def log_message(self, *args):
+                pass
+
+        self.server = _https_server(address, 5001, Handler, cert, key)
+        super().__init__(root, address, cert, key, auth)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+        super().stop()

@@ -214,6 +214,7 @@ def terraform_calls(cli) -> list[str]:
 
 @needs_hosts
 def test_up_status_down(gcp_cli, world):
+    gcp_cli.env["INVOKE_TFCLUSTER_BUCKET_LOCATION"] = "US"  # A multi-region, not the VMs' region.
     up = gcp_cli.run("up", timeout=180)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "plan: 2 x n1-standard-8 + 1 x nvidia-tesla-t4 in us-west1-b" in up.stdout
@@ -226,11 +227,18 @@ def test_up_status_down(gcp_cli, world):
     variables = json.loads((gcp_cli.state_dir / "gcp" / "default" / "terraform.tfvars.json").read_text())
     assert variables["operator_cidr"] == f"{SUBNET}.1/32" and variables["workers"] == 2
     assert variables["ssh_public_key"].startswith("ssh-ed25519 ")
+    # What `invoke check` resolved, pinned for every VM of the cluster.
+    assert variables["image"] == ("projects/deeplearning-platform-release/global/images/"
+                                  "common-cu129-ubuntu-2204-nvidia-580-v20261115")
+    assert variables["bucket_location"] == "US"
 
     state = gcp_cli.cluster()
     # random_id.suffix: three random bytes in hex.
     assert state["status"] == "up" and re.fullmatch(r"demo-project-default-[0-9a-f]{6}", state["bucket"])
     bucket_name = state["bucket"]
+    bucket = bucket_of(gcp_cli.storage, bucket_name)
+    bucket.reload()
+    assert bucket.location == "US"
     # Both of iam.tf's grants on the bucket hold: terraform applies them at once, and each is a
     # read-modify-write of the one policy (a lost one is a VM that cannot write its checkpoints).
     policy = world.storage_proxy.policies[bucket_name]
@@ -463,8 +471,16 @@ def test_idle_control_status_and_restart_of_stopped_vms(gcp_cli):
 
 
 @needs_hosts
-def test_deleted_vm_is_shown_skipped_and_recreated(gcp_cli):
-    assert gcp_cli.run("up", timeout=180).returncode == 0
+def test_deleted_vm_is_shown_skipped_and_recreated(gcp_cli, tmp_path):
+    # Signed in as the README says, `gcloud auth application-default login` (a user's refresh
+    # token), not with a service-account key: every call below, terraform's too, runs on it.
+    adc = tmp_path / "application_default_credentials.json"
+    adc.write_text(json.dumps({"type": "authorized_user", "client_id": "764086051850-x.apps.googleusercontent.com",
+                               "client_secret": "d-FL95Q19q7MQmFpd7hHD0Ty", "refresh_token": "1//operator-login"}))
+    gcp_cli.env["GOOGLE_APPLICATION_CREDENTIALS"] = str(adc)
+    up = gcp_cli.run("up", timeout=180)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "✓ credentials: operator@example.com (application default credentials)" in up.stdout
     state = gcp_cli.compute.state
     # The idle action `delete` runs on default-1 with the VM's own token (its service account):
     # iam.tf's binding on the instance allows it; on a VM of the project outside the cluster it is refused.

@@ -368,7 +368,9 @@ def test_three_ssh_hosts_train_in_containers(icli, images, tmp_path):
                     reason="needs docker-registry and nsenter")
 def test_gcp_image_build_pushes_to_the_cluster_registry_and_up_pre_pulls(tmp_path, world, synthetic_data):
     """On a gcp cluster: `image build` pushes to REGION-docker.pkg.dev/PROJECT/CLUSTER-images and
-    `up --image` pulls it on the VM, through the names Docker resolves (tests/registrylab.py)."""
+    `up --image` pulls it on the VM, through the names Docker resolves (tests/registrylab.py). The
+    registry signs in as Artifact Registry does: the laptop with the operator's token, the VM's
+    Docker with its service account's token from the metadata server."""
     from tests import registrylab
     from tests.hostlab import NET, HostLab, available
     from tests.test_gcp_backend import make_gcp_cli
@@ -384,14 +386,28 @@ def test_gcp_image_build_pushes_to_the_cluster_registry_and_up_pre_pulls(tmp_pat
     try:
         daemon = registrylab.PrivateDaemon(tmp_path / "dockerd", addresses, ca, subnet, f"treg{NET}")
         started.append(daemon)
-        accepted = registrylab.TlsRegistry(tmp_path / "registry", addresses[accepting], cert, key)
+        from tests.world.compute_auth import OPERATOR, OPERATOR_TOKEN
+        from tests.world.names import VM_MEMBER
+
+        accepted = registrylab.TokenRegistry(
+            tmp_path / "registry", accepting, addresses[accepting], cert, key, world.compute.state.tokens.get,
+            lambda member, resource: [b["role"] for b in world.artifacts.state.policies.get(resource, [])
+                                      if member in b.get("members", [])], OPERATOR)
         started.append(accepted)
         started.append(registrylab.DenyingRegistry(denying, addresses[denying], cert, key))
         lab = HostLab(tmp_path / "lab", 1, tag="ti", listen_all=True, vm_login=True)
         started.append(type("Lab", (), {"stop": lambda self: lab.teardown()})())
         registrylab.use_daemon(lab, daemon)
         cli = make_gcp_cli(tmp_path, world, lab, synthetic_data)
-        cli.env.update({"INVOKE_TFCLUSTER_WORKERS": "1", "DOCKER_HOST": daemon.host})
+        # The laptop's Docker signed in with the operator's token, as `gcloud auth configure-docker`
+        # arranges (its own config folder: this machine's ~/.docker stays as it is).
+        cli.env.update({"INVOKE_TFCLUSTER_WORKERS": "1", "DOCKER_HOST": daemon.host,
+                        "DOCKER_CONFIG": str(tmp_path / "docker-config")})
+        signed_in = subprocess.run(["docker", "login", "--username", "oauth2accesstoken", "--password-stdin",
+                                    f"https://{accepting}"], input=OPERATOR_TOKEN, capture_output=True, text=True,
+                                   env={**os.environ, "DOCKER_HOST": daemon.host,
+                                        "DOCKER_CONFIG": cli.env["DOCKER_CONFIG"]})
+        assert signed_in.returncode == 0, signed_in.stderr
         up = cli.run("up", timeout=180)
         assert up.returncode == 0, up.stdout + up.stderr
         registry = "us-west1-docker.pkg.dev/demo-project/default-images"
@@ -434,9 +450,19 @@ def test_gcp_image_build_pushes_to_the_cluster_registry_and_up_pre_pulls(tmp_pat
         # the image on the VM through Docker's names; its preflight then runs inside the image, which
         # (FROM scratch) has no Python: refused with the image's own fault, after the pull.
         assert daemon.docker("rmi", reference).returncode == 0
-        pulled = cli.run("up", "--image", reference, timeout=300)
+        # A VM whose service account may not read the repository (an IAM deny policy here): the
+        # pull is refused with Artifact Registry's own words, on the named VM.
+        accepted.denied.add(VM_MEMBER)
+        denied = cli.run("up", "--image", reference, timeout=300)
+        assert denied.returncode != 0 and "Traceback" not in denied.stderr
+        assert 'Permission "artifactregistry.repositories.downloadArtifacts" denied on resource ' \
+            '"projects/demo-project/locations/us-west1/repositories/default-images"' in denied.stderr, denied.stderr
+        assert "worker-0" in denied.stderr
         assert "reusing registry us-west1-docker.pkg.dev/demo-project/default-images kept by an earlier `down`" \
-            in pulled.stdout, pulled.stdout + pulled.stderr
+            in denied.stdout, denied.stdout + denied.stderr
+        assert any(r.startswith(f"{VM_MEMBER}: ") for r in accepted.refusals)
+        accepted.denied.clear()
+        pulled = cli.run("up", "--image", reference, timeout=300)
         assert pulled.returncode == 2 and f"image {reference} has no python3 on its PATH" in pulled.stderr
         assert daemon.docker("image", "inspect", reference).returncode == 0
         assert cli.run("down", timeout=120).returncode == 0

@@ -20,8 +20,9 @@ from tfcluster.backends.gcp.backend import GcpBackend
 from tfcluster.errors import ConfigError
 
 GCP = {"backend": "gcp", "project": "demo-project", "zone": "us-west1-b", "operator_cidr": "203.0.113.7/32"}
-# Variables the product leaves at the module's default on purpose: no setting chooses them.
-MODULE_DEFAULTS = {"image", "bucket_location"}
+# Variables variables() leaves out: `up` adds the exact boot image that `invoke check` resolved
+# (tfcluster/backends/gcp/backend.py, _create).
+MODULE_DEFAULTS = {"image"}
 
 
 def declared() -> dict[str, str]:

@@ -103,6 +103,9 @@ class Settings:
     # gcp: an opt-in lifecycle rule deleting the bucket's live objects after this many days;
     # 0 keeps them until the user deletes them (old versions always go a day after replacement).
     bucket_retention_days: int = 0
+    # gcp: where the bucket lives (a region such as us-west1, or a multi-region such as US);
+    # empty is the VMs' region, where reads from the VMs cost nothing.
+    bucket_location: str = ""
     # gcp: how long `up` waits for every VM's readiness attribute.
     ready_timeout_seconds: float = 1200.0
     # gcp: restarting a preempted Spot VM in a zone without capacity: the first wait (doubling
@@ -244,6 +247,10 @@ def validate(values: Mapping[str, Any]) -> Settings:
     max_run_hours = parse_int("max_run_hours", values["max_run_hours"], 1)
     if max_run_hours > 168:
         raise ConfigError(f"max_run_hours must be between 1 and 168 (got {max_run_hours})")
+    bucket_location = str(values["bucket_location"] or "").strip()
+    if bucket_location and not re.fullmatch(r"[A-Za-z0-9-]+", bucket_location):
+        # The module's own validation (terraform/variables.tf bucket_location).
+        raise ConfigError(f"bucket_location must be a Cloud Storage location such as US or us-west1 (got {bucket_location!r})")
     bucket_retention_days = parse_int("bucket_retention_days", values["bucket_retention_days"], 0)
     if bucket_retention_days > 3650:
         raise ConfigError(f"bucket_retention_days must be between 0 (keep objects) and 3650 (got {bucket_retention_days})")
@@ -290,6 +297,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         termination_action=termination,
         bucket_force_destroy=parse_bool("bucket_force_destroy", values["bucket_force_destroy"]),
         bucket_retention_days=bucket_retention_days,
+        bucket_location=bucket_location,
         ready_timeout_seconds=ready_timeout,
         capacity_wait_seconds=parse_int("capacity_wait_seconds", values["capacity_wait_seconds"], 1),
         capacity_tries=parse_int("capacity_tries", values["capacity_tries"], 1),

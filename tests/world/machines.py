@@ -13,9 +13,11 @@ are written only when the metadata sets enable-guest-attributes=TRUE
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
-from tests.hostlab import VM_LOGIN, HostLab
+from tests.fake_metadata import FakeMetadataServer
+from tests.hostlab import SUBNET, VM_LOGIN, HostLab
 
 
 @dataclass
@@ -25,6 +27,17 @@ class LabMachines:
     ready: dict = field(default_factory=dict)
     # The host key line the guest agent publishes per VM name (default: the host's own).
     published_keys: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        # The metadata server the VMs reach as metadata.google.internal (the lab's /etc/hosts),
+        # with their service account's token (tests/world/names.py VM_TOKEN): what `docker login`
+        # on a VM signs in with. One for the lab: every VM here has the same service account.
+        from tests.world.names import VM_TOKEN
+
+        if self.lab.vm_login:
+            self.metadata = FakeMetadataServer({"instance/service-accounts/default/token": json.dumps(
+                {"access_token": VM_TOKEN, "expires_in": 3599, "token_type": "Bearer"})}, bind=(f"{SUBNET}.1", 80))
+            self.lab.closers.append(self.metadata.close)
 
     def host_for(self, name: str):
         return self.lab.hosts[int(name.rsplit("-", 1)[1]) % len(self.lab.hosts)]

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tfcluster.backends.base import Finding, Preemption, VmRow
 from tfcluster.backends.gcp import check as prerequisites
+from tfcluster.backends.gcp import docker_login
 from tfcluster.backends.gcp.address import detect_operator_cidr
 from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
                                             preflight_quota, wait_ready)
@@ -69,6 +70,7 @@ class GcpBackend(SshBackend):
             "ssh_public_key": public_key, "idle_minutes": settings.idle_minutes,
             "idle_action": settings.idle_action, "boot_grace_minutes": settings.boot_grace_minutes,
             "max_run_hours": settings.max_run_hours, "bucket_retention_days": settings.bucket_retention_days,
+            "bucket_location": settings.bucket_location,
             "termination_action": settings.termination_action, "boot_disk_gb": settings.boot_disk_gb,
             "bucket_force_destroy": settings.bucket_force_destroy, "boot_nonce": new_nonce(),
             # Docker on the VMs when the workers run in an image (startup.sh, step 2a).
@@ -150,10 +152,12 @@ class GcpBackend(SshBackend):
     def preflight(self, cluster, hosts, need_tensorflow: bool, image: str = "") -> None:
         if image:
             self._require_docker(cluster, image)
+            docker_login.log_in(hosts, image)  # A pull from the cluster's registry needs it.
         super().preflight(cluster, hosts, need_tensorflow, image=image)
 
     def pre_pull(self, cluster, image: str) -> list[str]:
         self._require_docker(cluster, image)
+        docker_login.log_in(self.hosts(cluster), image)
         return super().pre_pull(cluster, image)
 
     def _require_docker(self, cluster, image: str) -> None:
