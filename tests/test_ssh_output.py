@@ -2,12 +2,12 @@
 
 paramiko's transport thread feeds a channel's buffers while the caller polls it
 (paramiko/channel.py: `_feed` and `_feed_extended` fill `in_buffer`/`in_stderr_buffer`,
-`_handle_request` "exit-status" sets `status_event`). OpenSSH sends a command's output, then
-its exit status, and the transport handles them in that order. So the output of a fast command
-can land after the caller found nothing to read and before it sees the exit status; the CI run
-of 2026-11-24 lost a `printf %s "$HOME"` that way ("cannot find the login's home folder:").
-A real sshd hits that window once in hundreds of logins, so this test plays the transport's
-side at exactly that moment.
+`_handle_request` "exit-status" sets `status_event`, `_handle_eof` sets `eof_received`). OpenSSH
+reports a command's exit status when it reaps the child, which can be before the last output
+leaves the child's pipe (serverloop/session.c); only EOF says the output is complete. The CI runs
+of 2026-11-24 and 25 lost a `printf %s "$HOME"` that way ("cannot find the login's home folder:").
+A real sshd hits those windows once in hundreds of logins, so these tests play the transport's
+side at exactly those moments.
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ class ChannelFedBetweenChecks:
         self._code: int | None = None
         self.status_event = threading.Event()
         self.closed = False
+        self.eof_received = False
 
     def _deliver(self) -> None:
         if self._pending:
             self._out, self._err, self._code = self._pending
             self._pending = None
             self.status_event.set()
+            self.eof_received = True
 
     def settimeout(self, _seconds): pass
 
@@ -85,3 +87,36 @@ def test_output_that_arrives_with_the_exit_status_is_kept(monkeypatch):
     monkeypatch.setattr(connection, "client", lambda: Client(channel))
     assert connection.run('printf %s "$HOME"') == (0, "/home/tfcluster", "a warning\n")
     assert channel.closed
+
+
+class StatusBeforeOutput(ChannelFedBetweenChecks):
+    """OpenSSH's other order: the exit status first; the output and EOF a moment later."""
+
+    def __init__(self, stdout: bytes, code: int):
+        super().__init__(stdout, b"", code)
+        self._pending = None
+        self._later = stdout
+        self._code = code
+        self.status_event.set()
+        self.looks = 0
+
+    def recv_stderr_ready(self) -> bool:
+        self.looks += 1
+        if self.looks == 3:  # The output arrives after the caller saw the status twice.
+            self._out, self._later, self.eof_received = self._later, b"", True
+        return False
+
+    def fileno(self):
+        import os
+
+        reader, writer = os.pipe()
+        os.write(writer, b"x")  # Readable at once: select() returns, as paramiko's pipe does on data.
+        self._pipes = getattr(self, "_pipes", []) + [reader, writer]
+        return reader
+
+
+def test_output_that_arrives_after_the_exit_status_is_kept(monkeypatch):
+    channel = StatusBeforeOutput(b"/home/tfcluster", 0)
+    connection = SshConnection("worker-0 (10.0.0.2)", None, "tfcluster", "/dev/null", "")
+    monkeypatch.setattr(connection, "client", lambda: Client(channel))
+    assert connection.run('printf %s "$HOME"') == (0, "/home/tfcluster", "")

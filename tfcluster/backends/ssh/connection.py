@@ -269,7 +269,9 @@ class SshConnection:
                     (sink or out).write(channel.recv(1 << 16))
                 elif channel.recv_stderr_ready():
                     err.write(channel.recv_stderr(1 << 16))
-                elif channel.exit_status_ready():
+                elif channel.exit_status_ready() and (channel.eof_received or channel.closed):
+                    # Both: OpenSSH may send the exit status before the last output (it reports
+                    # the child's exit as soon as it reaps it), so output is complete at EOF.
                     break
                 elif time.monotonic() > deadline:
                     raise socket.timeout(f"no answer to a command within {timeout or self.io_timeout:.0f}s")
@@ -278,9 +280,8 @@ class SshConnection:
                     readable, _, _ = select.select([channel], [], [], 0.01)
                     if not readable:
                         channel.status_event.wait(0.05)
-            # sshd sends the output before the exit status, and paramiko's transport thread
-            # buffers messages in that order, so output that arrived between the checks above
-            # is waiting in the channel now: read it, or a fast command's answer is lost.
+            # Output that arrived between the checks above is waiting in the channel: read it,
+            # or a fast command's answer is lost.
             while channel.recv_ready():
                 (sink or out).write(channel.recv(1 << 16))
             while channel.recv_stderr_ready():
