@@ -4,8 +4,9 @@
 # rebuilds only that part. Needs root, debootstrap, docker and a Python with pip (the first
 # `python3` on PATH: .ci/run calls it with the venv active).
 #   rootfs-KEY.tar + image tfcluster-test/vm:KEY  Debian 12 minbase with systemd, python3, curl,
-#       ca-certificates, psmisc (fuser, as on Ubuntu) -- and NOT python3-venv, so the boot script's
-#       fallback runs -- plus the unit that runs the metadata startup-script as Compute Engine does.
+#       ca-certificates, psmisc (fuser, as on Ubuntu), openssh-server (a Deep Learning VM image has
+#       sshd) -- and NOT python3-venv, so the boot script's fallback runs -- plus the unit that runs
+#       the metadata startup-script as Compute Engine does, and a guest-agent stand-in.
 #   apt-KEY/     an offline apt repository (flat, Packages index) with python3-venv, docker.io and every
 #       package it needs beyond the rootfs; the tests give it to a machine through its apt sources.
 #   wheels-KEY/  the wheels startup/startup.sh installs (requirements/vm.lock: its requirements()
@@ -15,7 +16,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 CACHE="${TFCLUSTER_CI_CACHE:-/var/cache/tfcluster-ci}/vm"
 MIRROR=http://deb.debian.org/debian
-DEBS=systemd,systemd-sysv,dbus,python3,curl,ca-certificates,psmisc
+DEBS=systemd,systemd-sysv,dbus,python3,curl,ca-certificates,psmisc,openssh-server
 APT_PACKAGES=(python3-venv docker.io)
 mkdir -p "$CACHE"
 # One builder at a time: every clone on the machine shares this cache (held until exit).
@@ -56,8 +57,63 @@ curl -fsS --retry 5 --retry-connrefused -H 'Metadata-Flavor: Google' \
 exec /bin/bash "$script"
 EOF
 
+# The guest agent's part that tfcluster relies on (GoogleCloudPlatform/guest-agent README,
+# "Instance Setup" and "Account management"; google_guest_agent/instance_setup.go): at the first
+# boot of an instance (its instance/id differs from the one the agent recorded) it generates new
+# SSH host keys and writes each public key to the guest attribute hostkeys/<type>, so two VMs from
+# one image never share keys; later boots of the same instance keep them and write nothing. On
+# every boot it creates the account of each `user:key` line of the instance's ssh-keys metadata
+# and writes the key into that account's authorized_keys (the real agent also keeps watching the
+# metadata; tfcluster sets ssh-keys only at creation), in the groups the agent uses by default
+# that exist here (adm, dip, docker, video, plugdev).
+read -r -d '' AGENT_UNIT <<'EOF' || true
+[Unit]
+Description=Google guest agent (stand-in: host keys, accounts)
+Wants=network-online.target
+After=network-online.target
+Before=ssh.service google-startup-scripts.service
+
+[Service]
+Type=oneshot
+RemainAfterExit=yes
+ExecStart=/usr/local/bin/tfcluster-test-guest-agent
+
+[Install]
+WantedBy=multi-user.target
+EOF
+read -r -d '' AGENT <<'EOF' || true
+#!/bin/bash
+set -uo pipefail
+MD=http://metadata.google.internal/computeMetadata/v1
+md() { curl -fsS --retry 30 --retry-all-errors --retry-delay 1 -H 'Metadata-Flavor: Google' "$MD/$1"; }
+id=$(md instance/id) || { echo "guest agent: no metadata server" >&2; exit 1; }
+if [ "$id" != "$(cat /etc/default/instance_id 2>/dev/null)" ]; then
+  rm -f /etc/ssh/ssh_host_*
+  ssh-keygen -A
+  for pub in /etc/ssh/ssh_host_*_key.pub; do
+    read -r type key _ <"$pub"
+    curl -fsS -X PUT -H 'Metadata-Flavor: Google' --data "$key" "$MD/instance/guest-attributes/hostkeys/$type" >/dev/null ||
+      echo "guest agent: could not write hostkeys/$type" >&2
+  done
+  echo "$id" >/etc/default/instance_id
+fi
+md instance/attributes/ssh-keys 2>/dev/null | while IFS= read -r line || [ -n "$line" ]; do
+  user=${line%%:*} key=${line#*:}
+  [ -n "$user" ] && [ "$user" != "$line" ] || continue
+  if ! id "$user" >/dev/null 2>&1; then
+    groups=$(for g in adm dip docker video plugdev; do getent group "$g" >/dev/null && printf '%s,' "$g"; done)
+    useradd -m -s /bin/bash ${groups:+-G "${groups%,}"} "$user"
+  fi
+  home=$(getent passwd "$user" | cut -d: -f6)
+  install -d -m 700 -o "$user" -g "$user" "$home/.ssh"
+  printf '%s\n' "$key" >"$home/.ssh/authorized_keys"
+  chown "$user:$user" "$home/.ssh/authorized_keys"
+  chmod 600 "$home/.ssh/authorized_keys"
+done
+EOF
+
 # ---- 1. root filesystem and image
-ROOTFS_KEY=$(key "$MIRROR" "$DEBS" "$UNIT" "$RUNNER" v1)
+ROOTFS_KEY=$(key "$MIRROR" "$DEBS" "$UNIT" "$RUNNER" "$AGENT_UNIT" "$AGENT" v2)
 IMAGE="tfcluster-test/vm:$ROOTFS_KEY"
 ROOTFS_TAR="$CACHE/rootfs-$ROOTFS_KEY.tar"
 if [ ! -f "$ROOTFS_TAR" ]; then
@@ -75,6 +131,16 @@ if [ ! -f "$ROOTFS_TAR" ]; then
     "$root/etc/systemd/system/multi-user.target.wants/google-startup-scripts.service"
   printf '%s\n' "$RUNNER" >"$root/usr/local/bin/tfcluster-test-startup-runner"
   chmod 755 "$root/usr/local/bin/tfcluster-test-startup-runner"
+  printf '%s\n' "$AGENT_UNIT" >"$root/etc/systemd/system/google-guest-agent.service"
+  ln -sf /etc/systemd/system/google-guest-agent.service \
+    "$root/etc/systemd/system/multi-user.target.wants/google-guest-agent.service"
+  printf '%s\n' "$AGENT" >"$root/usr/local/bin/tfcluster-test-guest-agent"
+  chmod 755 "$root/usr/local/bin/tfcluster-test-guest-agent"
+  # The host keys made when openssh-server was installed are the image's, as on a real image: the
+  # guest agent replaces them at each instance's first boot. pam_loginuid cannot write
+  # /proc/self/loginuid without CAP_AUDIT_CONTROL, which an unprivileged container lacks (a VM has
+  # it): there it would refuse every login session.
+  sed -i 's/^session\s\+required\s\+pam_loginuid.so/session optional pam_loginuid.so/' "$root/etc/pam.d/sshd"
   : >"$root/etc/machine-id"
   tar --numeric-owner -C "$root" -cf "$ROOTFS_TAR.tmp" .
   mv "$ROOTFS_TAR.tmp" "$ROOTFS_TAR"

@@ -3,7 +3,7 @@
 # Idempotent: the Python environment is built once per TensorFlow version, everything else
 # is re-checked on each boot. Readiness goes to the guest attribute tfcluster/ready as
 # "<nonce>:<state>": the nonce `invoke up` wrote into the metadata just before this boot (guest
-# attributes survive a stop, so an old "ok" must not pass), and "starting", "ok" or
+# attributes may survive a stop, so an old "ok" must not pass), and "starting", "ok" or
 # "error: <what failed>", which `invoke up` shows next to the VM's name.
 #
 # Order matters for cost: the idle watchdog is installed and running before anything slow or
@@ -33,6 +33,18 @@ mkdir -p "$ROOT" /run/tfcluster
 touch "$MARKER"
 trap 'rm -f "$MARKER"' EXIT
 ready "starting"
+
+# 0. The SSH host keys, on every boot, as the guest agent publishes them at an instance's first
+# boot only (guest attributes hostkeys/<type>; guest-agent instance_setup.go). Google does not
+# say guest attributes survive a stop, and `invoke up` pins a restarted VM's key from them. The
+# guest agent's unit runs before this script's (google-startup-scripts.service), so these are
+# the keys sshd serves.
+for pub in /etc/ssh/ssh_host_*_key.pub; do
+  [ -f "$pub" ] || continue
+  read -r key_type key _ <"$pub"
+  curl -fsS -X PUT -H 'Metadata-Flavor: Google' --data "$key" "$MD/instance/guest-attributes/hostkeys/$key_type" \
+    >/dev/null || echo "tfcluster startup: could not publish the $key_type host key" >&2
+done
 
 # 1. The idle watchdog, delivered through metadata, restarted by systemd if it ever exits.
 md instance/attributes/tfcluster-watchdog > "$ROOT/watchdog.py.new" || fail "metadata tfcluster-watchdog is missing"

@@ -94,6 +94,11 @@ class FakeCompute:
     # Called as on_insert(name, record) when an instances.insert's operation completes: the test
     # world gives the new VM its machine (addresses) and boots it.
     on_insert: object = None
+    # Called as on_delete(name) when an instances.delete's operation completes: the machine goes.
+    on_delete: object = None
+    # The machines behind the instances run startup/startup.sh, which reports readiness itself
+    # (tests/world/booted.py); otherwise a start's completion reports "<nonce>:ok" for it.
+    guests_report_ready: bool = False
     # The next instances.insert calls answer these (status, error body) in turn, e.g. a quota refusal.
     insert_errors: list = field(default_factory=list)
     # Access token -> principal (tests/world/compute_auth.py): the operator's, a VM's service account.

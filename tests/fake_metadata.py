@@ -65,11 +65,7 @@ class FakeMetadataServer:
                 path = self._check()
                 if path is None:
                     return
-                with server._lock:
-                    if path.startswith(GUEST):
-                        value = server.guest_attributes.get(path.removeprefix(GUEST))
-                    else:
-                        value = server.values.get(path)
+                value = server.read(self.client_address[0], path)
                 if value is None:
                     self._reply(404, b"Not Found")
                     return
@@ -85,10 +81,9 @@ class FakeMetadataServer:
                     return
                 length = int(self.headers.get("Content-Length") or 0)
                 value = self.rfile.read(length).decode()
-                key = path.removeprefix(GUEST)
-                with server._lock:
-                    server.guest_attributes[key] = value
-                    server.writes.append(GuestWrite(time.monotonic(), key, value))
+                if not server.write(self.client_address[0], path.removeprefix(GUEST), value):
+                    self._reply(404, b"Not Found")
+                    return
                 self._reply(200, b"")
 
             def log_message(self, *args):
@@ -97,6 +92,21 @@ class FakeMetadataServer:
         self.server = ThreadingHTTPServer(bind, Handler)
         self.server.daemon_threads = True
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def read(self, client: str, path: str) -> str | None:
+        """The value at ``path`` for the machine at address ``client`` (None: 404). One machine
+        here; a server for many answers each by its address, as Google's does."""
+        with self._lock:
+            if path.startswith(GUEST):
+                return self.guest_attributes.get(path.removeprefix(GUEST))
+            return self.values.get(path)
+
+    def write(self, client: str, key: str, value: str) -> bool:
+        """A guest attribute write from ``client``; False when no machine is there."""
+        with self._lock:
+            self.guest_attributes[key] = value
+            self.writes.append(GuestWrite(time.monotonic(), key, value))
+        return True
 
     @property
     def host(self) -> str:

@@ -80,6 +80,8 @@ def start_effect(state, name: str):
             state.on_start(name, instance["external_ip"])
         instance["started"] = _now_iso()
         instance["status"] = "RUNNING"
+        if state.guests_report_ready:
+            return
         # The boot script reports readiness with the nonce of this boot (startup/startup.sh).
         nonce = instance.get("metadata", {}).get("tfcluster-boot-nonce", "")
         instance["guest"]["tfcluster/ready"] = f"{nonce}:ok"

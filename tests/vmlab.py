@@ -161,7 +161,9 @@ class Machine:
 
 
 def pip_conf_wheelhouse(url: str) -> str:
-    return f"[global]\nno-index = true\nfind-links = {url}\ntimeout = 30\n"
+    # pip trusts plain HTTP only from localhost or a trusted-host (a mirror's usual pip.conf).
+    host = url.split("//", 1)[1].split(":", 1)[0].split("/", 1)[0]
+    return f"[global]\nno-index = true\nfind-links = {url}\ntrusted-host = {host}\ntimeout = 30\n"
 
 
 def pip_conf_index(url: str, timeout: int) -> str:
@@ -205,7 +207,7 @@ class VmLab:
             **extra,
         }
         values = {f"instance/attributes/{key}": value for key, value in attributes.items()}
-        values.update({"instance/name": name, "instance/zone": "projects/123/zones/europe-west4-a",
+        values.update({"instance/id": str(abs(hash((name, nonce))) % 10**18 + 10**18), "instance/name": name, "instance/zone": "projects/123/zones/europe-west4-a",
                        "project/project-id": "vmlab-project"})
         return values
 

@@ -211,4 +211,6 @@ def delete_effect(state, name: str):
         with state.lock:
             state.instances.pop(name, None)
             state.others["disks"] = set(state.others.get("disks", set())) - {name}
+        if callable(state.on_delete):
+            state.on_delete(name)
     return gone
