@@ -554,3 +554,4 @@ def test_google_errors_are_one_line_with_the_fix(gcp_cli):
         "error: the API compute.googleapis.com is off in project demo-project: run `gcloud services enable "
         "compute.googleapis.com --project demo-project`"]
     assert gcp_cli.cluster() is None
+
