@@ -95,3 +95,28 @@ def test_up_l4_and_a100_through_terraform_readiness_and_down(tmp_path, world, sy
         if cli.cluster() is not None:
             cli.run("down", timeout=120)
         cli.lab.teardown()
+
+
+def test_the_world_refuses_what_google_refuses_of_accelerator_optimized_vms(fake_compute):
+    """The Compute stand-in's instances.insert (tests/world/compute_resources.py) refuses, in Google's
+    words, what config.py and variables.tf refuse first: so a rule lost on both sides still fails."""
+    from tests.world.compute_resources import _refusal
+
+    def body(machine: str, disk: str = "pd-balanced", nic: str = "", spot: bool = False, gpus: int = 0) -> dict:
+        return {"machineType": f"zones/us-west1-b/machineTypes/{machine}",
+                "disks": [{"initializeParams": {"diskType": f"diskTypes/{disk}", "sourceImage":
+                           "projects/deeplearning-platform-release/global/images/common-cu129-ubuntu-2204-nvidia-580-v20261115"}}],
+                "networkInterfaces": [{"nicType": nic} if nic else {}],
+                "scheduling": {"provisioningModel": "SPOT" if spot else "STANDARD"},
+                "guestAccelerators": [{"acceleratorType": "nvidia-l4", "acceleratorCount": gpus}] if gpus else []}
+
+    state = fake_compute.state
+    assert _refusal(state, "us-west1-b", body("g2-standard-8")) is None
+    assert _refusal(state, "us-west1-b", body("a3-highgpu-8g", nic="GVNIC")) is None
+    assert _refusal(state, "us-west1-b", body("a3-highgpu-2g", nic="GVNIC", spot=True)) is None
+    refusals = {case: _refusal(state, "us-west1-b", b)[1]["error"]["message"] for case, b in {
+        "attached": body("g2-standard-8", gpus=1), "pd-standard": body("g2-standard-8", disk="pd-standard"),
+        "virtio": body("a3-highgpu-8g"), "spot-only": body("a3-highgpu-2g", nic="GVNIC")}.items()}
+    assert "comes with its GPUs" in refusals["attached"]
+    assert refusals["pd-standard"] == "[pd-standard] features are not compatible for creating instance."
+    assert "requires GVNIC" in refusals["virtio"] and "only with Spot VMs" in refusals["spot-only"]
