@@ -2,20 +2,22 @@
 that config.py, the gcp backend (quota, price, driver) and terraform/ (through the generated
 terraform/machine_types.json) all read.
 
-Sources, read 2026-11-25:
-- "GPU machine types", https://cloud.google.com/compute/docs/gpus: N1 takes T4 (1, 2 or 4) or
-  V100 (1, 2, 4 or 8) attached; "For the A and G series accelerator-optimized machine types, the
-  specified GPU model automatically attaches to the instance".
-- "Accelerator-optimized machine family", https://cloud.google.com/compute/docs/accelerator-optimized-machines:
-  the G2 (L4), A2 Standard (A100 40GB), A2 Ultra (A100 80GB) and A3 High (H100) machine types with
-  their GPU count, vCPUs and memory; each series' supported disk types (A3 and G2 take no Standard
-  Persistent Disk); A3 requires the gVNIC network interface; a3-highgpu-1g, -2g and -4g are only
-  for Spot VMs (or Flex-start, which tfcluster does not use).
-- Quota metrics: Compute's Quota.Metric enum (google-cloud-compute, COMMITTED_NVIDIA_L4_GPUS,
-  ..._A100_GPUS, ..._A100_80GB_GPUS, ..._H100_GPUS; A2_CPUS) and "Allocation quotas",
-  https://cloud.google.com/compute/resource-usage (GPU quotas and their PREEMPTIBLE_ forms;
-  GPUS_ALL_REGIONS). G2_CPUS and A3_CPUS are the names regions.get reports for those families'
-  vCPUs; N1 draws on the general CPUS quota, which tfcluster does not check.
+Sources, read 2026-11-25 (through excerpts of the pages; what the excerpts did not show is marked):
+- "GPU machine types", https://cloud.google.com/compute/docs/gpus: "For the A and G series
+  accelerator-optimized machine types, the specified GPU model automatically attaches to the
+  instance. For the N1 general-purpose machine types, you can attach the GPU models specified"
+  (T4: 1, 2 or 4; V100: 1, 2, 4 or 8, with the N1 vCPU and memory limits below).
+- "Accelerator-optimized machine family", https://cloud.google.com/compute/docs/accelerator-optimized-machines,
+  and "Create an A3, A2 or G2 VM", .../gpus/create-gpu-vm-accelerator-optimized: A3 High has H100
+  80GB GPUs, A2 Ultra A100 80GB, A2 Standard A100 40GB, G2 L4. Not in the excerpts read, from the
+  pages' machine-type and storage tables as tfcluster knows them (re-check when Google changes
+  them): each type's vCPUs and memory below; A3 and G2 take no Standard Persistent Disk; A3
+  requires gVNIC; a3-highgpu-1g, -2g and -4g are for Spot VMs (or Flex-start, not used here).
+- Quota metrics: Compute's Quota.Metric enum (google-cloud-compute reference: A2_CPUS,
+  COMMITTED_NVIDIA_L4_GPUS, ..._A100_GPUS, ..._A100_80GB_GPUS, ..._H100_GPUS, GPUS_ALL_REGIONS);
+  the PREEMPTIBLE_ forms from https://cloud.google.com/compute/resource-usage. G2_CPUS and A3_CPUS
+  are not in that enum's published list; they are the names regions.get reports as users quote
+  them. N1 draws on the general CPUS quota, which tfcluster does not check.
 - Driver branches: NVIDIA's data-center driver notes: R580 is the last branch for Volta (V100);
   Ada (L4) and Hopper (H100) need R525 or newer, Ampere (A100) R450.
 """
