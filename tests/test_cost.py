@@ -181,3 +181,12 @@ def test_up_and_status_show_spot_next_to_on_demand(gcp_cli, world):  # noqa: F81
     assert (f"prices of {table['date']}: tfcluster's table (us-central1 list prices, Spot as a flat 70% off); "
             "catalog unavailable: Google rate-limited the catalog (429), try again in a minute") in status.stdout
     assert status.stderr == "" and "RUNNING" in status.stdout
+
+
+def test_the_disk_is_priced_by_its_type():
+    """pd-balanced by default; a pd-ssd or pd-standard boot disk (boot_disk_type) at its own monthly rate."""
+    table = json.loads(cost.PRICES.read_text())
+    on_demand, _ = cost.table_rates(table)
+    disks = {kind: cost._estimate(on_demand, table, "a2-highgpu-1g", "nvidia-tesla-a100", 1, 100, 1, kind).disk
+             for kind in ("pd-balanced", "pd-ssd", "pd-standard")}
+    assert disks == pytest.approx({"pd-balanced": 10 / 730, "pd-ssd": 17 / 730, "pd-standard": 4 / 730})

@@ -331,7 +331,8 @@ class GcpBackend(SshBackend):
         made = applied or {}
         return quote(project, zone, made.get("machine_type", settings.machine_type),
                      made.get("gpu_type") or gpu_type(settings.gpu), made.get("gpu_count", settings.gpu_count),
-                     made.get("boot_disk_gb", settings.boot_disk_gb), workers, spot, self._store.root / "cache")
+                     made.get("boot_disk_gb", settings.boot_disk_gb), workers, spot, self._store.root / "cache",
+                     made.get("boot_disk_type", settings.boot_disk_type))
 
     def teardown(self, cluster, keep: bool, delete_bucket: bool = False) -> None:
         """Destroy everything that bills by the hour, then prove it through the Compute API.

@@ -65,10 +65,11 @@ class Quote:
 
 
 def _estimate(rates: Rates, table: dict, machine_type: str, gpu: str, gpu_count: int, disk_gb: int,
-              workers: int) -> Estimate:
+              workers: int, disk_type: str = "pd-balanced") -> Estimate:
     vm = rates.vm_hour(machine_type)
     gpus = gpu_count * rates.gpu_hour[gpu]
-    disk = disk_gb * table["pd_balanced_gib_month"] / 730  # Monthly rate over 730 hours, as Google bills.
+    # The disk type's monthly rate over 730 hours, as Google bills (pd-balanced, pd-ssd, pd-standard).
+    disk = disk_gb * table[f"{disk_type.replace('-', '_')}_gib_month"] / 730
     return Estimate(vm=vm, gpu=gpus, disk=disk, per_vm=vm + gpus + disk, total=(vm + gpus + disk) * workers)
 
 
@@ -133,7 +134,7 @@ def table_source(table: dict, machine_type: str) -> str:
 
 
 def quote(project: str, zone: str, machine_type: str, gpu: str, gpu_count: int, disk_gb: int, workers: int,
-          spot: bool, cache_dir: Path) -> Quote:
+          spot: bool, cache_dir: Path, disk_type: str = "pd-balanced") -> Quote:
     """On-demand and Spot estimates for the cluster, from the catalog or, failing that, the table."""
     table = json.loads(PRICES.read_text())
     region = region_of(zone)
@@ -144,7 +145,7 @@ def quote(project: str, zone: str, machine_type: str, gpu: str, gpu_count: int, 
         on_demand, spot_rates = table_rates(table)
         date = table["date"] if machine_type.startswith("n1-") else table["families"]["date"]
         source = f"{table_source(table, machine_type)}; catalog unavailable: {error}"
-    args = (table, machine_type, gpu, gpu_count, disk_gb, workers)
+    args = (table, machine_type, gpu, gpu_count, disk_gb, workers, disk_type)
     return Quote(on_demand=_estimate(on_demand, *args), spot=_estimate(spot_rates, *args), spot_in_use=spot,
                  workers=workers, date=date, source=source)
 
