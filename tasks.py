@@ -44,8 +44,8 @@ def _user_errors(body):
             "tf_port": "ssh: TensorFlow port on every host (default 23456)",
             "python": "interpreter that runs the workers (ssh default: python3)",
             "project": "gcp: project ID", "zone": "gcp: zone, e.g. us-west1-b",
-            "gpu": "gcp: t4 or v100", "gpu_count": "gcp: GPUs per VM (default 1)",
-            "machine_type": "gcp: N1 machine type (default n1-standard-8)",
+            "gpu": "gcp: t4, v100, l4, a100, a100-80gb or h100", "gpu_count": "gcp: GPUs per VM (default 1)",
+            "machine_type": "gcp: machine type (default: n1-standard-8, or the GPU's G2/A2/A3 type for gpu_count)",
             "spot": "gcp: SPOT VMs (cheaper; may be stopped by Google)",
             "operator_cidr": "gcp: only source allowed to SSH in (default: your public IP/32)",
             "idle_minutes": "idle watchdog: minutes before acting, 0 = off (default 30)",
@@ -174,7 +174,8 @@ def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bo
 
 @task(auto_shortflags=False,
       help={"backend": "local (default), ssh or gcp", "project": "gcp: project ID",
-            "zone": "gcp: zone, e.g. us-west1-b", "gpu": "gcp: t4 or v100", "gpu_count": "gcp: GPUs per VM",
+            "zone": "gcp: zone, e.g. us-west1-b", "gpu": "gcp: t4, v100, l4, a100, a100-80gb or h100",
+            "gpu_count": "gcp: GPUs per VM",
             "workers": "number of workers (default: tfcluster.workers, 3)", "spot": "gcp: check for SPOT VMs",
             "boot_image": "gcp: projects/P/global/images/NAME or .../images/family/FAMILY "
                           "(default: the Deep Learning VM CUDA family)",
@@ -189,6 +190,17 @@ def check(c, backend: Optional[str] = None, project: Optional[str] = None, zone:
     commands.check(_settings(c, backend=backend, project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
                              workers=workers, spot=spot or None, boot_image=boot_image,
                              operator_cidr=operator_cidr, cluster=cluster))
+
+
+@task(auto_shortflags=False,
+      help={"gpu": "t4, v100, l4, a100, a100-80gb or h100 (default: tfcluster.gpu)",
+            "gpu_count": "GPUs per VM, which picks the machine type (default 1)",
+            "spot": "sort by the Spot price and show the Spot quota", "project": "gcp: project ID"})
+@_user_errors
+def offers(c, gpu: Optional[str] = None, gpu_count: Optional[int] = None, spot: bool = False,
+           project: Optional[str] = None):
+    """Every zone that offers the GPU: one VM's price per hour, on-demand and Spot, and your free quota; cheapest first."""
+    commands.offers(_settings(c, backend="gcp", gpu=gpu, gpu_count=gpu_count, spot=spot or None, project=project))
 
 
 @task(help={"src": "image folder with one sub-folder per class",
@@ -245,5 +257,5 @@ def image(c, action, dockerfile: str = "Dockerfile", tag: Optional[str] = None,
     commands.build_image(_settings(c, cluster=cluster, registry=registry), dockerfile, tag, context)
 
 
-ns = Collection(check, up, train, tune, status, logs, stop, down, data, idle, pull, tensorboard, image)
+ns = Collection(check, offers, up, train, tune, status, logs, stop, down, data, idle, pull, tensorboard, image)
 ns.configure({"tfcluster": config.DEFAULTS})

@@ -13,13 +13,13 @@ resource "google_compute_instance" "worker" {
     initialize_params {
       image  = var.image
       size   = var.boot_disk_gb
-      type   = "pd-balanced"
+      type   = var.boot_disk_type
       labels = local.labels # So that `invoke down` can prove no disk of the cluster is left.
     }
   }
 
   dynamic "guest_accelerator" {
-    for_each = local.has_gpu ? [1] : []
+    for_each = local.attached_gpu ? [1] : []
     content {
       type  = var.gpu_type
       count = var.gpu_count
@@ -47,6 +47,7 @@ resource "google_compute_instance" "worker" {
 
   network_interface {
     subnetwork = google_compute_subnetwork.cluster.id
+    nic_type   = local.nic_type
     access_config {}
   }
 

@@ -4,7 +4,13 @@ locals {
   tag    = "tfcluster-${var.cluster_name}"
   labels = { "tfcluster-cluster" = var.cluster_name }
 
-  has_gpu = var.gpu_count > 0
+  # The GPU and machine family rules, generated from tfcluster/gpus.py (one table for both sides).
+  gpu_table = jsondecode(file("${path.module}/machine_types.json"))
+  has_gpu   = var.gpu_count > 0
+  # N1 takes T4 and V100 as guest_accelerator; G2, A2 and A3 types come with their GPUs.
+  attached_gpu = local.has_gpu && startswith(var.machine_type, "n1-")
+  family       = split("-", var.machine_type)[0]
+  nic_type     = var.nic_type != "" ? var.nic_type : lookup(local.gpu_table.required_nic, local.family, null)
   # GPUs cannot live-migrate, and SPOT VMs cannot either: both must TERMINATE on host maintenance.
   on_host_maintenance = (local.has_gpu || var.spot) ? "TERMINATE" : "MIGRATE"
   # SPOT VMs may not restart automatically; standard ones come back after a host error.

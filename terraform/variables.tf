@@ -35,32 +35,61 @@ variable "workers" {
 }
 
 variable "machine_type" {
-  description = "N1 machine type (T4 and V100 attach only to N1), e.g. n1-standard-8."
+  description = "N1 machine type for attached T4 or V100 GPUs (e.g. n1-standard-8), or the G2, A2 or A3 type that comes with the GPUs (machine_types.json)."
   type        = string
   default     = "n1-standard-8"
   validation {
-    condition     = can(regex("^n1-(standard|highmem|highcpu)-[0-9]+$", var.machine_type))
-    error_message = "machine_type must be an N1 type such as n1-standard-8: T4 and V100 GPUs attach only to N1."
+    condition     = can(regex("^n1-(standard|highmem|highcpu)-[0-9]+$", var.machine_type)) || contains(keys(local.gpu_table.machine_types), var.machine_type)
+    error_message = "machine_type must be an N1 type such as n1-standard-8 (T4, V100) or a G2, A2 or A3 type from machine_types.json."
+  }
+  validation {
+    # N1 takes attached GPUs; a G2, A2 or A3 type comes with its own, which gpu_type and gpu_count must name.
+    condition     = can(regex("^n1-", var.machine_type)) ? var.gpu_count == 0 || contains(lookup(local.gpu_table.attached, var.gpu_type, []), var.gpu_count) : try(local.gpu_table.machine_types[var.machine_type].accelerator == var.gpu_type && local.gpu_table.machine_types[var.machine_type].gpus == var.gpu_count, false)
+    error_message = "gpu_type and gpu_count must be what machine_type takes: T4 or V100 attached to N1 (machine_types.json attached), or the GPUs a G2, A2 or A3 type comes with."
+  }
+  validation {
+    condition     = !try(local.gpu_table.machine_types[var.machine_type].spot_only, false) || var.spot
+    error_message = "machine_type is offered only as Spot (spot = true)."
   }
 }
 
 variable "gpu_type" {
-  description = "GPU attached to every VM."
+  description = "The VMs' GPU: attached on N1, or the one their G2, A2 or A3 machine type comes with."
   type        = string
   default     = "nvidia-tesla-t4"
   validation {
-    condition     = contains(["nvidia-tesla-t4", "nvidia-tesla-v100"], var.gpu_type)
-    error_message = "gpu_type must be nvidia-tesla-t4 or nvidia-tesla-v100."
+    condition     = contains(local.gpu_table.accelerators, var.gpu_type)
+    error_message = "gpu_type must be one of the accelerators in machine_types.json."
   }
 }
 
 variable "gpu_count" {
-  description = "GPUs per VM (0 for a CPU-only cluster)."
+  description = "GPUs per VM (0 for a CPU-only N1 cluster)."
   type        = number
   default     = 1
   validation {
-    condition     = contains([0, 1, 2, 4, 8], var.gpu_count)
-    error_message = "gpu_count must be 0, 1, 2, 4 or 8."
+    condition     = contains([0, 1, 2, 4, 8, 16], var.gpu_count)
+    error_message = "gpu_count must be 0, 1, 2, 4, 8 or 16."
+  }
+}
+
+variable "boot_disk_type" {
+  description = "Boot disk type; each machine family takes its own (machine_types.json disk_types: A3 and G2 take no pd-standard)."
+  type        = string
+  default     = "pd-balanced"
+  validation {
+    condition     = contains(lookup(local.gpu_table.disk_types, split("-", var.machine_type)[0], []), var.boot_disk_type)
+    error_message = "boot_disk_type must be one the machine family supports (machine_types.json disk_types)."
+  }
+}
+
+variable "nic_type" {
+  description = "NIC type, VIRTIO_NET or GVNIC; empty is what the family needs (GVNIC on A3), else Google's default."
+  type        = string
+  default     = ""
+  validation {
+    condition     = contains(["", "VIRTIO_NET", "GVNIC"], var.nic_type) && (var.nic_type == "" || lookup(local.gpu_table.required_nic, split("-", var.machine_type)[0], var.nic_type) == var.nic_type)
+    error_message = "nic_type must be empty, VIRTIO_NET or GVNIC, and GVNIC where the family requires it (machine_types.json required_nic)."
   }
 }
 

@@ -154,6 +154,17 @@ def _instance_json(state: FakeCompute, name: str, zone: str) -> dict:
                          "items": [{"key": k, "value": v} for k, v in sorted(metadata.items())]}}
 
 
+# acceleratorTypes.maximumCardsPerInstance as Compute reports it: T4 4, V100 8, L4 8 (g2-standard-96),
+# A100 40GB 16 (a2-megagpu-16g), A100 80GB and H100 8 (https://cloud.google.com/compute/docs/gpus).
+MAX_CARDS = {"nvidia-tesla-t4": 4, "nvidia-tesla-v100": 8, "nvidia-l4": 8, "nvidia-tesla-a100": 16,
+             "nvidia-a100-80gb": 8, "nvidia-h100-80gb": 8}
+
+
+def _accelerator(state: FakeCompute, zone: str, name: str) -> dict:
+    return {"kind": "compute#acceleratorType", "name": name, "zone": f"projects/{state.project}/zones/{zone}",
+            "maximumCardsPerInstance": MAX_CARDS.get(name, 4), "description": name}
+
+
 def stop_instance(state: FakeCompute, name: str) -> None:
     """What a stop (the watchdog's halt, a deadline, a preemption) does to the instance record."""
     with state.lock:
@@ -168,6 +179,8 @@ def stop_instance(state: FakeCompute, name: str) -> None:
 # "Required '<permission>' permission for '<resource>'" (the text gcloud and Terraform relay).
 PERMISSIONS = [
     ("GET", BASE + "/zones/[^/]+/acceleratorTypes", "compute.acceleratorTypes.list"),
+    ("GET", BASE + "/aggregated/acceleratorTypes", "compute.acceleratorTypes.list"),
+    ("GET", BASE + "/regions", "compute.regions.list"),
     ("GET", BASE + "/regions/[^/]+", "compute.regions.get"),
     ("GET", BASE, "compute.projects.get"),
     ("GET", BASE + "/zones/[^/]+/instances", "compute.instances.list"),
@@ -223,10 +236,25 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/acceleratorTypes", path)
     if match and method == "GET":
         zone = match["zone"]
-        items = [{"kind": "compute#acceleratorType", "name": name, "zone": f"projects/{state.project}/zones/{zone}",
-                  "maximumCardsPerInstance": 4, "description": name} for name in state.accelerators.get(zone, [])]
+        items = [_accelerator(state, zone, name) for name in state.accelerators.get(zone, [])]
         return 200, {"kind": "compute#acceleratorTypeList", "id": f"projects/{state.project}/zones/{zone}/acceleratorTypes",
                      "items": items}
+    if re.fullmatch(BASE + "/aggregated/acceleratorTypes", path) and method == "GET":
+        # acceleratorTypes.aggregatedList: items keyed "zones/ZONE", each {"acceleratorTypes": [...]},
+        # or {"warning": {"code": "NO_RESULTS_ON_PAGE"}} where the filter leaves none
+        # (https://cloud.google.com/compute/docs/reference/rest/v1/acceleratorTypes/aggregatedList).
+        wanted = re.fullmatch(r"\s*name\s*(?:=|eq)\s*\"?([a-z0-9-]+)\"?\s*", query.get("filter", [""])[0])
+        items = {}
+        for zone, names in sorted(state.accelerators.items()):
+            found = [_accelerator(state, zone, n) for n in names if not wanted or n == wanted[1]]
+            items[f"zones/{zone}"] = {"acceleratorTypes": found} if found else {"warning": {
+                "code": "NO_RESULTS_ON_PAGE", "message": "There are no results for scope 'zones/" + zone + "' on this page."}}
+        return 200, {"kind": "compute#acceleratorTypeAggregatedList", "items": items}
+    if re.fullmatch(BASE + "/regions", path) and method == "GET":  # regions.list: every region with its quotas.
+        return 200, {"kind": "compute#regionList", "items": [
+            {"kind": "compute#region", "name": region, "status": "UP",
+             "quotas": [{"metric": m, "limit": limit, "usage": usage} for m, (limit, usage) in quotas.items()]}
+            for region, quotas in sorted(state.region_quotas.items())]}
     match = re.fullmatch(BASE + "/regions/(?P<region>[^/]+)", path)
     if match and method == "GET":
         quotas = [{"metric": metric, "limit": limit, "usage": usage}

@@ -181,3 +181,14 @@ def test_no_credentials_is_a_cross_that_names_the_login(check_cli, tmp_path):
     assert ("✗ credentials: none found: run `gcloud auth application-default login` (or set "
             "GOOGLE_APPLICATION_CREDENTIALS to a key file)") in result.stdout
     assert "Traceback" not in result.stderr
+
+
+def test_the_driver_branch_must_fit_the_gpu():
+    """Each GPU's bounds from tfcluster/gpus.py: Volta ends at 580; Ada and Hopper start at 525."""
+    from tfcluster.backends.gcp import prerequisites as rules
+
+    assert rules.driver_fits("nvidia-tesla-v100", 590) == "V100 (Volta) needs 580 or older"
+    assert rules.driver_fits("nvidia-tesla-v100", 580) == ""
+    assert rules.driver_fits("nvidia-l4", 470) == "L4 (Ada) needs 525 or newer"
+    assert rules.driver_fits("nvidia-h100-80gb", 470) == "H100 (Hopper) needs 525 or newer"
+    assert [rules.driver_fits(gpu, 590) for gpu in ("nvidia-l4", "nvidia-tesla-a100", "nvidia-h100-80gb")] == [""] * 3

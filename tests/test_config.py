@@ -137,6 +137,26 @@ def test_trainer_rejects_bad_arguments(synthetic_data, capsys):
      "machine_type n1-standard-16 (16 vCPUs, 60 GB) is too large for 1 x nvidia-tesla-v100: Google allows "
      "at most 12 vCPUs and 78 GB"),
     ({"gpu": "t4", "gpu_count": 1, "machine_type": "n1-highmem-64"}, "at most 48 vCPUs and 312 GB"),
+    # G2, A2 and A3 (tfcluster/gpus.py): the GPUs come with the machine type.
+    ({"gpu": "a200"}, "gpu must be one of t4, v100, l4, a100, a100-80gb, h100 (got 'a200')"),
+    ({"gpu": "l4", "gpu_count": 3}, "gpu_count must be one of 1, 2, 4, 8 for l4 on G2 (got 3)"),
+    ({"gpu": "a100", "gpu_count": 0}, "gpu_count must be one of 1, 2, 4, 8, 16 for a100 on A2 (got 0)"),
+    ({"gpu": "l4", "machine_type": "n1-standard-8"},
+     "machine_type n1-standard-8 does not come with l4 GPUs: l4 runs on G2 (g2-standard-8, g2-standard-4, "),
+    ({"gpu": "t4", "machine_type": "g2-standard-8"}, "machine_type must be an N1 type such as n1-standard-8"),
+    ({"gpu": "l4", "gpu_count": 1, "machine_type": "g2-standard-24"},
+     "machine_type g2-standard-24 has 2 x l4, not gpu_count 1; leave machine_type empty to pick g2-standard-8"),
+    ({"gpu": "h100", "gpu_count": 1},
+     "machine_type a3-highgpu-1g is offered only as Spot: add --spot, or use a3-highgpu-8g"),
+    ({"gpu": "l4", "boot_disk_type": "pd-standard"}, "boot_disk_type must be one of pd-balanced, pd-ssd on G2 "
+                                                     "(got 'pd-standard')"),
+    ({"gpu": "h100", "gpu_count": 8, "boot_disk_type": "pd-standard"}, "boot_disk_type must be one of pd-balanced, "
+                                                                        "pd-ssd on A3"),
+    ({"gpu": "t4", "boot_disk_type": "hyperdisk-balanced"}, "boot_disk_type must be one of pd-standard, "
+                                                            "pd-balanced, pd-ssd on N1"),
+    ({"gpu": "h100", "gpu_count": 8, "nic_type": "virtio_net"}, "nic_type must be GVNIC on A3 (got VIRTIO_NET); "
+                                                                "leave nic_type empty to have it"),
+    ({"nic_type": "e1000"}, "nic_type must be one of VIRTIO_NET, GVNIC or empty (got 'E1000')"),
 ])
 def test_gcp_refuses_what_google_would_refuse(overrides, message):
     with pytest.raises(ConfigError) as error:
@@ -148,6 +168,15 @@ def test_gcp_accepts_the_shapes_google_offers():
     assert config.load({"backend": "gcp", "cluster": "exp", "machine_type": "n1-standard-8"}).gpu_count == 1
     assert config.load({"backend": "gcp", "gpu": "v100", "gpu_count": 8, "machine_type": "n1-highmem-96"})
     assert config.load({"backend": "local", "cluster": "x"}).cluster == "x"  # Other backends keep the old rule.
+    # An empty machine_type is picked from the GPU and gpu_count (tfcluster/gpus.py).
+    picked = {(gpu, count): config.load({"backend": "gcp", "gpu": gpu, "gpu_count": count, "spot": True}).machine_type
+              for gpu, count in [("t4", 1), ("l4", 1), ("l4", 2), ("a100", 1), ("a100", 16), ("a100-80gb", 8),
+                                 ("h100", 1), ("h100", 8)]}
+    assert picked == {("t4", 1): "n1-standard-8", ("l4", 1): "g2-standard-8", ("l4", 2): "g2-standard-24",
+                      ("a100", 1): "a2-highgpu-1g", ("a100", 16): "a2-megagpu-16g",
+                      ("a100-80gb", 8): "a2-ultragpu-8g", ("h100", 1): "a3-highgpu-1g", ("h100", 8): "a3-highgpu-8g"}
+    assert config.load({"backend": "gcp", "gpu": "nvidia-l4"}).gpu == "l4"  # The accelerator name works too.
+    assert config.load({"backend": "gcp", "gpu": "h100", "gpu_count": 8, "nic_type": "gvnic"}).nic_type == "GVNIC"
 
 
 def test_gcp_cluster_name_rule_matches_the_terraform_module():

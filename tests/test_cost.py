@@ -11,14 +11,22 @@ from datetime import datetime, timezone
 import pytest
 
 from tests.test_gcp_backend import fake_compute, gcp_cli, needs_hosts  # noqa: F401 - the gcp world's CLI fixtures.
-from tests.world.billing import AMERICAS, compute_skus, sku
+from tests.world.billing import AMERICAS, FAMILY_PRICES, GPU_PRICES, compute_skus, sku
+from tfcluster import gpus
 from tfcluster.backends.gcp import cost, pricing
 
 TODAY = datetime.now(timezone.utc).date().isoformat()
+# What the stand-in lists in the Americas: N1 and T4/V100 here, G2/A2/A3 and their GPUs in billing.py.
+_ACCELERATOR = {g.sku: g.accelerator for g in gpus.GPUS.values()}
+_FAMILY = {f.sku: f.name for f in gpus.FAMILIES.values()}
 ON_DEMAND = pricing.Rates(vcpu_hour=0.0332, memory_gib_hour=0.00445,
-                          gpu_hour={"nvidia-tesla-t4": 0.36, "nvidia-tesla-v100": 2.55})
+                          gpu_hour={"nvidia-tesla-t4": 0.36, "nvidia-tesla-v100": 2.55,
+                                    **{_ACCELERATOR[w]: p for w, (p, _) in GPU_PRICES.items()}},
+                          family_hour={_FAMILY[w]: [c, r] for w, (c, r, _, _) in FAMILY_PRICES.items()})
 SPOT = pricing.Rates(vcpu_hour=0.0071, memory_gib_hour=0.00095,
-                     gpu_hour={"nvidia-tesla-t4": 0.12, "nvidia-tesla-v100": 0.85})
+                     gpu_hour={"nvidia-tesla-t4": 0.12, "nvidia-tesla-v100": 0.85,
+                               **{_ACCELERATOR[w]: p for w, (_, p) in GPU_PRICES.items()}},
+                     family_hour={_FAMILY[w]: [c, r] for w, (_, _, c, r) in FAMILY_PRICES.items()})
 
 
 def skus_of(records: list[dict]):
@@ -65,17 +73,17 @@ def test_catalog_through_the_real_client_pages_and_names_its_failures(world, tmp
                                 "--project demo-project`")
 
     catalog.disabled_projects.clear()
-    catalog.page_limit = 4
+    catalog.page_limit = 16  # 40 SKUs; the last one needed in the Americas is the 34th.
     assert pricing.read_catalog("demo-project", "us-west1") == (ON_DEMAND, SPOT)
     pages = [r for r in catalog.requests if r["path"].endswith("/skus")]
-    assert [r["query"].get("pageToken", [""])[0] for r in pages] == ["", "4", "8", "12"]
+    assert [r["query"].get("pageToken", [""])[0] for r in pages] == ["", "16", "32"]
     assert all(r["project"] == "demo-project" and r["authorization"].startswith("Bearer ") for r in catalog.requests)
 
     # Every SKU found before the last page: no further page is read.
     catalog.skus = compute_skus()[3:] + [sku(f"F-{i}", f"Filler {i}", "Misc", "OnDemand", [], 0.1) for i in range(9)]
     mark = len(catalog.requests)
     assert pricing.read_catalog("demo-project", "us-west1") == (ON_DEMAND, SPOT)
-    assert len([r for r in catalog.requests[mark:] if r["path"].endswith("/skus")]) == 3
+    assert len([r for r in catalog.requests[mark:] if r["path"].endswith("/skus")]) == 2  # Of 3.
 
     catalog.rate_limited_calls = 1
     with pytest.raises(pricing.CatalogUnavailable, match=r"^Google rate-limited the catalog \(429\)"):
@@ -173,3 +181,12 @@ def test_up_and_status_show_spot_next_to_on_demand(gcp_cli, world):  # noqa: F81
     assert (f"prices of {table['date']}: tfcluster's table (us-central1 list prices, Spot as a flat 70% off); "
             "catalog unavailable: Google rate-limited the catalog (429), try again in a minute") in status.stdout
     assert status.stderr == "" and "RUNNING" in status.stdout
+
+
+def test_the_disk_is_priced_by_its_type():
+    """pd-balanced by default; a pd-ssd or pd-standard boot disk (boot_disk_type) at its own monthly rate."""
+    table = json.loads(cost.PRICES.read_text())
+    on_demand, _ = cost.table_rates(table)
+    disks = {kind: cost._estimate(on_demand, table, "a2-highgpu-1g", "nvidia-tesla-a100", 1, 100, 1, kind).disk
+             for kind in ("pd-balanced", "pd-ssd", "pd-standard")}
+    assert disks == pytest.approx({"pd-balanced": 10 / 730, "pd-ssd": 17 / 730, "pd-standard": 4 / 730})

@@ -42,7 +42,7 @@ def test_preflight_names_the_zone_and_the_quota_fix(fake_compute):
     gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False)  # Fits.
     fake_compute.state.accelerators["us-west1-b"] = ["nvidia-tesla-v100"]
     with pytest.raises(ConfigError, match=r"zone us-west1-b does not offer nvidia-tesla-t4 \(it has: "
-                                          r"nvidia-tesla-v100\); pick a zone from `gcloud compute"):
+                                          r"nvidia-tesla-v100\); pick a zone from `invoke offers --gpu t4`"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False)
     fake_compute.state.accelerators["us-west1-b"] = ["nvidia-tesla-t4"]
     fake_compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (4.0, 2.0)
@@ -396,9 +396,9 @@ def test_missing_terraform_and_credentials(tmp_path, synthetic_data, fake_comput
     assert no_credentials.returncode == 2
     assert "error: no Google Cloud credentials; run `gcloud auth application-default login`" in no_credentials.stderr
 
-    cli.env["INVOKE_TFCLUSTER_GPU"] = "a100"
+    cli.env["INVOKE_TFCLUSTER_GPU"] = "a200"
     bad_gpu = cli.run("up")
-    assert "gpu must be one of t4, v100 (got 'a100')" in bad_gpu.stderr
+    assert "gpu must be one of t4, v100, l4, a100, a100-80gb, h100 (got 'a200')" in bad_gpu.stderr
 
 
 @needs_hosts
@@ -554,3 +554,4 @@ def test_google_errors_are_one_line_with_the_fix(gcp_cli):
         "error: the API compute.googleapis.com is off in project demo-project: run `gcloud services enable "
         "compute.googleapis.com --project demo-project`"]
     assert gcp_cli.cluster() is None
+

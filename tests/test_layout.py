@@ -18,7 +18,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "tfcluster"
-BOTTOM = {"tfcluster.state", "tfcluster.config", "tfcluster.errors", "tfcluster.tfconfig", "tfcluster.tflog",
+BOTTOM = {"tfcluster.state", "tfcluster.config", "tfcluster.errors", "tfcluster.tfconfig", "tfcluster.tflog", "tfcluster.gpus",
           "tfcluster.ui",
           "tfcluster.container", "tfcluster.steptime"}
 

@@ -68,9 +68,9 @@ def test_every_variable_has_a_description_and_a_validation():
         assert body.get("description"), f"{name} has no description"
         if body.get("type") != "bool":
             assert body.get("validation"), f"{name} has no validation"
-    assert 'contains(["nvidia-tesla-t4", "nvidia-tesla-v100"], var.gpu_type)' in one(
-        variables["gpu_type"]["validation"])["condition"]
-    assert "^n1-" in one(variables["machine_type"]["validation"])["condition"]
+    # The GPU and family rules read the table generated from tfcluster/gpus.py (test_terraform_agreement.py).
+    assert "contains(local.gpu_table.accelerators, var.gpu_type)" in one(variables["gpu_type"]["validation"])["condition"]
+    assert "^n1-" in variables["machine_type"]["validation"][0]["condition"]
     assert 'var.operator_cidr != "0.0.0.0/0"' in one(variables["operator_cidr"]["validation"])["condition"]
     assert "var.workers >= 1" in one(variables["workers"]["validation"])["condition"]
     assert 'contains(["STOP", "DELETE"], var.termination_action)' in one(
@@ -87,8 +87,10 @@ def test_gpu_forces_terminate_on_host_maintenance():
     worker = resources("google_compute_instance")["worker"]
     scheduling = one(worker["scheduling"])
     assert scheduling["on_host_maintenance"] == "${local.on_host_maintenance}"
+    # Attached only on N1: G2, A2 and A3 types come with their GPUs.
+    assert local["attached_gpu"] == '${local.has_gpu && startswith(var.machine_type, "n1-")}'
     accelerator = one(worker["dynamic"])["guest_accelerator"]
-    assert accelerator["for_each"] == "${local.has_gpu ? [1] : []}"
+    assert accelerator["for_each"] == "${local.attached_gpu ? [1] : []}"
 
 
 def test_hypervisor_deadline_and_vm_hardening():

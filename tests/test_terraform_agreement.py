@@ -145,3 +145,54 @@ def test_the_bucket_deletes_no_live_object_unless_asked(tmp_path, terraform_env)
     asked = planned_bucket(terraform_env, tmp_path / "asked", product_variables(bucket_retention_days=30))
     ages = sorted(rule["condition"][0].get("age") or 0 for rule in asked["lifecycle_rule"])
     assert ages == [0, 30]
+
+
+def test_the_modules_gpu_table_is_generated_from_tfcluster_gpus():
+    """terraform/machine_types.json is tfcluster/gpus.py's table, as `python -m tfcluster.gpus` writes it."""
+    from tfcluster import gpus
+
+    assert json.loads((TF / "machine_types.json").read_text()) == gpus.terraform_table(), \
+        "stale: run python -m tfcluster.gpus > terraform/machine_types.json"
+
+
+# (machine_type, gpu_type, gpu_count, boot_disk_type, nic_type, spot): each family's rule at work,
+# accepted and refused (tfcluster/gpus.py; the module reads the same table).
+GPU_CASES = {
+    "n1_t4": ("n1-standard-8", "nvidia-tesla-t4", 1, "pd-balanced", "", False),
+    "n1_v100_16": ("n1-standard-8", "nvidia-tesla-v100", 16, "pd-balanced", "", False),
+    "n1_l4": ("n1-standard-8", "nvidia-l4", 1, "pd-balanced", "", False),
+    "g2_l4_2": ("g2-standard-24", "nvidia-l4", 2, "pd-ssd", "", False),
+    "g2_l4_count": ("g2-standard-24", "nvidia-l4", 1, "pd-balanced", "", False),
+    "g2_pd_standard": ("g2-standard-8", "nvidia-l4", 1, "pd-standard", "", False),
+    "a2_a100": ("a2-highgpu-1g", "nvidia-tesla-a100", 1, "pd-standard", "", False),
+    "a2_a100_16": ("a2-megagpu-16g", "nvidia-tesla-a100", 16, "pd-balanced", "", False),
+    "a2_wrong_gpu": ("a2-highgpu-1g", "nvidia-l4", 1, "pd-balanced", "", False),
+    "a2_ultra": ("a2-ultragpu-8g", "nvidia-a100-80gb", 8, "pd-balanced", "", False),
+    "a3_h100": ("a3-highgpu-8g", "nvidia-h100-80gb", 8, "pd-balanced", "GVNIC", False),
+    "a3_virtio": ("a3-highgpu-8g", "nvidia-h100-80gb", 8, "pd-balanced", "VIRTIO_NET", False),
+    "a3_spot_only": ("a3-highgpu-2g", "nvidia-h100-80gb", 2, "pd-balanced", "", False),
+    "a3_spot": ("a3-highgpu-2g", "nvidia-h100-80gb", 2, "pd-ssd", "", True),
+    "a3_pd_standard": ("a3-highgpu-8g", "nvidia-h100-80gb", 8, "pd-standard", "", False),
+}
+
+
+def test_gpu_and_machine_family_rules_agree_with_the_module(tmp_path, terraform_env):
+    base = product_variables()
+    product_accepts, modules = {}, {}
+    for case, (machine, gpu, count, disk, nic, spot) in GPU_CASES.items():
+        try:
+            config.load({**GCP, "machine_type": machine, "gpu": gpu, "gpu_count": count, "boot_disk_type": disk,
+                         "nic_type": nic, "spot": spot})
+            product_accepts[case] = True
+        except ConfigError:
+            product_accepts[case] = False
+        modules[case] = {"source": "./module", **base, "machine_type": machine, "gpu_type": gpu, "gpu_count": count,
+                         "boot_disk_type": disk, "nic_type": nic, "spot": spot}
+    # The rules read other variables and the table: only `plan` evaluates them.
+    refused = refused_by_terraform(terraform_env, tmp_path / "root", modules, "plan -input=false -refresh=false")
+    disagree = {case: f"config.py {'accepts' if ok else 'refuses'}, terraform "
+                      f"{'refuses' if case in refused else 'accepts'}"
+                for case, ok in product_accepts.items() if ok == (case in refused)}
+    assert disagree == {}
+    assert sorted(refused) == sorted(case for case, ok in product_accepts.items() if not ok)
+    assert {"n1_l4", "g2_pd_standard", "a3_virtio", "a3_spot_only", "a2_wrong_gpu"} <= refused

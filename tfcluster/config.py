@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+import tfcluster.gpus as gpu_table
 from tfcluster.errors import ConfigError
 
 BACKENDS = ("local", "ssh", "gcp")
@@ -27,16 +28,6 @@ CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 # https://cloud.google.com/vpc/docs/add-remove-network-tags). terraform/variables.tf validates
 # cluster_name with this same pattern; tests/test_config.py checks that the two agree.
 GCP_CLUSTER_NAME = r"^[a-z][a-z0-9-]{1,19}[a-z0-9]$"
-# Most vCPUs and GB of memory an N1 VM may have with N GPUs of a model attached, from Google's
-# "GPU machine types" page, N1 general-purpose section: https://cloud.google.com/compute/docs/gpus
-# (T4: 1, 2 or 4 GPUs; V100: 1, 2, 4 or 8).
-N1_GPU_LIMITS = {
-    ("nvidia-tesla-t4", 1): (48, 312), ("nvidia-tesla-t4", 2): (48, 312), ("nvidia-tesla-t4", 4): (96, 624),
-    ("nvidia-tesla-v100", 1): (12, 78), ("nvidia-tesla-v100", 2): (24, 156),
-    ("nvidia-tesla-v100", 4): (48, 312), ("nvidia-tesla-v100", 8): (96, 624),
-}
-# GB of memory per vCPU of the predefined N1 families (https://cloud.google.com/compute/docs/general-purpose-machines#n1_machines).
-N1_MEMORY_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
 
 
 @dataclass(frozen=True)
@@ -78,11 +69,17 @@ class Settings:
     # gcp: project ID and zone (the zone must offer the GPU).
     project: str = ""
     zone: str = ""
-    # gcp: GPU type (t4 or v100) and count per VM; N1 machine type; boot disk size.
+    # gcp: GPU (t4, v100, l4, a100, a100-80gb or h100; tfcluster/gpus.py) and GPUs per VM.
     gpu: str = "t4"
     gpu_count: int = 1
-    machine_type: str = "n1-standard-8"
+    # gcp: machine type; empty picks one: n1-standard-8 for T4 and V100, else the family's type
+    # with gpu_count GPUs (l4 -> g2-standard-8, a100 -> a2-highgpu-1g, ...).
+    machine_type: str = ""
+    # gcp: boot disk size in GB and type (pd-balanced, pd-ssd or pd-standard; A3 and G2 take no pd-standard).
     boot_disk_gb: int = 100
+    boot_disk_type: str = "pd-balanced"
+    # gcp: the VMs' NIC type (VIRTIO_NET or GVNIC); empty is the family's need (GVNIC on A3), else Google's default.
+    nic_type: str = ""
     # gcp: SPOT VMs (cheaper, may be stopped by Google; training resumes from the checkpoint).
     spot: bool = False
     # gcp: the only source allowed to SSH in; empty means this machine's public IP /32.
@@ -254,18 +251,21 @@ def validate(values: Mapping[str, Any]) -> Settings:
     bucket_retention_days = parse_int("bucket_retention_days", values["bucket_retention_days"], 0)
     if bucket_retention_days > 3650:
         raise ConfigError(f"bucket_retention_days must be between 0 (keep objects) and 3650 (got {bucket_retention_days})")
-    machine_type = str(values["machine_type"])
-    if not re.match(r"^n1-(standard|highmem|highcpu)-\d+$", machine_type):
-        raise ConfigError(f"machine_type must be an N1 type such as n1-standard-8 (got {machine_type!r}): "
-                          "T4 and V100 GPUs attach only to N1")
-    gpu = str(values["gpu"]).lower()
-    if gpu not in ("t4", "v100", "nvidia-tesla-t4", "nvidia-tesla-v100"):
-        raise ConfigError(f"gpu must be one of t4, v100 (got {values['gpu']!r})")
+    spot = parse_bool("spot", values["spot"])
+    model = gpu_table.gpu(str(values["gpu"]))
+    if model is None:
+        raise ConfigError(f"gpu must be one of {', '.join(gpu_table.GPUS)} (got {values['gpu']!r})")
+    gpu = model.name
     gpu_count = parse_int("gpu_count", values["gpu_count"], 0)
-    if gpu_count not in (0, 1, 2, 4, 8):
-        raise ConfigError(f"gpu_count must be one of 0, 1, 2, 4, 8 (got {gpu_count})")
+    machine_type = str(values["machine_type"] or "").strip()
+    boot_disk_type = str(values["boot_disk_type"] or "").strip()
+    nic_type = str(values["nic_type"] or "").strip().upper()
     if backend == "gcp":
-        _check_gcp_names_and_shape(cluster, machine_type, gpu, gpu_count)
+        _check_gcp_name(cluster)
+        machine_type = _machine_type(model, gpu_count, machine_type, spot)
+        _check_family(machine_type, boot_disk_type, nic_type)
+    elif not machine_type:
+        machine_type = "n1-standard-8"
     operator_cidr = str(values["operator_cidr"] or "")
     if operator_cidr.endswith("/0"):
         raise ConfigError("operator_cidr must not open SSH to the world (got a /0); use your IP as A.B.C.D/32")
@@ -287,7 +287,9 @@ def validate(values: Mapping[str, Any]) -> Settings:
         gpu_count=gpu_count,
         machine_type=machine_type,
         boot_disk_gb=boot_disk_gb,
-        spot=parse_bool("spot", values["spot"]),
+        boot_disk_type=boot_disk_type,
+        nic_type=nic_type,
+        spot=spot,
         operator_cidr=operator_cidr,
         gcp_ssh_user=str(values["gcp_ssh_user"] or "tfcluster"),
         idle_minutes=idle_minutes,
@@ -324,25 +326,66 @@ def validate(values: Mapping[str, Any]) -> Settings:
     )
 
 
-def _check_gcp_names_and_shape(cluster: str, machine_type: str, gpu: str, gpu_count: int) -> None:
-    """Refuse what Google would refuse, before anything is created."""
+def _check_gcp_name(cluster: str) -> None:
+    """Refuse a name Google would refuse, before anything is created."""
     if not re.match(GCP_CLUSTER_NAME, cluster):
         raise ConfigError(f"cluster must be 3 to 21 characters on gcp: lowercase letters, digits and dashes, "
                           f"starting with a letter and not ending with a dash (got {cluster!r}); Google builds "
                           "the service account id and network tag from it")
-    if gpu_count == 0:
-        return
-    model = {"t4": "nvidia-tesla-t4", "v100": "nvidia-tesla-v100"}.get(gpu, gpu)
-    limits = N1_GPU_LIMITS.get((model, gpu_count))
-    if limits is None:
-        counts = sorted(count for name, count in N1_GPU_LIMITS if name == model)
-        raise ConfigError(f"gpu_count must be one of {', '.join(map(str, counts))} for {model} on N1 "
-                          f"(got {gpu_count})")
-    _, family, size = machine_type.split("-")
-    vcpus, memory = int(size), N1_MEMORY_PER_VCPU[family] * int(size)
-    max_vcpus, max_memory = limits
-    if vcpus > max_vcpus or memory > max_memory:
-        raise ConfigError(f"machine_type {machine_type} ({vcpus} vCPUs, {memory:g} GB) is too large for "
-                          f"{gpu_count} x {model}: Google allows at most {max_vcpus} vCPUs and {max_memory} GB "
-                          "with that many; pick a smaller N1 type or attach more GPUs "
-                          "(https://cloud.google.com/compute/docs/gpus)")
+
+
+def _machine_type(model: gpu_table.Gpu, gpu_count: int, machine_type: str, spot: bool) -> str:
+    """The machine type for ``gpu_count`` x ``model``: the one asked for, checked against the GPU's
+    family (tfcluster/gpus.py), or the one the table picks."""
+    if model.attached:
+        machine_type = machine_type or "n1-standard-8"
+        if not gpu_table.N1_MACHINE_TYPE.fullmatch(machine_type):
+            raise ConfigError(f"machine_type must be an N1 type such as n1-standard-8 (got {machine_type!r}): "
+                              "T4 and V100 GPUs attach only to N1")
+        if gpu_count == 0:
+            return machine_type
+        limits = model.n1_limits.get(gpu_count)
+        if limits is None:
+            raise ConfigError(f"gpu_count must be one of {', '.join(map(str, model.counts()))} for "
+                              f"{model.accelerator} on N1 (got {gpu_count})")
+        vcpus, memory = gpu_table.shape_of(machine_type)
+        max_vcpus, max_memory = limits
+        if vcpus > max_vcpus or memory > max_memory:
+            raise ConfigError(f"machine_type {machine_type} ({vcpus} vCPUs, {memory:g} GB) is too large for "
+                              f"{gpu_count} x {model.accelerator}: Google allows at most {max_vcpus} vCPUs and "
+                              f"{max_memory} GB with that many; pick a smaller N1 type or attach more GPUs "
+                              "(https://cloud.google.com/compute/docs/gpus)")
+        return machine_type
+    family = model.family.upper()
+    picked = model.machine_type_for(gpu_count)
+    if machine_type and machine_type not in model.machine_types:
+        raise ConfigError(f"machine_type {machine_type} does not come with {model.name} GPUs: {model.name} runs "
+                          f"on {family} ({', '.join(model.machine_types)}); leave machine_type empty to pick "
+                          "one from gpu_count")
+    if machine_type and model.machine_types[machine_type].gpus != gpu_count:
+        raise ConfigError(f"machine_type {machine_type} has {model.machine_types[machine_type].gpus} x {model.name}, "
+                          f"not gpu_count {gpu_count}; leave machine_type empty to pick "
+                          f"{picked or 'one'} from gpu_count")
+    if picked is None:
+        raise ConfigError(f"gpu_count must be one of {', '.join(map(str, model.counts()))} for {model.name} on "
+                          f"{family} (got {gpu_count})")
+    machine_type = machine_type or picked
+    if model.machine_types[machine_type].spot_only and not spot:
+        full = [name for name, shape in model.machine_types.items() if not shape.spot_only]
+        raise ConfigError(f"machine_type {machine_type} is offered only as Spot: add --spot, or use "
+                          f"{', '.join(full)} (https://cloud.google.com/compute/docs/accelerator-optimized-machines)")
+    return machine_type
+
+
+def _check_family(machine_type: str, boot_disk_type: str, nic_type: str) -> None:
+    """The boot disk and NIC types the machine's family supports (tfcluster/gpus.py FAMILIES)."""
+    family = gpu_table.family_of(machine_type)
+    if boot_disk_type not in family.disk_types:
+        raise ConfigError(f"boot_disk_type must be one of {', '.join(family.disk_types)} on "
+                          f"{family.name.upper()} (got {boot_disk_type!r}) (https://cloud.google.com/compute/docs/"
+                          "accelerator-optimized-machines)")
+    if nic_type and nic_type not in gpu_table.NIC_TYPES:
+        raise ConfigError(f"nic_type must be one of {', '.join(gpu_table.NIC_TYPES)} or empty (got {nic_type!r})")
+    if family.required_nic and nic_type and nic_type != family.required_nic:
+        raise ConfigError(f"nic_type must be {family.required_nic} on {family.name.upper()} (got {nic_type}); "
+                          "leave nic_type empty to have it")

@@ -87,7 +87,43 @@ def compute_skus() -> list[dict]:
         sku("2C5D-8E6F-7A1B", "Nvidia Tesla V100 GPU running in Americas", "GPU", "OnDemand", AMERICAS, 2.55),
         sku("8E1A-3B4C-5D6E", "Nvidia Tesla V100 GPU attached to Spot Preemptible VMs running in Americas", "GPU",
             "Preemptible", AMERICAS, 0.85),
+        *family_skus(),
     ]
+
+
+# G2, A2 and A3 bill their cores and RAM as "<family> Instance Core/Ram" SKUs and their GPUs by model
+# (https://cloud.google.com/compute/vm-instance-pricing#accelerator-optimized, /compute/gpus-pricing).
+# europe-west4 (Netherlands) lists L4 cheaper than the Americas here, so `offers` has an order to show.
+FAMILY_PRICES = {  # family SKU words -> (core, RAM, Spot core, Spot RAM) in the Americas.
+    "G2 Instance": (0.025, 0.0029, 0.009, 0.0011), "A2 Instance": (0.032, 0.0043, 0.0096, 0.0013),
+    "A3 Instance": (0.030, 0.0030, 0.010, 0.0010)}
+GPU_PRICES = {"Nvidia L4 GPU": (0.57, 0.22), "Nvidia Tesla A100 GPU": (3.00, 1.10),
+              "Nvidia A100 80GB GPU": (4.00, 1.50), "Nvidia H100 80GB GPU": (10.00, 3.60)}
+
+
+def family_skus() -> list[dict]:
+    found = []
+    for index, (words, (core, ram, spot_core, spot_ram)) in enumerate(FAMILY_PRICES.items()):
+        found += [sku(f"FA{index}-1", f"{words} Core running in Americas", "CPU", "OnDemand", AMERICAS, core),
+                  sku(f"FA{index}-2", f"{words} Ram running in Americas", "RAM", "OnDemand", AMERICAS, ram, "GiBy.h"),
+                  sku(f"FA{index}-3", f"Spot Preemptible {words} Core running in Americas", "CPU", "Preemptible",
+                      AMERICAS, spot_core),
+                  sku(f"FA{index}-4", f"Spot Preemptible {words} Ram running in Americas", "RAM", "Preemptible",
+                      AMERICAS, spot_ram, "GiBy.h")]
+    for index, (words, (price, spot)) in enumerate(GPU_PRICES.items()):
+        found += [sku(f"GP{index}-1", f"{words} running in Americas", "GPU", "OnDemand", AMERICAS, price),
+                  sku(f"GP{index}-2", f"{words} attached to Spot Preemptible VMs running in Americas", "GPU",
+                      "Preemptible", AMERICAS, spot)]
+    netherlands = ["europe-west4"]
+    return found + [
+        sku("NL-1", "G2 Instance Core running in Netherlands", "CPU", "OnDemand", netherlands, 0.026),
+        sku("NL-2", "G2 Instance Ram running in Netherlands", "RAM", "OnDemand", netherlands, 0.003, "GiBy.h"),
+        sku("NL-3", "Spot Preemptible G2 Instance Core running in Netherlands", "CPU", "Preemptible", netherlands, 0.008),
+        sku("NL-4", "Spot Preemptible G2 Instance Ram running in Netherlands", "RAM", "Preemptible", netherlands,
+            0.001, "GiBy.h"),
+        sku("NL-5", "Nvidia L4 GPU running in Netherlands", "GPU", "OnDemand", netherlands, 0.40),
+        sku("NL-6", "Nvidia L4 GPU attached to Spot Preemptible VMs running in Netherlands", "GPU", "Preemptible",
+            netherlands, 0.15)]
 
 
 @dataclass

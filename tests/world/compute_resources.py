@@ -33,7 +33,14 @@ BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 # .../general-purpose-machines#n1_machines; images are the Compute stand-in's (tests/world/images.py).
 ZONES = {"us-west1-a", "us-west1-b", "us-central1-a", "us-central1-b", "europe-west4-a"}
 DISK_TYPES = {"pd-standard", "pd-balanced", "pd-ssd", "pd-extreme"}
-MACHINE_TYPE = re.compile(r"n1-(standard-(1|2|4|8|16|32|64|96)|highmem-(2|4|8|16|32|64|96)|highcpu-(2|4|8|16|32|64|96))")
+MACHINE_TYPE = re.compile(r"n1-(standard-(1|2|4|8|16|32|64|96)|highmem-(2|4|8|16|32|64|96)|highcpu-(2|4|8|16|32|64|96))"
+                          r"|g2-standard-(4|8|12|16|24|32|48|96)|a2-highgpu-(1|2|4|8)g|a2-megagpu-16g|a2-ultragpu-(1|2|4|8)g"
+                          r"|a3-highgpu-(1|2|4|8)g")
+# Accelerator-optimized families (https://cloud.google.com/compute/docs/accelerator-optimized-machines):
+# their GPUs come with the machine type; G2 and A3 take no pd-standard boot disk; A3 needs gVNIC;
+# a3-highgpu-1g/2g/4g are for Spot (or Flex-start) only. Compute's words for each refusal.
+NO_PD_STANDARD = ("g2-", "a3-")
+SPOT_ONLY = re.compile(r"a3-highgpu-[124]g")
 COLLECTIONS = {"networks": "global", "firewalls": "global", "subnetworks": "regions/[^/]+"}
 
 
@@ -165,12 +172,33 @@ def _refusal(state, zone: str, body: dict) -> tuple[int, dict] | None:
         image = re.fullmatch(r"projects/([^/]+)/global/images/([^/]+)", params.get("sourceImage") or "")
         if image is None or f"{image[1]}/{image[2]}" not in state.images:
             return _error(404, "notFound", f"The resource '{params.get('sourceImage')}' was not found")
+    family = _family_refusal(machine, body)
+    if family:
+        return family
     for index, accelerator in enumerate(body.get("guestAccelerators", [])):
         kind = accelerator.get("acceleratorType", "").rsplit("/", 1)[-1]
         if kind not in state.accelerators.get(zone, []):
             return _error(400, "invalid", f"Invalid value for field 'resource.guestAccelerators[{index}]."
                                           f"acceleratorType': '{accelerator.get('acceleratorType')}'. Accelerator "
                                           f"type '{kind}' does not exist in zone '{zone}'.")
+    return None
+
+
+def _family_refusal(machine: str, body: dict) -> tuple[int, dict] | None:
+    if machine.startswith("n1-"):
+        return None
+    if body.get("guestAccelerators"):
+        return _error(400, "invalid", f"Invalid value for field 'resource.guestAccelerators': "
+                                      f"Machine type '{machine}' comes with its GPUs; accelerators cannot be attached.")
+    disk = (body.get("disks") or [{}])[0].get("initializeParams", {}).get("diskType", "").rsplit("/", 1)[-1]
+    if machine.startswith(NO_PD_STANDARD) and disk == "pd-standard":
+        return _error(400, "invalid", "[pd-standard] features are not compatible for creating instance.")
+    nic = ((body.get("networkInterfaces") or [{}])[0]).get("nicType")
+    if machine.startswith("a3-") and nic != "GVNIC":
+        return _error(400, "invalid", f"Invalid value for field 'resource.networkInterfaces[0].nicType': "
+                                      f"'{nic or 'UNSPECIFIED_NIC_TYPE'}'. Machine type {machine} requires GVNIC.")
+    if SPOT_ONLY.fullmatch(machine) and (body.get("scheduling") or {}).get("provisioningModel") != "SPOT":
+        return _error(400, "invalid", f"Machine type {machine} is available only with Spot VMs or Flex-start.")
     return None
 
 

@@ -1,6 +1,6 @@
 """The operations behind the invoke tasks, one room per thing a user does.
 
-check: the prerequisites of up. cluster: up, status, idle, down. train: a new run (attempts: its live loop). runs: logs, stop.
+check: the prerequisites of up. offers: the zones that offer a GPU, priced. cluster: up, status, idle, down. train: a new run (attempts: its live loop). runs: logs, stop.
 tune: a hyperparameter search (tune_loop: its live loop; tune_plans: its processes and trials).
 results: data, pull, tensorboard. image: image build. common: what they share. Commands may import launch,
 backends, state, config, errors, tfconfig, ui and trainer.events; nothing imports commands
@@ -11,10 +11,11 @@ from tfcluster.commands.check import check
 from tfcluster.commands.cluster import down, idle, status, up
 from tfcluster.commands.common import run_state
 from tfcluster.commands.image import build_image
+from tfcluster.commands.offers import offers
 from tfcluster.commands.results import data, pull, tensorboard_logdir
 from tfcluster.commands.runs import logs, stop
 from tfcluster.commands.train import TrainRequest, ensure_synthetic_data, resume, train
 from tfcluster.commands.tune import TuneRequest, tune
 
-__all__ = ["TrainRequest", "TuneRequest", "tune", "build_image", "check", "data", "down", "ensure_synthetic_data", "idle", "logs", "pull", "resume", "run_state",
+__all__ = ["TrainRequest", "TuneRequest", "tune", "build_image", "check", "data", "down", "ensure_synthetic_data", "idle", "logs", "offers", "pull", "resume", "run_state",
            "status", "stop", "tensorboard_logdir", "train", "up"]

@@ -55,7 +55,8 @@ class Instance(Resource):
                            "preemptible": bool(scheduling.get("preemptible")),
                            "instanceTerminationAction": scheduling.get("instance_termination_action")},
             "networkInterfaces": [{"subnetwork": SELF_LINK + interface["subnetwork"], "accessConfigs": [
-                {"type": "ONE_TO_ONE_NAT", "name": "external-nat"} for _ in interface.get("access_config") or []]}],
+                {"type": "ONE_TO_ONE_NAT", "name": "external-nat"} for _ in interface.get("access_config") or []],
+                **({"nicType": interface["nic_type"]} if interface.get("nic_type") else {})}],
             "serviceAccounts": [{"email": account.get("email"), "scopes": account.get("scopes") or []}],
             "metadata": {"items": [{"key": k, "value": v} for k, v in sorted((planned.get("metadata") or {}).items())]},
         }

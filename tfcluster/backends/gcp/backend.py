@@ -72,6 +72,7 @@ class GcpBackend(SshBackend):
             "max_run_hours": settings.max_run_hours, "bucket_retention_days": settings.bucket_retention_days,
             "bucket_location": settings.bucket_location,
             "termination_action": settings.termination_action, "boot_disk_gb": settings.boot_disk_gb,
+            "boot_disk_type": settings.boot_disk_type, "nic_type": settings.nic_type,
             "bucket_force_destroy": settings.bucket_force_destroy, "boot_nonce": new_nonce(),
             # Docker on the VMs when the workers run in an image (startup.sh, step 2a).
             "docker": bool(settings.image),
@@ -330,7 +331,8 @@ class GcpBackend(SshBackend):
         made = applied or {}
         return quote(project, zone, made.get("machine_type", settings.machine_type),
                      made.get("gpu_type") or gpu_type(settings.gpu), made.get("gpu_count", settings.gpu_count),
-                     made.get("boot_disk_gb", settings.boot_disk_gb), workers, spot, self._store.root / "cache")
+                     made.get("boot_disk_gb", settings.boot_disk_gb), workers, spot, self._store.root / "cache",
+                     made.get("boot_disk_type", settings.boot_disk_type))
 
     def teardown(self, cluster, keep: bool, delete_bucket: bool = False) -> None:
         """Destroy everything that bills by the hour, then prove it through the Compute API.

@@ -177,9 +177,10 @@ def image_finding(google: Google, wanted: str, gpu: str) -> tuple[Finding, str |
         return Finding("boot image", False, f"{exact} is {state}: pick a current one, e.g. --boot-image "
                                             f"{DEFAULT_FAMILY}"), None
     branch = rules.DRIVER_BRANCH.search(image.get("family") or image["name"])
-    if gpu == "nvidia-tesla-v100" and branch and int(branch[1]) > rules.VOLTA_LAST_BRANCH:
-        return Finding("boot image", False, f"{exact} has NVIDIA driver branch {branch[1]}, and V100 (Volta) needs "
-                                            f"{rules.VOLTA_LAST_BRANCH} or older: use --boot-image {DEFAULT_FAMILY}"), None
+    fits = rules.driver_fits(gpu, int(branch[1])) if branch else None
+    if fits:
+        return Finding("boot image", False, f"{exact} has NVIDIA driver branch {branch[1]}, and {fits}: use "
+                                            f"--boot-image {DEFAULT_FAMILY}"), None
     note = (f"; warning: DEPRECATED, replaced by {image['deprecated'].get('replacement', '?').rsplit('/', 1)[-1]}"
             if state == "DEPRECATED" else "")
     return Finding("boot image", True, f"{exact}" + (f" (newest of {match['family']})" if match["family"] else "")
@@ -218,19 +219,21 @@ def address_finding(operator_cidr: str) -> Finding:
 
 
 def quota_finding(project: str, zone: str, gpu: str, gpu_count: int, workers: int, spot: bool,
-                  deleted_within_hours: int | None) -> Finding:
+                  deleted_within_hours: int | None, machine_type: str = "") -> Finding:
     from google.api_core import exceptions
 
     from tfcluster.backends.gcp.compute import ComputeApi, preflight_quota
 
     try:
-        preflight_quota(ComputeApi(project), zone, gpu, gpu_count, workers, spot, deleted_within_hours)
+        preflight_quota(ComputeApi(project), zone, gpu, gpu_count, workers, spot, deleted_within_hours, machine_type)
     except ConfigError as error:
         return Finding("quota", False, str(error))
     except exceptions.GoogleAPICallError as error:
         return Finding("quota", None, f"cannot read it ({getattr(error, 'reason', None) or error.code}: "
                                       f"{error.message[:160]})")
-    return Finding("quota", True, f"{gpu_count * workers} x {gpu} fit in {zone}'s region and the project's GPUS_ALL_REGIONS"
+    family = machine_type.split("-")[0].upper()
+    cpus = f", {family} vCPUs" if family in ("G2", "A2", "A3") else ""
+    return Finding("quota", True, f"{gpu_count * workers} x {gpu}{cpus} fit in {zone}'s region and the project's GPUS_ALL_REGIONS"
                    if gpu_count else "no GPUs asked for")
 
 
@@ -255,7 +258,7 @@ def run(settings) -> Report:
         findings += [apis, permissions_finding(google, settings.project), *constraint_findings(google, target)]
         findings.append(quota_finding(settings.project, settings.zone, gpu, settings.gpu_count, settings.workers,
                                       settings.spot, settings.max_run_hours if settings.termination_action == "DELETE"
-                                      else None))
+                                      else None, settings.machine_type))
         image_line, image = image_finding(google, wanted, gpu)
         findings.append(image_line)
     findings.append(address_finding(settings.operator_cidr))

@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from typing import Callable
 
+from tfcluster import gpus
 from tfcluster.backends.gcp.errors import NoCapacity, capacity_code, is_rate_limit
 from tfcluster.errors import ClusterError, ConfigError, HostErrors
 
-GPU_TYPES = {"t4": "nvidia-tesla-t4", "v100": "nvidia-tesla-v100"}
-GPU_QUOTA = {"nvidia-tesla-t4": "NVIDIA_T4_GPUS", "nvidia-tesla-v100": "NVIDIA_V100_GPUS"}
+GPU_QUOTA = {gpu.accelerator: gpu.quota for gpu in gpus.GPUS.values()}
 LABEL = "tfcluster-cluster"
 
 
@@ -76,6 +76,20 @@ class ComputeApi:
         """GPU model -> most cards one VM may have (acceleratorTypes.maximumCardsPerInstance)."""
         return {item.name: item.maximum_cards_per_instance
                 for item in self.accelerators.list(project=self.project, zone=zone)}
+
+    def accelerator_zones(self, accelerator: str) -> dict[str, int]:
+        """Zone -> most cards per VM, for every zone offering ``accelerator``: one
+        acceleratorTypes.aggregatedList call (its pages), filtered by name."""
+        request = self.compute_v1.AggregatedListAcceleratorTypesRequest(project=self.project,
+                                                                        filter=f"name = {accelerator}")
+        return {item.zone.rsplit("/", 1)[-1]: item.maximum_cards_per_instance
+                for _, scoped in self.accelerators.aggregated_list(request=request)
+                for item in scoped.accelerator_types if item.name == accelerator}
+
+    def all_region_quotas(self) -> dict[str, dict[str, tuple[float, float]]]:
+        """Region -> {metric: (limit, usage)}, from one regions.list call (its pages)."""
+        return {region.name: {quota.metric: (quota.limit, quota.usage) for quota in region.quotas}
+                for region in self.regions.list(project=self.project)}
 
     def region_quotas(self, region: str) -> dict[str, tuple[float, float]]:
         region_info = self.regions.get(project=self.project, region=region)
@@ -213,10 +227,11 @@ def region_of(zone: str) -> str:
 
 
 def gpu_type(name: str) -> str:
-    full = GPU_TYPES.get(name.lower(), name.lower())
-    if full not in GPU_QUOTA:
-        raise ConfigError(f"gpu must be one of t4, v100 (got {name!r})")
-    return full
+    """The accelerator type of a GPU name (t4 -> nvidia-tesla-t4)."""
+    model = gpus.gpu(name)
+    if model is None:
+        raise ConfigError(f"gpu must be one of {', '.join(gpus.GPUS)} (got {name!r})")
+    return model.accelerator
 
 
 # "GPU VMs that are configured to be automatically deleted after a predefined run time of 7 days or
@@ -225,41 +240,63 @@ def gpu_type(name: str) -> str:
 TIME_LIMITED_HOURS = 168
 
 
+def _metric(quotas: dict, metric: str, spot: bool, deleted_within_hours: int | None) -> str:
+    """Which of ``metric`` and its PREEMPTIBLE_ form answers for the cluster's VMs."""
+    # Spot VMs draw from the PREEMPTIBLE_* quota when the project has one granted, else from the
+    # standard quota (https://cloud.google.com/compute/resource-usage#preemptible_quotas).
+    if spot and quotas.get("PREEMPTIBLE_" + metric, (0.0, 0.0))[0] > 0:
+        return "PREEMPTIBLE_" + metric
+    if not spot and deleted_within_hours is not None and deleted_within_hours <= TIME_LIMITED_HOURS:
+        # Either quota may hold these VMs: the one with more room answers for both.
+        free = {m: quotas.get(m, (0.0, 0.0))[0] - quotas.get(m, (0.0, 0.0))[1] for m in (metric, "PREEMPTIBLE_" + metric)}
+        return max(free, key=free.get)
+    return metric
+
+
+def free_gpus(quotas: dict, accelerator: str, spot: bool) -> float:
+    """GPUs of ``accelerator`` the region's quota has room for (the metric Spot or on-demand VMs use)."""
+    metric = _metric(quotas, GPU_QUOTA[accelerator], spot, None)
+    limit, usage = quotas.get(metric, (0.0, 0.0))
+    return limit - usage
+
+
 def preflight_quota(api: ComputeApi, zone: str, gpu: str, gpu_count: int, workers: int, spot: bool,
-                    deleted_within_hours: int | None = None) -> None:
-    """The zone offers the GPU, and the regional and global GPU quotas cover the cluster.
+                    deleted_within_hours: int | None = None, machine_type: str = "") -> None:
+    """The zone offers the GPU, and the regional GPU and family vCPU quotas and the global GPU
+    quota cover the cluster; one error names every quota that falls short.
     ``deleted_within_hours``: the hypervisor deadline's hours when its action is DELETE."""
     if gpu_count == 0:
         return
     offered = api.accelerator_types(zone)
     if gpu not in offered:
         raise ConfigError(f"zone {zone} does not offer {gpu} (it has: {', '.join(sorted(offered)) or 'no GPUs'}); "
-                          f"pick a zone from `gcloud compute accelerator-types list --filter=name={gpu}`")
+                          f"pick a zone from `invoke offers --gpu {gpus.BY_ACCELERATOR[gpu].name}`")
     if offered[gpu] and gpu_count > offered[gpu]:
         raise ConfigError(f"gpu_count must be at most {offered[gpu]} for {gpu} in {zone} (its "
                           f"maximumCardsPerInstance; got {gpu_count})")
-    needed = gpu_count * workers
     region = region_of(zone)
     quotas = api.region_quotas(region)
-    metric = GPU_QUOTA[gpu]
-    # Spot VMs draw from the PREEMPTIBLE_* quota when the project has one granted, else from the
-    # standard quota (https://cloud.google.com/compute/resource-usage#preemptible_quotas).
-    if spot and quotas.get("PREEMPTIBLE_" + metric, (0.0, 0.0))[0] > 0:
-        metric = "PREEMPTIBLE_" + metric
-    elif deleted_within_hours is not None and deleted_within_hours <= TIME_LIMITED_HOURS:
-        # Either quota may hold these VMs: the one with more room answers for both.
-        free = {m: quotas.get(m, (0.0, 0.0))[0] - quotas.get(m, (0.0, 0.0))[1] for m in (metric, "PREEMPTIBLE_" + metric)}
-        metric = max(free, key=free.get)
-    limit, usage = quotas.get(metric, (0.0, 0.0))
-    if limit - usage < needed:
-        raise ConfigError(f"quota {metric} in {region} has {limit - usage:g} GPUs free (limit {limit:g}, used "
-                          f"{usage:g}); the cluster needs {needed}. Request more in the console: IAM & Admin > "
-                          f"Quotas, filter {metric}, region {region}")
+    wanted = [(GPU_QUOTA[gpu], gpu_count * workers, "GPUs")]
+    family = gpus.family_of(machine_type) if machine_type else None
+    if family is not None and family.cpu_quota:
+        wanted.append((family.cpu_quota, gpus.shape_of(machine_type)[0] * workers, "vCPUs"))
+    short = []
+    for base, needed, unit in wanted:
+        metric = _metric(quotas, base, spot, deleted_within_hours)
+        limit, usage = quotas.get(metric, (0.0, 0.0))
+        if limit - usage < needed:
+            short.append((metric, f"quota {metric} in {region} has {limit - usage:g} {unit} free (limit {limit:g}, "
+                                  f"used {usage:g}); the cluster needs {needed}"))
+    needed = gpu_count * workers
     limit, usage = api.project_quotas().get("GPUS_ALL_REGIONS", (0.0, 0.0))
     if limit - usage < needed:
-        raise ConfigError(f"quota GPUS_ALL_REGIONS has {limit - usage:g} GPUs free (limit {limit:g}); the "
-                          f"cluster needs {needed}. Request more in the console: IAM & Admin > Quotas, "
-                          "filter GPUS_ALL_REGIONS")
+        short.append(("GPUS_ALL_REGIONS", f"quota GPUS_ALL_REGIONS has {limit - usage:g} GPUs free (limit {limit:g}); "
+                                          f"the cluster needs {needed}"))
+    if short:
+        regional = any(metric != "GPUS_ALL_REGIONS" for metric, _ in short)
+        raise ConfigError(", and ".join(text for _, text in short) + ". Request more in the console: IAM & Admin > "
+                          f"Quotas, filter {', '.join(metric for metric, _ in short)}"
+                          + (f", region {region}" if regional else ""))
 
 
 # Google allows about 10 guest-attribute queries per minute per VM and may drop attributes being

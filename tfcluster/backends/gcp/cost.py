@@ -11,11 +11,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tfcluster.backends.gcp.compute import region_of
-from tfcluster.backends.gcp.pricing import CatalogUnavailable, Rates, read_catalog
+from tfcluster.backends.gcp.pricing import CatalogUnavailable, Rates, missing, needs, rates_from, read_skus
 
 PRICES = Path(__file__).resolve().parents[2] / "prices.json"
 FAILURE_TTL_SECONDS = 3600  # A failed lookup is not retried for an hour: `status` stays fast.
-_MEMORY_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}  # GiB, N1 predefined types.
 
 
 @dataclass(frozen=True)
@@ -66,12 +65,11 @@ class Quote:
 
 
 def _estimate(rates: Rates, table: dict, machine_type: str, gpu: str, gpu_count: int, disk_gb: int,
-              workers: int) -> Estimate:
-    _, family, size = machine_type.split("-")
-    vcpus = int(size)
-    vm = vcpus * rates.vcpu_hour + _MEMORY_PER_VCPU[family] * vcpus * rates.memory_gib_hour
+              workers: int, disk_type: str = "pd-balanced") -> Estimate:
+    vm = rates.vm_hour(machine_type)
     gpus = gpu_count * rates.gpu_hour[gpu]
-    disk = disk_gb * table["pd_balanced_gib_month"] / 730  # Monthly rate over 730 hours, as Google bills.
+    # The disk type's monthly rate over 730 hours, as Google bills (pd-balanced, pd-ssd, pd-standard).
+    disk = disk_gb * table[f"{disk_type.replace('-', '_')}_gib_month"] / 730
     return Estimate(vm=vm, gpu=gpus, disk=disk, per_vm=vm + gpus + disk, total=(vm + gpus + disk) * workers)
 
 
@@ -79,31 +77,38 @@ def table_rates(table: dict) -> tuple[Rates, Rates]:
     """(on-demand, spot) from prices.json. The table keeps one flat Spot discount, not per-SKU Spot
     rates: Spot prices move daily and per component, so a copied list would pretend to a precision
     it lacks; the catalog gives the real ones."""
+    families = table["families"]
     on_demand = Rates(vcpu_hour=table["n1_vcpu_hour"], memory_gib_hour=table["n1_memory_gib_hour"],
-                      gpu_hour=dict(table["gpu_hour"]))
+                      gpu_hour=dict(table["gpu_hour"]),
+                      family_hour={name: [f["vcpu_hour"], f["memory_gib_hour"]] for name, f in families["rates"].items()})
     factor = 1 - table["spot_discount"]
     spot = Rates(vcpu_hour=on_demand.vcpu_hour * factor, memory_gib_hour=on_demand.memory_gib_hour * factor,
-                 gpu_hour={name: price * factor for name, price in on_demand.gpu_hour.items()})
+                 gpu_hour={name: price * factor for name, price in on_demand.gpu_hour.items()},
+                 family_hour={name: [v * factor, m * factor] for name, (v, m) in on_demand.family_hour.items()})
     return on_demand, spot
 
 
-def _cached_or_read(project: str, region: str, cache_dir: Path) -> tuple[Rates, Rates, str, str]:
+def _cached_or_read(project: str, region: str, cache_dir: Path, wanted: set) -> tuple[Rates, Rates, str, str]:
     """(on-demand, spot, date, source) from the catalog, once a day per region (cached in
-    ``cache_dir``); CatalogUnavailable when it cannot answer (also remembered for an hour)."""
+    ``cache_dir``, with every component read that day); CatalogUnavailable when it cannot answer
+    (also remembered for an hour)."""
     now = datetime.now(timezone.utc)
     path = cache_dir / f"prices-{region}.json"
     try:
         cached = json.loads(path.read_text())
     except (OSError, ValueError):
         cached = {}
-    if cached.get("day") == now.date().isoformat() and "on_demand" in cached:
-        return (Rates(**cached["on_demand"]), Rates(**cached["spot"]), cached["day"],
-                f"Cloud Billing Catalog, read at {cached['read_at']} UTC for {region}")
+    known = {tuple(key.split("|")): price for key, price in cached.get("found", {}).items()}
+    if cached.get("day") == now.date().isoformat() and wanted <= set(known):
+        on_demand, spot = rates_from(known, wanted)
+        return on_demand, spot, cached["day"], f"Cloud Billing Catalog, read at {cached['read_at']} UTC for {region}"
     if cached.get("failed_at", 0) > time.time() - FAILURE_TTL_SECONDS:
         raise CatalogUnavailable(cached["reason"])
     cache_dir.mkdir(parents=True, exist_ok=True)
     try:
-        on_demand, spot = read_catalog(project, region)
+        found = read_skus(project, [region], wanted)[region]
+        if rates_from(found, wanted) is None:
+            raise CatalogUnavailable(f"no price in {region} for {', '.join(missing(found, wanted))}")
     except CatalogUnavailable as error:
         path.write_text(json.dumps({"failed_at": time.time(), "reason": str(error)}))
         raise
@@ -111,25 +116,36 @@ def _cached_or_read(project: str, region: str, cache_dir: Path) -> tuple[Rates, 
         reason = f"{type(error).__name__}: {str(error).splitlines()[0][:120] if str(error) else ''}"
         path.write_text(json.dumps({"failed_at": time.time(), "reason": reason}))
         raise CatalogUnavailable(reason) from None
+    if cached.get("day") == now.date().isoformat():
+        found = {**known, **found}
     path.write_text(json.dumps({"day": now.date().isoformat(), "read_at": now.strftime("%H:%M"),
-                                "on_demand": asdict(on_demand), "spot": asdict(spot)}))
+                                "found": {"|".join(key): price for key, price in found.items()}}))
+    on_demand, spot = rates_from(found, wanted)
     return on_demand, spot, now.date().isoformat(), f"Cloud Billing Catalog, read now for {region}"
 
 
+def table_source(table: dict, machine_type: str) -> str:
+    """Where the table's prices are from, in words, with the date of the family's rates."""
+    family = machine_type.split("-", 1)[0]
+    words = (f"tfcluster's table (us-central1 list prices, Spot as a flat {table['spot_discount']:.0%} off")
+    if family != "n1":
+        words += f"; {family.upper()} and its GPU: {table['families']['note']}, {table['families']['date']}"
+    return words + ")"
+
+
 def quote(project: str, zone: str, machine_type: str, gpu: str, gpu_count: int, disk_gb: int, workers: int,
-          spot: bool, cache_dir: Path) -> Quote:
+          spot: bool, cache_dir: Path, disk_type: str = "pd-balanced") -> Quote:
     """On-demand and Spot estimates for the cluster, from the catalog or, failing that, the table."""
     table = json.loads(PRICES.read_text())
     region = region_of(zone)
     try:
-        on_demand, spot_rates, date, source = _cached_or_read(project, region, cache_dir)
+        on_demand, spot_rates, date, source = _cached_or_read(project, region, cache_dir, needs(machine_type, gpu))
         source += f" (disk: table of {table['date']})"
     except CatalogUnavailable as error:
         on_demand, spot_rates = table_rates(table)
-        date = table["date"]
-        source = (f"tfcluster's table (us-central1 list prices, Spot as a flat {table['spot_discount']:.0%} off); "
-                  f"catalog unavailable: {error}")
-    args = (table, machine_type, gpu, gpu_count, disk_gb, workers)
+        date = table["date"] if machine_type.startswith("n1-") else table["families"]["date"]
+        source = f"{table_source(table, machine_type)}; catalog unavailable: {error}"
+    args = (table, machine_type, gpu, gpu_count, disk_gb, workers, disk_type)
     return Quote(on_demand=_estimate(on_demand, *args), spot=_estimate(spot_rates, *args), spot_in_use=spot,
                  workers=workers, date=date, source=source)
 

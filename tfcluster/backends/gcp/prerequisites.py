@@ -66,6 +66,20 @@ DRIVER_BRANCH = re.compile(r"-nvidia-(\d{3})(?:-|$)")
 VOLTA_LAST_BRANCH = 580
 
 
+def driver_fits(accelerator: str, branch: int) -> str:
+    """"" when driver ``branch`` supports the GPU, else why not (the bounds are tfcluster/gpus.py's)."""
+    from tfcluster import gpus
+
+    model = gpus.BY_ACCELERATOR.get(accelerator)
+    if model is None:
+        return ""
+    if model.driver_max is not None and branch > model.driver_max:
+        return f"{model.name.upper()} ({model.arch}) needs {model.driver_max} or older"
+    if model.driver_min is not None and branch < model.driver_min:
+        return f"{model.name.upper()} ({model.arch}) needs {model.driver_min} or newer"
+    return ""
+
+
 @dataclass(frozen=True)
 class Target:
     """What the cluster would be, as the constraints judge it."""

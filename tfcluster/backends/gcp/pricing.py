@@ -15,27 +15,38 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from tfcluster.backends.gcp.compute import GPU_QUOTA
+from tfcluster import gpus
 
 COMPUTE_ENGINE = "Compute Engine"  # Service.displayName in services.list.
 PAGE_SIZE = 5000  # The API's default and largest page.
 DEADLINE_SECONDS = 20.0  # The whole lookup (services + SKU pages); then the dated table is used.
 
 # The SKU descriptions per component, as the catalog words them ("... running in Americas" or a
-# city). Spot SKUs are usageType "Preemptible"; older ones lack the "Spot" prefix.
-_GPU_MODEL = {"nvidia-tesla-t4": "T4", "nvidia-tesla-v100": "V100"}
+# city). Spot SKUs are usageType "Preemptible"; older ones lack the "Spot" prefix. A key is
+# (usage type, component): "vcpu"/"memory" for N1, "FAMILY vcpu"/"FAMILY memory" for G2, A2 and A3
+# ("A2 Instance Core running in Americas"), the accelerator type for a GPU (tfcluster/gpus.py sku).
 _PATTERNS = {
     ("OnDemand", "vcpu"): (r"N1 Predefined Instance Core", "N1Standard", "h"),
     ("OnDemand", "memory"): (r"N1 Predefined Instance Ram", "N1Standard", "GiBy.h"),
     ("Preemptible", "vcpu"): (r"(Spot )?Preemptible N1 Predefined Instance Core", "N1Standard", "h"),
     ("Preemptible", "memory"): (r"(Spot )?Preemptible N1 Predefined Instance Ram", "N1Standard", "GiBy.h"),
-    **{("OnDemand", gpu): (rf"Nvidia Tesla {model} GPU", "GPU", "h") for gpu, model in _GPU_MODEL.items()},
-    **{("Preemptible", gpu): (rf"(Nvidia Tesla {model} GPU attached to Spot Preemptible VMs|Preemptible Nvidia "
-                              rf"Tesla {model} GPU)", "GPU", "h") for gpu, model in _GPU_MODEL.items()},
+    **{(usage, f"{f.name} {part}"): (rf"{'(Spot )?Preemptible ' if usage == 'Preemptible' else ''}{f.sku} {word}",
+                                     None, unit)
+       for f in gpus.FAMILIES.values() if f.name != "n1" for usage in ("OnDemand", "Preemptible")
+       for part, word, unit in (("vcpu", "Core", "h"), ("memory", "Ram", "GiBy.h"))},
+    **{("OnDemand", g.accelerator): (g.sku, "GPU", "h") for g in gpus.GPUS.values()},
+    **{("Preemptible", g.accelerator): (rf"({g.sku} attached to Spot Preemptible VMs|Preemptible {g.sku})", "GPU", "h")
+       for g in gpus.GPUS.values()},
 }
-assert set(_GPU_MODEL) == set(GPU_QUOTA), "every GPU tfcluster offers needs its catalog SKU name"
+
+
+def needs(machine_type: str, accelerator: str) -> set:
+    """The (usage, component) keys a VM of ``machine_type`` with ``accelerator`` GPUs is priced from."""
+    family = machine_type.split("-", 1)[0]
+    parts = ("vcpu", "memory") if family == "n1" else (f"{family} vcpu", f"{family} memory")
+    return {(usage, part) for usage in ("OnDemand", "Preemptible") for part in (*parts, accelerator)}
 
 
 @dataclass(frozen=True)
@@ -46,8 +57,17 @@ class Rates:
     vcpu_hour: float
     # Per GiB-hour of N1 memory.
     memory_gib_hour: float
-    # Per GPU-hour, by accelerator type (nvidia-tesla-t4, nvidia-tesla-v100).
+    # Per GPU-hour, by accelerator type (nvidia-tesla-t4, nvidia-l4, ...).
     gpu_hour: dict
+    # G2, A2, A3: family -> [per vCPU-hour, per GiB-hour].
+    family_hour: dict = field(default_factory=dict)
+
+    def vm_hour(self, machine_type: str) -> float:
+        """The machine type's vCPUs and memory for an hour (tfcluster/gpus.py shapes)."""
+        vcpus, memory = gpus.shape_of(machine_type)
+        family = machine_type.split("-", 1)[0]
+        vcpu, ram = (self.vcpu_hour, self.memory_gib_hour) if family == "n1" else self.family_hour[family]
+        return vcpus * vcpu + memory * ram
 
 
 class CatalogUnavailable(Exception):
@@ -78,7 +98,7 @@ def match_skus(skus, region: str) -> dict:
             continue
         for key, (pattern, group, unit) in _PATTERNS.items():
             usage, _ = key
-            if sku.category.usage_type != usage or sku.category.resource_group != group:
+            if sku.category.usage_type != usage or (group and sku.category.resource_group != group):
                 continue
             if not re.fullmatch(rf"{pattern} running in [A-Za-z .-]+", sku.description):
                 continue
@@ -93,28 +113,59 @@ def match_skus(skus, region: str) -> dict:
     return {key: price for key, price in found.items() if key not in ambiguous}
 
 
-def rates_from(found: dict) -> tuple[Rates, Rates] | None:
-    """(on-demand, spot) Rates when every N1 and GPU component was found, else None."""
-    if len(found) != len(_PATTERNS):
+def rates_from(found: dict, wanted: set | None = None) -> tuple[Rates, Rates] | None:
+    """(on-demand, spot) Rates when every component in ``wanted`` (default: all) was found, else None."""
+    if not (wanted or set(_PATTERNS)) <= set(found):
         return None
-    on_demand, spot = ({"gpu_hour": {}}, {"gpu_hour": {}})
+    on_demand, spot = ({"gpu_hour": {}, "family_hour": {}, "vcpu_hour": 0.0, "memory_gib_hour": 0.0},
+                       {"gpu_hour": {}, "family_hour": {}, "vcpu_hour": 0.0, "memory_gib_hour": 0.0})
     for (usage, component), price in found.items():
         into = on_demand if usage == "OnDemand" else spot
         if component in ("vcpu", "memory"):
             into[{"vcpu": "vcpu_hour", "memory": "memory_gib_hour"}[component]] = price
+        elif " " in component:
+            family, part = component.split()
+            into["family_hour"].setdefault(family, [0.0, 0.0])[part == "memory"] = price
         else:
             into["gpu_hour"][component] = price
     return Rates(**on_demand), Rates(**spot)
 
 
-def missing(found: dict) -> list[str]:
+def missing(found: dict, wanted: set | None = None) -> list[str]:
     return sorted(f"{component} ({'Spot' if usage == 'Preemptible' else 'on-demand'})"
-                  for usage, component in set(_PATTERNS) - set(found))
+                  for usage, component in (wanted or set(_PATTERNS)) - set(found))
 
 
-def read_catalog(project: str, region: str, deadline_seconds: float = DEADLINE_SECONDS) -> tuple[Rates, Rates]:
-    """(on-demand, spot) Rates for ``region``, read now through the real client; CatalogUnavailable
-    with a one-line reason otherwise. No retry: a refusal or a slow catalog means the dated table."""
+def read_skus(project: str, regions: list[str], wanted: set, deadline_seconds: float = DEADLINE_SECONDS) -> dict:
+    """Region -> {(usage, component): USD}, reading SKU pages until every region has every
+    ``wanted`` component or the pages end; CatalogUnavailable with a one-line reason otherwise."""
+    found: dict = {region: {} for region in regions}
+
+    def page(skus) -> bool:
+        for region in regions:
+            for key, price in match_skus(skus, region).items():
+                found[region].setdefault(key, price)
+        return all(wanted <= set(prices) for prices in found.values())
+
+    _pages(project, page, deadline_seconds)
+    return found
+
+
+def read_catalog(project: str, region: str, deadline_seconds: float = DEADLINE_SECONDS,
+                 wanted: set | None = None) -> tuple[Rates, Rates]:
+    """(on-demand, spot) Rates for ``region`` (every component in ``wanted``, default all), read now
+    through the real client; CatalogUnavailable with a one-line reason otherwise. No retry: a
+    refusal or a slow catalog means the dated table."""
+    wanted = wanted or set(_PATTERNS)
+    found = read_skus(project, [region], wanted, deadline_seconds)[region]
+    rates = rates_from(found, wanted)
+    if rates is None:
+        raise CatalogUnavailable(f"no price in {region} for {', '.join(missing(found, wanted))}")
+    return rates
+
+
+def _pages(project: str, take, deadline_seconds: float) -> None:
+    """Feed each SKU page to ``take`` until it answers True or the pages end."""
     import warnings
 
     import google.auth
@@ -144,21 +195,17 @@ def read_catalog(project: str, region: str, deadline_seconds: float = DEADLINE_S
             service = next((s for s in services if s.display_name == COMPUTE_ENGINE), None)
             if service is None:
                 raise CatalogUnavailable(f"the catalog lists no {COMPUTE_ENGINE!r} service")
-            found: dict = {}
             token = ""
             while True:
                 page = client.list_skus(request={"parent": service.name, "page_size": PAGE_SIZE,
                                                  "page_token": token}, timeout=left(), retry=None)
                 # One page per call (the pager reads its first page; its attributes are that
                 # response's): the pager would reuse one timeout for every page.
-                for key, price in match_skus(page.skus, region).items():
-                    found.setdefault(key, price)
-                rates = rates_from(found)
-                if rates is not None:
-                    return rates
+                if take(page.skus):
+                    return
                 token = page.next_page_token
                 if not token:
-                    raise CatalogUnavailable(f"no price in {region} for {', '.join(missing(found))}")
+                    return
                 left()
     except CatalogUnavailable:
         raise

@@ -59,7 +59,7 @@ class Terraform:
     def prepare(self, variables: dict) -> None:
         """Copy the module into the cluster's own folder (its own state), write the tfvars, init."""
         self.workdir.mkdir(parents=True, exist_ok=True)
-        for source in MODULE_DIR.glob("*.tf"):
+        for source in [*MODULE_DIR.glob("*.tf"), MODULE_DIR / "machine_types.json"]:
             shutil.copyfile(source, self.workdir / source.name)
         (self.workdir / "terraform.tfvars.json").write_text(json.dumps(variables, indent=2, sort_keys=True))
         self.run("init", "-input=false", "-no-color")

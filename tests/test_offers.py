@@ -1,0 +1,85 @@
+"""`invoke offers` in the test world: the zones that offer a GPU (acceleratorTypes.aggregatedList),
+one VM's price per hour on-demand and Spot (the catalog stand-in, else the dated table), the
+region's free quota (one regions.list), cheapest first. Nothing is created."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.conftest import Cli
+
+
+@pytest.fixture
+def offers_cli(tmp_path, world, synthetic_data):
+    """The CLI in the world, with L4 in four zones of four regions (one the catalog has no price for)."""
+    state = world.compute.state
+    state.accelerators.update({"us-west1-b": ["nvidia-tesla-t4", "nvidia-l4"], "us-central1-a": ["nvidia-l4"],
+                               "us-central1-b": ["nvidia-tesla-t4"], "europe-west4-a": ["nvidia-l4"],
+                               "asia-east1-a": ["nvidia-l4"]})
+    state.region_quotas.update({"us-central1": {"NVIDIA_L4_GPUS": (2.0, 0.0)},
+                                "europe-west4": {"NVIDIA_L4_GPUS": (8.0, 3.0), "PREEMPTIBLE_NVIDIA_L4_GPUS": (16.0, 0.0)},
+                                "asia-east1": {"NVIDIA_L4_GPUS": (1.0, 0.0)}})
+    state.region_quotas["us-west1"]["NVIDIA_L4_GPUS"] = (4.0, 1.0)
+    cli = Cli(tmp_path / "state", synthetic_data)
+    cli.enter(world)
+    cli.env["INVOKE_TFCLUSTER_PROJECT"] = state.project
+    cli.world = world
+    return cli
+
+
+def rows(stdout: str) -> list[list[str]]:
+    lines = stdout.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("zone "))
+    return [line.split() for line in lines[start + 1:] if not line.startswith("prices:")]
+
+
+def test_offers_lists_every_zone_cheapest_first_with_the_regions_quota(offers_cli):
+    world = offers_cli.world
+    world.billing.catalog.disabled_projects.clear()
+    mark = len(world.compute.state.requests)
+    listed = offers_cli.run("offers", "--gpu", "l4", timeout=120)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert listed.stdout.startswith("l4: 4 zone(s) offer nvidia-l4; one VM is g2-standard-8 with 1 GPU(s); cheapest "
+                                    "on-demand first; quota: GPUs free of NVIDIA_L4_GPUS in the zone's region")
+    # g2-standard-8 (8 vCPUs, 32 GB) + 1 L4 at tests/world/billing.py's prices: the Netherlands are
+    # cheaper than the Americas; Taiwan has no SKU in the catalog, so no price, and comes last.
+    assert rows(listed.stdout) == [["europe-west4-a", "$0.70", "$0.25", "5"],
+                                   ["us-central1-a", "$0.86", "$0.33", "2"],
+                                   ["us-west1-b", "$0.86", "$0.33", "3"],
+                                   ["asia-east1-a", "?", "?", "1"]]
+    assert "prices: Cloud Billing Catalog, read now" in listed.stdout
+    # One aggregatedList and one regions.list, not a call per zone or region.
+    paths = [r["path"].split("/demo-project", 1)[1] for r in world.compute.state.requests[mark:]]
+    assert paths == ["/aggregated/acceleratorTypes", "/regions"], paths
+
+    # --spot: ordered by the Spot price, with the PREEMPTIBLE_ quota where the region has one.
+    spot = offers_cli.run("offers", "--gpu", "l4", "--spot", timeout=120)
+    assert spot.returncode == 0, spot.stdout + spot.stderr
+    assert [row[0] for row in rows(spot.stdout)] == ["europe-west4-a", "us-central1-a", "us-west1-b", "asia-east1-a"]
+    assert rows(spot.stdout)[0][3] == "16"
+
+    # --gpu-count picks the machine type the price is for: g2-standard-24 has 2 L4s.
+    two = offers_cli.run("offers", "--gpu", "l4", "--gpu-count", "2", timeout=120)
+    assert "one VM is g2-standard-24 with 2 GPU(s)" in two.stdout
+    assert rows(two.stdout)[0][:2] == ["europe-west4-a", f"${24 * 0.026 + 96 * 0.003 + 2 * 0.40:.2f}"]
+
+
+def test_offers_falls_back_to_the_table_and_refuses_in_one_line(offers_cli):
+    # The world's project starts without the Cloud Billing API: the dated table prices every zone alike.
+    listed = offers_cli.run("offers", "--gpu", "l4", timeout=120)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    assert [row[0] for row in rows(listed.stdout)] == ["asia-east1-a", "europe-west4-a", "us-central1-a", "us-west1-b"]
+    assert "tfcluster's table (us-central1 list prices" in listed.stdout and "G2 and its GPU: approximate" in listed.stdout
+    assert "catalog unavailable: the cloudbilling.googleapis.com API is not enabled" in listed.stdout
+
+    for args, line in [
+        (("--gpu", "l4", "--gpu-count", "3"), "error: gpu_count must be one of 1, 2, 4, 8 for l4 on G2 (got 3)"),
+        (("--gpu", "a100"), "error: no zone offers nvidia-tesla-a100 to project demo-project; see "
+                            "https://cloud.google.com/compute/docs/gpus/gpu-regions-zones")]:
+        refused = offers_cli.run("offers", *args, timeout=120)
+        assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [line], refused.stderr
+    offers_cli.env.pop("INVOKE_TFCLUSTER_PROJECT")
+    refused = offers_cli.run("offers", "--gpu", "l4", timeout=120)
+    assert refused.stderr.strip().splitlines() == [
+        "error: offers needs --project (or tfcluster.project in invoke.yaml): the quotas and the catalog's prices "
+        "are the project's"]

@@ -1,0 +1,106 @@
+"""`invoke offers`: every zone that offers a GPU, what one VM with it costs an hour there, on-demand
+and Spot, and how much of the project's GPU quota its region has free, cheapest first.
+
+Three reads, whatever the number of zones: Compute acceleratorTypes.aggregatedList filtered by the
+GPU's name (https://cloud.google.com/compute/docs/reference/rest/v1/acceleratorTypes/aggregatedList),
+one regions.list for every region's quotas (https://cloud.google.com/compute/docs/reference/rest/v1/regions/list),
+and the Cloud Billing Catalog's SKU pages once for all those regions (pricing.py), with the dated
+table (prices.json, us-central1 list prices) where the catalog cannot answer.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from tfcluster import gpus
+from tfcluster.backends.gcp.compute import ComputeApi, free_gpus, region_of
+from tfcluster.backends.gcp.cost import PRICES, table_rates, table_source
+from tfcluster.backends.gcp.pricing import CatalogUnavailable, Rates, needs, rates_from, read_skus
+
+
+@dataclass(frozen=True)
+class Offer:
+    """One zone where the VM can be made."""
+
+    # The zone, e.g. us-central1-a.
+    zone: str
+    # USD per hour of one VM (its vCPUs, memory and GPUs; no disk), on-demand and Spot; None when
+    # the catalog has no price for that region.
+    on_demand: float | None
+    spot: float | None
+    # GPUs the region's quota has free (the metric on-demand or, with --spot, Spot VMs draw from).
+    quota_free: float
+    # Most GPUs one VM may have there (acceleratorTypes.maximumCardsPerInstance).
+    max_per_vm: int
+
+
+@dataclass(frozen=True)
+class Offers:
+    """What `invoke offers` prints."""
+
+    # The GPU asked for (tfcluster/gpus.py) and the machine type one VM with gpu_count of them is.
+    gpu: gpus.Gpu
+    gpu_count: int
+    machine_type: str
+    # Sorted by the price in use (Spot with --spot), unpriced zones last.
+    zones: list[Offer]
+    # Where the prices came from, in words.
+    source: str
+    # Whether the order and the quota column are for Spot VMs.
+    spot: bool
+
+    def lines(self) -> list[str]:
+        quota = self.gpu.quota + (" (PREEMPTIBLE_ form where granted)" if self.spot else "")
+        head = (f"{self.gpu.name}: {len(self.zones)} zone(s) offer {self.gpu.accelerator}; one VM is "
+                f"{self.machine_type} with {self.gpu_count} GPU(s); cheapest {'Spot' if self.spot else 'on-demand'} "
+                f"first; quota: GPUs free of {quota} in the zone's region")
+        rows = [f"{'zone':<26} {'on-demand/h':>12} {'spot/h':>10} {'quota':>8}"]
+
+        def usd(value: float | None) -> str:
+            return f"${value:.2f}" if value is not None else "?"
+
+        for offer in self.zones:
+            rows.append(f"{offer.zone:<26} {usd(offer.on_demand):>12} {usd(offer.spot):>10} {offer.quota_free:>8g}")
+        return [head, *rows, f"prices: {self.source}"]
+
+
+def _vm_hour(rates: Rates, machine_type: str, accelerator: str, count: int) -> float | None:
+    try:
+        return rates.vm_hour(machine_type) + count * rates.gpu_hour[accelerator]
+    except KeyError:
+        return None
+
+
+def find_offers(project: str, gpu_name: str, gpu_count: int, machine_type: str, spot: bool) -> Offers:
+    """Every zone offering the GPU, priced and with the region's free quota (see the module docstring)."""
+    model = gpus.gpu(gpu_name)
+    api = ComputeApi(project)
+    zones = api.accelerator_zones(model.accelerator)
+    quotas = api.all_region_quotas() if zones else {}
+    regions = sorted({region_of(zone) for zone in zones})
+    wanted = needs(machine_type, model.accelerator)
+    try:
+        found = read_skus(project, regions, wanted) if regions else {}
+        source = "Cloud Billing Catalog, read now"
+        priced = {region: rates_from(prices, wanted) for region, prices in found.items()}
+    except CatalogUnavailable as error:
+        table = json.loads(PRICES.read_text())
+        source = f"{table_source(table, machine_type)} for every region; catalog unavailable: {error}"
+        priced = {region: table_rates(table) for region in regions}
+    offers = []
+    for zone, most in zones.items():
+        rates = priced.get(region_of(zone))
+        on_demand, spot_rates = rates if rates else (None, None)
+        offers.append(Offer(
+            zone=zone,
+            on_demand=_vm_hour(on_demand, machine_type, model.accelerator, gpu_count) if on_demand else None,
+            spot=_vm_hour(spot_rates, machine_type, model.accelerator, gpu_count) if spot_rates else None,
+            quota_free=free_gpus(quotas.get(region_of(zone), {}), model.accelerator, spot), max_per_vm=most))
+
+    def price(offer: Offer) -> tuple:
+        value = offer.spot if spot else offer.on_demand
+        return (value is None, value or 0.0, offer.zone)
+
+    return Offers(gpu=model, gpu_count=gpu_count, machine_type=machine_type, zones=sorted(offers, key=price),
+                  source=source, spot=spot)

@@ -1,0 +1,25 @@
+"""`invoke offers`: the zones that offer a GPU, with the price of one VM and the project's free
+quota in each region, cheapest first (tfcluster/backends/gcp/offers.py asks Google)."""
+
+from __future__ import annotations
+
+from tfcluster.commands.common import console
+from tfcluster.config import Settings
+from tfcluster.errors import ConfigError
+
+
+def offers(settings: Settings) -> None:
+    """Print one line per zone; nothing is created."""
+    from tfcluster.backends.gcp.errors import translated
+    from tfcluster.backends.gcp.offers import find_offers
+
+    if not settings.project:
+        raise ConfigError("offers needs --project (or tfcluster.project in invoke.yaml): the quotas and the "
+                          "catalog's prices are the project's")
+    with translated(settings.project, "offers"):
+        found = find_offers(settings.project, settings.gpu, settings.gpu_count, settings.machine_type, settings.spot)
+    if not found.zones:
+        raise ConfigError(f"no zone offers {found.gpu.accelerator} to project {settings.project}; see "
+                          "https://cloud.google.com/compute/docs/gpus/gpu-regions-zones")
+    for line in found.lines():
+        console.print(line, markup=False, highlight=False, soft_wrap=True)

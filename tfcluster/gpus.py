@@ -1,0 +1,177 @@
+"""The GPUs tfcluster offers on Google Cloud and the machine families they come in: the one table
+that config.py, the gcp backend (quota, price, driver) and terraform/ (through the generated
+terraform/machine_types.json) all read.
+
+Sources, read 2026-11-25 (through excerpts of the pages; what the excerpts did not show is marked):
+- "GPU machine types", https://cloud.google.com/compute/docs/gpus: "For the A and G series
+  accelerator-optimized machine types, the specified GPU model automatically attaches to the
+  instance. For the N1 general-purpose machine types, you can attach the GPU models specified"
+  (T4: 1, 2 or 4; V100: 1, 2, 4 or 8, with the N1 vCPU and memory limits below).
+- "Accelerator-optimized machine family", https://cloud.google.com/compute/docs/accelerator-optimized-machines,
+  and "Create an A3, A2 or G2 VM", .../gpus/create-gpu-vm-accelerator-optimized: A3 High has H100
+  80GB GPUs, A2 Ultra A100 80GB, A2 Standard A100 40GB, G2 L4. Not in the excerpts read, from the
+  pages' machine-type and storage tables as tfcluster knows them (re-check when Google changes
+  them): each type's vCPUs and memory below; A3 and G2 take no Standard Persistent Disk; A3
+  requires gVNIC; a3-highgpu-1g, -2g and -4g are for Spot VMs (or Flex-start, not used here).
+- Quota metrics: Compute's Quota.Metric enum (google-cloud-compute reference: A2_CPUS,
+  COMMITTED_NVIDIA_L4_GPUS, ..._A100_GPUS, ..._A100_80GB_GPUS, ..._H100_GPUS, GPUS_ALL_REGIONS);
+  the PREEMPTIBLE_ forms from https://cloud.google.com/compute/resource-usage. G2_CPUS and A3_CPUS
+  are not in that enum's published list; they are the names regions.get reports as users quote
+  them. N1 draws on the general CPUS quota, which tfcluster does not check.
+- Driver branches: NVIDIA's data-center driver notes: R580 is the last branch for Volta (V100);
+  Ada (L4) and Hopper (H100) need R525 or newer, Ampere (A100) R450.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+
+# Boot disk types tfcluster offers (pd-*; Hyperdisk is not offered yet).
+DISK_TYPES = ("pd-standard", "pd-balanced", "pd-ssd")
+NIC_TYPES = ("VIRTIO_NET", "GVNIC")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One machine type of an accelerator-optimized family."""
+
+    # GPUs that come with it.
+    gpus: int
+    # vCPUs.
+    vcpus: int
+    # Memory in GB.
+    memory_gb: int
+    # Only Spot VMs may have it (A3 High below 8 GPUs).
+    spot_only: bool = False
+
+
+@dataclass(frozen=True)
+class Family:
+    """A machine family, as far as tfcluster's choices go."""
+
+    # Its name as the machine types start ("n1", "g2", "a2", "a3").
+    name: str
+    # Boot disk types it supports.
+    disk_types: tuple[str, ...]
+    # Regional vCPU quota metric tfcluster checks; "" when none is checked (N1: general CPUS).
+    cpu_quota: str
+    # The NIC type it requires ("" when any).
+    required_nic: str = ""
+    # Catalog SKU words for its cores and RAM ("N1 Predefined Instance", "A2 Instance").
+    sku: str = ""
+    # Catalog resourceGroup of those SKUs.
+    sku_group: str = ""
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """A GPU model tfcluster offers."""
+
+    # Short name users type (--gpu l4).
+    name: str
+    # Compute Engine accelerator type.
+    accelerator: str
+    # The family it runs in.
+    family: str
+    # Regional quota metric (Spot: PREEMPTIBLE_ + this when granted).
+    quota: str
+    # Catalog SKU model words ("Nvidia L4 GPU"), on-demand; Spot SKUs add "attached to Spot Preemptible VMs".
+    sku: str
+    # NVIDIA architecture, as driver notes name it.
+    arch: str = ""
+    # Driver branches that support it (inclusive; None = no bound).
+    driver_min: int | None = None
+    driver_max: int | None = None
+    # Accelerator-optimized: machine type -> shape. Empty for N1, where GPUs are attached.
+    machine_types: dict[str, Shape] = field(default_factory=dict)
+    # N1 only: GPU count -> (most vCPUs, most GB of memory) the VM may have with them.
+    n1_limits: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def attached(self) -> bool:
+        """Given as guest_accelerator on an N1 VM, rather than coming with the machine type."""
+        return not self.machine_types
+
+    def counts(self) -> list[int]:
+        return sorted(self.n1_limits) if self.attached else sorted({s.gpus for s in self.machine_types.values()})
+
+    def machine_type_for(self, count: int) -> str | None:
+        """The machine type `--gpu-count count` picks (the first listed with that many GPUs)."""
+        return next((name for name, shape in self.machine_types.items() if shape.gpus == count), None)
+
+
+FAMILIES = {
+    "n1": Family("n1", DISK_TYPES, "", sku="N1 Predefined Instance", sku_group="N1Standard"),
+    "g2": Family("g2", ("pd-balanced", "pd-ssd"), "G2_CPUS", sku="G2 Instance", sku_group="G2Standard"),
+    "a2": Family("a2", DISK_TYPES, "A2_CPUS", sku="A2 Instance", sku_group="A2Standard"),
+    "a3": Family("a3", ("pd-balanced", "pd-ssd"), "A3_CPUS", required_nic="GVNIC", sku="A3 Instance",
+                 sku_group="A3Standard"),
+}
+
+GPUS = {
+    "t4": Gpu("t4", "nvidia-tesla-t4", "n1", "NVIDIA_T4_GPUS", "Nvidia Tesla T4 GPU", arch="Turing", driver_min=410,
+              n1_limits={1: (48, 312), 2: (48, 312), 4: (96, 624)}),
+    "v100": Gpu("v100", "nvidia-tesla-v100", "n1", "NVIDIA_V100_GPUS", "Nvidia Tesla V100 GPU", arch="Volta", driver_min=410,
+                driver_max=580, n1_limits={1: (12, 78), 2: (24, 156), 4: (48, 312), 8: (96, 624)}),
+    # G2: the 1-GPU types differ in vCPUs and memory; g2-standard-8 (first) is what --gpu-count 1 picks.
+    "l4": Gpu("l4", "nvidia-l4", "g2", "NVIDIA_L4_GPUS", "Nvidia L4 GPU", arch="Ada", driver_min=525, machine_types={
+        "g2-standard-8": Shape(1, 8, 32), "g2-standard-4": Shape(1, 4, 16), "g2-standard-12": Shape(1, 12, 48),
+        "g2-standard-16": Shape(1, 16, 64), "g2-standard-32": Shape(1, 32, 128), "g2-standard-24": Shape(2, 24, 96),
+        "g2-standard-48": Shape(4, 48, 192), "g2-standard-96": Shape(8, 96, 384)}),
+    "a100": Gpu("a100", "nvidia-tesla-a100", "a2", "NVIDIA_A100_GPUS", "Nvidia Tesla A100 GPU", arch="Ampere", driver_min=450,
+                machine_types={"a2-highgpu-1g": Shape(1, 12, 85), "a2-highgpu-2g": Shape(2, 24, 170),
+                               "a2-highgpu-4g": Shape(4, 48, 340), "a2-highgpu-8g": Shape(8, 96, 680),
+                               "a2-megagpu-16g": Shape(16, 96, 1360)}),
+    "a100-80gb": Gpu("a100-80gb", "nvidia-a100-80gb", "a2", "NVIDIA_A100_80GB_GPUS", "Nvidia A100 80GB GPU",
+                     arch="Ampere", driver_min=450, machine_types={
+                         "a2-ultragpu-1g": Shape(1, 12, 170), "a2-ultragpu-2g": Shape(2, 24, 340),
+                         "a2-ultragpu-4g": Shape(4, 48, 680), "a2-ultragpu-8g": Shape(8, 96, 1360)}),
+    "h100": Gpu("h100", "nvidia-h100-80gb", "a3", "NVIDIA_H100_GPUS", "Nvidia H100 80GB GPU", arch="Hopper", driver_min=525,
+                machine_types={"a3-highgpu-1g": Shape(1, 26, 234, True), "a3-highgpu-2g": Shape(2, 52, 468, True),
+                               "a3-highgpu-4g": Shape(4, 104, 936, True), "a3-highgpu-8g": Shape(8, 208, 1872)}),
+}
+BY_ACCELERATOR = {gpu.accelerator: gpu for gpu in GPUS.values()}
+N1_MACHINE_TYPE = re.compile(r"n1-(standard|highmem|highcpu)-(\d+)")
+# GB of memory per vCPU of the predefined N1 types (https://cloud.google.com/compute/docs/general-purpose-machines#n1_machines).
+N1_MEMORY_PER_VCPU = {"standard": 3.75, "highmem": 6.5, "highcpu": 0.9}
+
+
+def gpu(name: str) -> Gpu | None:
+    """The GPU by short name or accelerator type (t4 or nvidia-tesla-t4), or None."""
+    name = name.strip().lower()
+    return GPUS.get(name) or BY_ACCELERATOR.get(name)
+
+
+def family_of(machine_type: str) -> Family | None:
+    return FAMILIES.get(machine_type.split("-", 1)[0])
+
+
+def shape_of(machine_type: str) -> tuple[int, float]:
+    """(vCPUs, GB of memory) of an N1 predefined or a tabled accelerator-optimized machine type."""
+    n1 = N1_MACHINE_TYPE.fullmatch(machine_type)
+    if n1:
+        return int(n1[2]), N1_MEMORY_PER_VCPU[n1[1]] * int(n1[2])
+    for model in GPUS.values():
+        if machine_type in model.machine_types:
+            shape = model.machine_types[machine_type]
+            return shape.vcpus, float(shape.memory_gb)
+    raise KeyError(machine_type)
+
+
+def terraform_table() -> dict:
+    """What terraform/machine_types.json holds: the rules variables.tf validates with."""
+    return {
+        "_comment": "Generated from tfcluster/gpus.py by `python -m tfcluster.gpus`; do not edit.",
+        "accelerators": sorted(g.accelerator for g in GPUS.values()),
+        "attached": {g.accelerator: g.counts() for g in GPUS.values() if g.attached},
+        "machine_types": {name: {"accelerator": g.accelerator, "gpus": s.gpus, "spot_only": s.spot_only}
+                          for g in GPUS.values() for name, s in g.machine_types.items()},
+        "disk_types": {f.name: list(f.disk_types) for f in FAMILIES.values()},
+        "required_nic": {f.name: f.required_nic for f in FAMILIES.values() if f.required_nic},
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(terraform_table(), indent=2, sort_keys=True))
