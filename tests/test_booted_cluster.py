@@ -19,10 +19,10 @@ import sys
 
 import pytest
 
-from tests.conftest import Cli, wait_for
+from tests.conftest import Cli, events_of, wait_for
 from tests.hostlab import available
 from tests.imagelab import ensure_dockerd
-from tests.world.booted import EXTERNAL, BootedMachines
+from tests.world.booted import BRIDGE, EXTERNAL, BootedMachines
 from tests.world.names import VM_TOKEN
 from tests.world.provider import mirror
 
@@ -62,22 +62,159 @@ def instances(world) -> dict:
         return {name: dict(record) for name, record in world.compute.state.instances.items()}
 
 
+def cluster_resources(world) -> dict[str, list[str]]:
+    """What Compute and IAM hold whose name starts like the cluster "default"'s."""
+    state = world.compute.state
+    with state.lock:
+        found = {"instances": sorted(state.instances),
+                 "service accounts": sorted(e for e in state.service_accounts if e.startswith("default-")),
+                 "custom roles": sorted(r for r in state.custom_roles if "_default_" in r)}
+        for kind, names in state.others.items():
+            found[kind] = sorted(n for n in names if n.startswith("default-") and n != "default-web-ip")
+    return {kind: names for kind, names in found.items() if names}
+
+
+def on_vm(machines, name: str, path: str) -> str:
+    return machines.exec(name, "cat", path).stdout
+
+
+def ssh_refused_from(address: str, target: str) -> bool:
+    """A TCP connection to target:22 from another address of the laptop's network gets nowhere."""
+    subprocess.run(["ip", "addr", "add", f"{address}/24", "dev", BRIDGE], check=True)
+    try:
+        with socket.socket() as probe:
+            probe.bind((address, 0))
+            probe.settimeout(3)
+            try:
+                probe.connect((target, 22))
+            except OSError:
+                return True
+            return False
+    finally:
+        subprocess.run(["ip", "addr", "del", f"{address}/24", "dev", BRIDGE], check=True)
+
+
 def test_a_booted_cluster_from_up_to_down(booted, world):
     cli, machines = booted, booted.machines
+    names = ["default-0", "default-1"]
+
+    # ---- up: real terraform, machines that boot startup.sh, readiness by nonce, host keys pinned.
+    project_before = cluster_resources(world)  # The project's own (the default VPC's rules).
     up = cli.run("up", timeout=1500)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:] + machines.journals()
-    vms = instances(world)
-    assert sorted(vms) == ["default-0", "default-1"]
-    for name, record in vms.items():
-        # Readiness came from startup.sh on the machine, with this boot's nonce.
+    first = instances(world)
+    assert sorted(first) == names
+    pinned = {host["instance"]: host for host in cli.cluster()["hosts"]}
+    host_keys = {}
+    for name, record in first.items():
         nonce = record["metadata"]["tfcluster-boot-nonce"]
         assert machines.metadata.history(name, "tfcluster/ready") == [f"{nonce}:starting", f"{nonce}:ok"]
-        # SSH went to the external address, with the key its guest agent generated and published.
-        assert record["external_ip"].startswith(EXTERNAL + ".")
-    known = (cli.state_dir / "gcp" / "default" / "known_hosts")
-    print(up.stdout[-2000:])
+        # The key the guest agent made at this instance's first boot is the one pinned for its
+        # external address, where SSH goes; each VM has its own.
+        host_keys[name] = on_vm(machines, name, "/etc/ssh/ssh_host_ed25519_key.pub").split()[1]
+        assert pinned[name]["host_key"] == f"ssh-ed25519 {host_keys[name]}"
+        assert pinned[name]["ssh_address"] == record["external_ip"] and pinned[name]["address"] == record["internal_ip"]
+        assert record["external_ip"].startswith(EXTERNAL + ".") and record["internal_ip"] != record["external_ip"]
+        assert machines.exec(name, "/opt/tfcluster/venv/bin/python", "-c", "import tensorflow as tf; "
+                             "print(tf.__version__)").stdout.strip() == TF_VERSION
+        # The image lacks python3-venv: startup.sh's fallback installed it.
+        assert machines.exec(name, "dpkg-query", "-W", "-f", "${Status}", "python3-venv").stdout == "install ok installed"
+        # The watchdog ran before pip asked the wheelhouse for anything.
+        first_status = next(w.at for who, w in machines.metadata.named_writes
+                            if who == name and w.key == "tfcluster/watchdog")
+        first_pip = next(at for at, _, client in machines.wheels.requests if client == record["internal_ip"])
+        assert first_status < first_pip
+    assert host_keys["default-0"] != host_keys["default-1"]
+    cluster = cli.cluster()
 
+    # ---- the firewall: SSH only from the operator's address.
+    assert ssh_refused_from(f"{EXTERNAL}.250", first["default-0"]["external_ip"])
+
+    # ---- a killed watchdog comes back (systemd Restart=always).
+    def watchdog_pid() -> int:
+        return int(machines.exec("default-0", "systemctl", "show", "-p", "MainPID", "--value",
+                                 "tfcluster-watchdog").stdout or 0)
+    before = watchdog_pid()
+    machines.exec("default-0", "kill", "-9", str(before))
+    wait_for(lambda: watchdog_pid() not in (0, before), 60, 0.5, "a new watchdog process")
+
+    # ---- train on gs://, replicas in sync; the pulled model loads.
     train = cli.run("train", "--", "--epochs", "2", timeout=900)
     assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
     run_dir, run = cli.latest_run()
     assert run["summary"]["replicas_in_sync"] == 2
+    bucket = cluster["bucket"]
+    prefix = f"runs/{run['run_id']}/"
+    from tfcluster.backends.gcp import storage as gcs
+
+    stored = [blob.name for blob in gcs.client("demo-project").list_blobs(bucket, prefix=prefix)]
+    assert any(n.startswith(prefix + "model/") and n.endswith("model.keras") for n in stored), stored
+    # Every object of the run but the launcher's throughput figures came from the VMs' identity.
+    writers = {name: token for token, name in world.storage_proxy.object_writes if name.startswith(prefix)}
+    assert {n for n, t in writers.items() if t != VM_TOKEN} <= {n for n in writers if "/throughput/" in n}
+    pulled = cli.run("pull", timeout=180)
+    assert pulled.returncode == 0, pulled.stderr
+    served = run_dir / "output" / "model" / "1"
+    predict = subprocess.run([sys.executable, "-c", (
+        "import tensorflow as tf; "
+        f"m = tf.saved_model.load({str(served)!r}); "
+        "print('PRED', m.signatures['serving_uint8'](images=tf.zeros((2, 40, 40, 3), tf.uint8))"
+        "['probabilities'].shape)")], capture_output=True, text=True, timeout=180)
+    assert "PRED (2, 4)" in predict.stdout, predict.stdout + predict.stderr[-2000:]
+
+    # ---- idle stop: every VM halts itself and Compute shows it TERMINATED.
+    stamp = f"/opt/tfcluster/venv/.installed-tensorflow-{TF_VERSION}-tuner"
+    stamp_mtime = machines.exec("default-0", "stat", "-c", "%Y", stamp).stdout
+    idle = cli.run("idle", "--minutes", "1", timeout=120)
+    assert idle.returncode == 0, idle.stdout + idle.stderr
+    wait_for(lambda: all(r["status"] == "TERMINATED" for r in instances(world).values()), 300, 2,
+             "the watchdogs to stop the idle VMs")
+    assert not any(machines.running(name) for name in names)
+
+    # ---- up again: the same VMs start, on new external addresses, with their deadline, and
+    # their host keys are published again (guest attributes did not survive the stop) and accepted.
+    again = cli.run("up", timeout=900)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:] + machines.journals()
+    second = instances(world)
+    for name, record in second.items():
+        assert record["external_ip"] != first[name]["external_ip"]
+        assert record["internal_ip"] == first[name]["internal_ip"]
+        assert record["max_run_seconds"] == 12 * 3600
+        assert record["guest"]["hostkeys/ssh-ed25519"] == host_keys[name]  # Same disk, same keys.
+        host = next(h for h in cli.cluster()["hosts"] if h["instance"] == name)
+        assert host["ssh_address"] == record["external_ip"] and host["host_key"] == f"ssh-ed25519 {host_keys[name]}"
+        nonce = record["metadata"]["tfcluster-boot-nonce"]
+        assert machines.metadata.history(name, "tfcluster/ready")[-2:] == [f"{nonce}:starting", f"{nonce}:ok"]
+    # The second boot used the installed environment.
+    assert machines.exec("default-0", "stat", "-c", "%Y", stamp).stdout == stamp_mtime
+    # The watchdog reads its settings at every poll: back to the default before training again.
+    assert cli.run("idle", "--minutes", "30", timeout=120).returncode == 0
+
+    # ---- train again, and a worker dies: --retries 1 resumes every worker from the backup.
+    launcher = cli.popen("train", "--retries", "1", "--", "--epochs", "3")
+    try:
+        run_dir = wait_for(lambda: cli.runs() and cli.runs()[-1].name != run["run_id"] and cli.runs()[-1],
+                           60, what="the second run's folder")
+        remote = f"/home/tfcluster/.tfcluster-remote/default/runs/{run_dir.name}"
+
+        def epoch_done() -> bool:
+            log = on_vm(machines, "default-0", f"{remote}/worker-0/worker-0.log")
+            return any(e["event"] == "epoch_end" for e in events_of(log))
+
+        wait_for(epoch_done, 300, 1, "the chief's first epoch")
+        pid = on_vm(machines, "default-1", f"{remote}/worker-1/worker-1.attempt1.pid").strip()
+        machines.exec("default-1", "kill", "-9", pid)
+        output, _ = launcher.communicate(timeout=600)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, output[-3000:]
+    resumed = json.loads((run_dir / "run.json").read_text())
+    assert resumed["attempts"] == 2 and resumed["summary"]["resumed_at"]["2"] > 1
+
+    # ---- down: everything that bills goes, the bucket stays.
+    down = cli.run("down", timeout=600)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert cluster_resources(world) == project_before
+    assert bucket in [b.name for b in gcs.client("demo-project").list_buckets()]
+    assert not machines.vms

@@ -1,16 +1,15 @@
 """The boot script on machines that really boot (tests/vmlab.py): systemd as PID 1, the boot
 unit running startup/startup.sh from the metadata, the watchdog as a real service, a real halt.
 
-Four machines boot at once in one module fixture; the tests then assert on each:
-- healthy:  offline wheelhouse and apt repo -> ready "<nonce>:ok" (python3-venv installed by the
-            fallback, the image lacks it), the watchdog first, Restart=always, a second boot, and
-            finally the idle rule's `stop` halting it;
+The unhappy boots, at once in one module fixture; the tests then assert on each:
 - deadpip:  a dead package index -> "<nonce>:error: pip install ... failed", then halted as idle;
 - hungpip:  an index that never answers -> the boot grace ends the boot's activity, halted;
 - deadapt:  no venv and a dead apt source -> the exact venv error in the ready attribute;
 - docker:   tfcluster-docker=true -> docker.io installed after the watchdog, before pip; the
             daemon's own start-up error (it cannot run unprivileged here) as one line.
-The tests of `healthy` run in file order (kill, second boot, halt).
+The healthy boot (TensorFlow installed, the watchdog first and restarted when killed, a second
+boot without reinstall, the idle halt) is part of the booted cluster's scenario
+(tests/test_booted_cluster.py), on the VMs the product itself creates and trains on.
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ def lab(tmp_path_factory):
         pytest.skip(reason)
     lab = VmLab(tmp_path_factory.mktemp("vmlab"))
     try:
-        lab.boot("healthy", nonce="healthy-1", idle_minutes=60)
         lab.boot("deadpip", nonce="deadpip-1", pip="dead", idle_minutes=0.1)
         lab.boot("hungpip", nonce="hungpip-1", pip="hung", idle_minutes=0.1,
                  extra={"tfcluster-boot-grace-minutes": "0.5"})
@@ -62,50 +60,8 @@ def ready_values(machine) -> list[str]:
 
 
 def test_machines_get_the_metadata_keys_terraform_sets(lab):
-    served = {key.removeprefix("instance/attributes/") for key in lab["healthy"].metadata.values}
+    served = {key.removeprefix("instance/attributes/") for key in lab["deadapt"].metadata.values}
     assert terraform_metadata_keys() <= served
-
-
-def test_healthy_machine_in_order(lab):
-    """One machine's life, in order (each step needs the one before; pytest's order across tests
-    is not a contract): boot, a killed watchdog, a second boot without reinstall, the idle halt."""
-    _boot_is_ready_with_tensorflow_and_the_watchdog_came_first(lab)
-    _killed_watchdog_is_restarted_by_systemd(lab)
-    _second_boot_uses_the_installed_environment_and_the_new_nonce(lab)
-    _the_watchdog_stop_action_halts_an_idle_machine(lab)
-
-
-def _boot_is_ready_with_tensorflow_and_the_watchdog_came_first(lab):
-    machine = lab["healthy"]
-    wait_for(lambda: machine.ready() not in (None, "healthy-1:starting"), 900, 1, "the healthy boot to finish")
-    assert machine.ready() == "healthy-1:ok", machine.journal("google-startup-scripts")
-    assert ready_values(machine) == ["healthy-1:starting", "healthy-1:ok"]
-    version = machine.exec("/opt/tfcluster/venv/bin/python", "-c", "import tensorflow as tf; print(tf.__version__)",
-                           timeout=180)
-    assert version.stdout.strip() == TF_VERSION, version.stderr[-2000:]
-    # The image has no python3-venv (see deadapt): the fallback installed it from the offline repo.
-    assert machine.exec("dpkg-query", "-W", "-f", "${Status}", "python3-venv").stdout == "install ok installed"
-    assert machine.exec("systemctl", "is-active", "tfcluster-watchdog").stdout.strip() == "active"
-    # Order: the watchdog published its first status before pip asked the wheelhouse for anything.
-    first_status = statuses(machine)[0][0]
-    first_pip_request = machine.wheels.requests[0][0]
-    assert first_status < first_pip_request
-
-
-def _killed_watchdog_is_restarted_by_systemd(lab):
-    machine = lab["healthy"]
-    assert machine.ready() == "healthy-1:ok"
-
-    def main_pid() -> int:
-        return int(machine.exec("systemctl", "show", "-p", "MainPID", "--value", "tfcluster-watchdog").stdout)
-
-    before = main_pid()
-    assert before > 0
-    machine.exec("bash", "-c", f"kill -9 {before}", check=True)
-    after = wait_for(lambda: (pid := main_pid()) not in (0, before) and pid, 60, 0.5, "a new watchdog process")
-    assert machine.exec("systemctl", "is-active", "tfcluster-watchdog").stdout.strip() == "active"
-    assert int(machine.exec("systemctl", "show", "-p", "NRestarts", "--value", "tfcluster-watchdog").stdout) >= 1
-    assert after != before
 
 
 def test_dead_pip_index_reports_the_error_and_the_idle_rule_halts_the_machine(lab):
@@ -141,36 +97,6 @@ def test_without_venv_and_a_dead_apt_source_the_ready_attribute_carries_the_venv
     # The image really lacks python3-venv (what made the healthy machine's fallback run).
     assert machine.exec("dpkg-query", "-W", "-f", "${Status}", "python3-venv").stdout != "install ok installed"
     assert machine.exec("systemctl", "is-active", "tfcluster-watchdog").stdout.strip() == "active"
-
-
-def _second_boot_uses_the_installed_environment_and_the_new_nonce(lab):
-    machine = lab["healthy"]
-    assert machine.ready() == "healthy-1:ok"
-    stamp = f"/opt/tfcluster/venv/.installed-tensorflow-{TF_VERSION}-tuner"
-    stamp_mtime = machine.exec("stat", "-c", "%Y", stamp, check=True).stdout
-    # A reinstall would now fail: the package index is gone for this boot.
-    machine.set_pip("[global]\nindex-url = http://127.0.0.1:9/simple\ntimeout = 3\nretries = 0\n")
-    machine.stop()
-    assert not machine.running()
-    writes_before = len(machine.metadata.writes)
-    machine.metadata.values["instance/attributes/tfcluster-boot-nonce"] = "healthy-2"
-    machine.start()
-    wait_for(lambda: machine.ready() not in ("healthy-1:ok", "healthy-2:starting"), 300, 1, "the second boot")
-    assert machine.ready() == "healthy-2:ok", machine.journal("google-startup-scripts")
-    second = [w.value for w in machine.metadata.writes[writes_before:] if w.key == "tfcluster/ready"]
-    assert second == ["healthy-2:starting", "healthy-2:ok"]
-    assert machine.exec("stat", "-c", "%Y", stamp, check=True).stdout == stamp_mtime
-    assert machine.exec("systemctl", "is-active", "tfcluster-watchdog").stdout.strip() == "active"
-
-
-def _the_watchdog_stop_action_halts_an_idle_machine(lab):
-    machine = lab["healthy"]
-    assert machine.running() and machine.ready() == "healthy-2:ok"
-    # `invoke idle --minutes 0.1` changes the metadata; the watchdog reads it at every poll.
-    machine.metadata.values["instance/attributes/tfcluster-idle-minutes"] = "0.1"
-    wait_for(lambda: not machine.running(), 180, 1, "the watchdog to halt the idle machine")
-    last = statuses(machine)[-1][1]
-    assert last["act"] is True and last["action"] == "stop"
 
 
 def test_an_image_cluster_installs_docker_after_the_watchdog_and_names_a_daemon_failure(lab):

@@ -61,7 +61,7 @@ class _RecordingHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
     def do_GET(self):
-        self.server.requests.append((time.monotonic(), self.path))
+        self.server.requests.append((time.monotonic(), self.path, self.client_address[0]))
         super().do_GET()
 
 
@@ -77,7 +77,7 @@ class WheelServer:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     @property
-    def requests(self) -> list[tuple[float, str]]:
+    def requests(self) -> list[tuple[float, str, str]]:
         return list(self.server.requests)
 
     def close(self) -> None:

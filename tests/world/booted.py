@@ -13,6 +13,8 @@ What Compute Engine does for a VM, done to the machine that plays it:
   instance's service account, guest attributes in and out.
 - **The guest agent** is in the image (.ci/vm-cache.sh): host keys at the first boot of an
   instance id, accounts from ssh-keys.
+- **Boots.** Each boot has its own kernel boot id (/proc/sys/kernel/random/boot_id), as a VM's
+  kernel makes one; the watchdog counts idleness afresh from a new one.
 - **Lifecycle.** A stop inside the guest (`shutdown -h`, the watchdog's stop) halts the machine
   and the instance becomes TERMINATED; guest attributes are cleared then (Google does not say they
   survive a stop: the strict reading, https://cloud.google.com/compute/docs/metadata/manage-guest-attributes).
@@ -35,6 +37,7 @@ import secrets
 import socket
 import subprocess
 import threading
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -212,6 +215,11 @@ class BootedMachines:
         sh("ip", "link", "del", veth, check=False)
         sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", str(vm.pid))
         sh("ip", "link", "set", veth, "master", BRIDGE, "up")
+        # A new kernel boot id for this boot (a VM's kernel makes one at each boot; a container
+        # shares the host's, so it is bound over /proc from outside, before init runs).
+        Path(f"/proc/{vm.pid}/root/run/tfcluster-test-boot-id").write_text(f"{uuid.uuid4()}\n")
+        sh("nsenter", "-t", str(vm.pid), "-m", "mount", "--bind", "-o", "ro", "/run/tfcluster-test-boot-id",
+           "/proc/sys/kernel/random/boot_id")
         vm.applied_rules = ""
         self._apply_firewall(vm)
         inside = ["nsenter", "-t", str(vm.pid), "-n", "ip"]
