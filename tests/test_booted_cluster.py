@@ -5,7 +5,8 @@ own defaults (the `tfcluster` login the guest agent makes from ssh-keys, /opt/tf
 ~/.tfcluster-remote). Nothing is overridden but the world around it.
 
 One cluster of 2 VMs lives through one ordered scenario (each step needs the one before):
-up -> train on gs:// -> pull -> idle stop -> up again (restart) -> train again -> down.
+up -> train on gs:// -> pull -> idle stop -> up again (restart) -> train again (a worker killed
+and resumed) -> the VMs delete themselves when idle -> down.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import sys
 import pytest
 
 from tests.conftest import Cli, events_of, wait_for
+from tests.fake_operations import advance
 from tests.hostlab import available
 from tests.imagelab import ensure_dockerd
 from tests.world.booted import BRIDGE, EXTERNAL, BootedMachines
@@ -211,6 +213,21 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
     assert launcher.returncode == 0, output[-3000:]
     resumed = json.loads((run_dir / "run.json").read_text())
     assert resumed["attempts"] == 2 and resumed["summary"]["resumed_at"]["2"] > 1
+
+    # ---- self-delete: `invoke idle` with idle_action delete; each VM's watchdog deletes its own
+    # instance with its own token, and Compute forgets it. `down` then finishes without VMs.
+    cli.env["INVOKE_TFCLUSTER_IDLE_ACTION"] = "delete"
+    assert cli.run("idle", "--minutes", "1", timeout=120).returncode == 0
+
+    def deleted() -> bool:
+        advance(world.compute.state)  # Compute's operations move on whether anyone polls or not.
+        return not instances(world)
+
+    wait_for(deleted, 300, 2, "the idle VMs to delete themselves")
+    deletes = {r["path"].rsplit("/", 1)[1]: r["authorization"] for r in world.compute.state.requests
+               if r["method"] == "DELETE" and "/instances/" in r["path"]}
+    assert deletes == {name: f"Bearer {VM_TOKEN}" for name in names}, deletes
+    assert not machines.vms
 
     # ---- down: everything that bills goes, the bucket stays.
     down = cli.run("down", timeout=600)
