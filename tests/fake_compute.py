@@ -91,6 +91,8 @@ class FakeCompute:
     # Called as on_start(name, external_ip) when a start's operation completes: the test world
     # boots the machine that plays the VM (its processes were lost with the stop).
     on_start: object = None
+    # Called as on_stop(name) when an instances.stop's operation completes: the machine halts.
+    on_stop: object = None
     # Called as on_insert(name, record) when an instances.insert's operation completes: the test
     # world gives the new VM its machine (addresses) and boots it.
     on_insert: object = None
@@ -173,6 +175,18 @@ def stop_instance(state: FakeCompute, name: str) -> None:
         instance["external_ip"] = None  # An ephemeral address is released.
 
 
+def stop_effect(state: FakeCompute, name: str):
+    """A stop's operation completing: the record as stop_instance leaves it, then the machine halts."""
+    def halt() -> None:
+        if name not in state.instances:
+            return
+        stop_instance(state, name)
+        if callable(state.on_stop):
+            state.on_stop(name)
+
+    return halt
+
+
 # The permission each call tfcluster makes needs, from the API reference's "IAM Permissions" section
 # of each method (e.g. https://cloud.google.com/compute/docs/reference/rest/v1/regions/get:
 # compute.regions.get). Compute refuses with 403, reason "forbidden" and the message
@@ -186,6 +200,7 @@ PERMISSIONS = [
     ("GET", BASE + "/zones/[^/]+/instances", "compute.instances.list"),
     ("GET", BASE + "/zones/[^/]+/instances/[^/]+", "compute.instances.get"),
     ("POST", BASE + "/zones/[^/]+/instances/[^/]+/start", "compute.instances.start"),
+    ("POST", BASE + "/zones/[^/]+/instances/[^/]+/stop", "compute.instances.stop"),
     ("POST", BASE + "/zones/[^/]+/instances/[^/]+/setScheduling", "compute.instances.setScheduling"),
 ]
 
@@ -293,7 +308,7 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
                           "lastStartTimestamp": instance.get("started", "2026-11-22T05:00:00.000-08:00")})
         return 200, {"kind": "compute#instanceList", "items": items}
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)"
-                         "(?P<verb>/setMetadata|/start|/setScheduling|/resume)?", path)
+                         "(?P<verb>/setMetadata|/start|/stop|/setScheduling|/resume)?", path)
     if match and match["name"] not in state.instances and method in ("GET", "POST"):
         return _error(404, f"The resource 'projects/{match['project']}/zones/{match['zone']}/instances/"
                            f"{match['name']}' was not found")
@@ -316,6 +331,14 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
                                        f"scheduling; it is {instance['status']}.", "badRequest")
                 instance["max_run_seconds"] = int((body.get("maxRunDuration") or {}).get("seconds") or 0) or None
                 instance["termination_action"] = body.get("instanceTerminationAction") or None
+            elif match["verb"] == "/stop":
+                # instances/stop: "Stops a running instance, shutting it down cleanly"; STOPPING until the
+                # operation is DONE, then TERMINATED (https://cloud.google.com/compute/docs/instances/
+                # instance-life-cycle). Stopping a VM that is not running is a no-op operation.
+                if instance["status"] == "RUNNING":
+                    instance["status"] = "STOPPING"
+                    return 200, new_operation(state, match["project"], match["zone"], "stop", match["name"],
+                                               state.other_seconds, apply=stop_effect(state, match["name"]))
             elif match["verb"] == "/resume":
                 if instance["status"] != "SUSPENDED":
                     return _error(400, "Instance is not suspended.", "badRequest")

@@ -37,6 +37,22 @@ def test_start_returns_only_when_its_operation_is_done(fake_compute):  # noqa: F
     assert [op["status"] for op in done] == ["DONE"]
 
 
+def test_stop_returns_when_the_vm_is_terminated_and_a_start_gives_a_new_address(fake_compute):  # noqa: F811
+    api = api_for(fake_compute)
+    _vm(fake_compute, "s-4", status="RUNNING")
+    fake_compute.state.instances["s-4"]["external_ip"] = "34.1.2.3"
+    halted = []
+    fake_compute.state.on_stop = halted.append
+    api.stop("us-west1-b", "s-4")
+    assert api.get_instance("us-west1-b", "s-4").status == "TERMINATED" and halted == ["s-4"]
+    api.stop("us-west1-b", "s-4")  # Stopping a stopped VM changes nothing.
+    assert halted == ["s-4"]
+    fake_compute.state.next_external_ip["s-4"] = "34.1.2.4"
+    api.start("us-west1-b", "s-4")
+    instance = api.get_instance("us-west1-b", "s-4")
+    assert instance.status == "RUNNING" and instance.network_interfaces[0].access_configs[0].nat_i_p == "34.1.2.4"
+
+
 def test_a_zone_without_capacity_is_one_line_and_the_vm_stays_stopped(fake_compute):  # noqa: F811
     api = api_for(fake_compute)
     _vm(fake_compute, "s-1")
@@ -105,6 +121,18 @@ class SpotWorld:
     def __init__(self, lab: HostLab, compute, metadata: list[FakeMetadataServer]):
         self.lab, self.compute, self.metadata = lab, compute, metadata
         compute.state.on_start = self.boot
+        compute.state.on_stop = self.halt
+
+    def halt(self, name: str) -> None:
+        """Compute's stop completed: the machine shuts down, every process and sshd with it."""
+        host = self.lab.hosts[int(name.rsplit("-", 1)[1])]
+        self.lab.kill_processes(host, keep_sshd=False)
+        host.sshd.wait(timeout=10)
+
+    def announce_maintenance(self, index: int) -> None:
+        """Google announces host maintenance for VM ``index`` (its metadata server's
+        instance/maintenance-event), ahead of terminating it."""
+        self.metadata[index].values["instance/maintenance-event"] = "TERMINATE_ON_HOST_MAINTENANCE"
 
     def preempt(self, index: int) -> None:
         self.metadata[index].values.update(PREEMPTED)
@@ -118,7 +146,7 @@ class SpotWorld:
         index = int(name.rsplit("-", 1)[1])
         host = self.lab.hosts[index]
         if host.sshd.poll() is None:
-            return  # Never went down (a stop by API only).
+            return  # Still running: nothing halted it.
         subprocess.run(["ip", "-n", host.netns, "addr", "add", f"{external_ip}/24", "dev", "eth0"],
                        capture_output=True)
         self.lab.start_sshd(host)
@@ -305,3 +333,52 @@ def test_preempted_while_no_launcher_runs_then_train_resume_brings_the_same_run_
     assert run["summary"]["resumed_at"]["2"] > 1  # From its gs:// backup.
     assert [p["worker"] for p in run["summary"]["preemptions"]] == ["worker-1"]
     assert spot.cluster()["hosts"][1]["ssh_address"] == NEW_IP[1]
+
+    # Host maintenance announced mid-run for default-1. TensorFlow's own PreemptionCheckpointHandler
+    # (tests/scripts/maintenance_aware.py) sees it, has both workers save and exit 143; the run is
+    # not failed for it: the announced VM is stopped and started (away from the maintenance) and
+    # the same run resumes from that checkpoint, with the one retry it was given.
+    world.compute.state.next_external_ip["default-1"] = f"{SUBNET}.71"
+    stops_before = _operations(world, "stop")
+    script = Path(__file__).parent / "scripts" / "maintenance_aware.py"
+    launcher = spot.popen("train", "--script", str(script), "--retries", "1", "--", "--steps", "150")
+    try:
+        previous = run_dir.name
+        run_dir = wait_for(lambda: spot.runs() and spot.runs()[-1].name != previous and spot.runs()[-1], 60,
+                           what="the maintained run's folder")
+
+        def past_step_20():
+            log = _remote_log(spot.lab, run_dir.name, 0)
+            return log.exists() and any(e["event"] == "progress" and e["step"] >= 20 for e in events_of(log.read_text()))
+
+        wait_for(past_step_20, 300, interval=0.1, what="the maintained run past step 20")
+        spot.spot.announce_maintenance(1)
+        output, _ = launcher.communicate(timeout=600)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+    assert launcher.returncode == 0, output[-4000:]
+    assert ("worker-1 (" + SUBNET + ".11): Google announced host maintenance (TERMINATE_ON_HOST_MAINTENANCE); the "
+            "workers backed up and exited 143; moving its VM to another host and resuming (attempt 2 of 2)") in output
+    assert output.count("Google announced host maintenance") == 1  # Only the announced VM.
+    assert _operations(world, "stop") == stops_before + ["default-1"]
+    assert spot.cluster()["hosts"][1]["ssh_address"] == f"{SUBNET}.71"
+    run = json.loads((run_dir / "run.json").read_text())
+    assert run["outcome"] == "succeeded" and run["attempts"] == 2
+    [notice] = run["summary"]["maintenance"]
+    assert notice["worker"] == "worker-1" and notice["event"] == "TERMINATE_ON_HOST_MAINTENANCE"
+    assert notice["restarted_at"] >= notice["noticed_at"] and run["summary"]["preemptions"] == []
+    # Attempt 2 restored TensorFlow's own checkpoint: it starts where attempt 1 saved, past step 20.
+    before, after = (run_dir / "worker-0.log").read_text().split("attempt 2 on", 1)
+    assert "starting at step 0" in before
+    restored = int(after.split("starting at step ", 1)[1].split()[0])
+    assert restored >= 20, after[:2000]
+    assert "done at step 150, total 300" in after
+
+
+def _operations(world, kind: str) -> list[str]:
+    """The instances that Compute's operations of ``kind`` targeted, oldest first."""
+    with world.compute.state.lock:
+        entries = sorted(world.compute.state.operations.values(), key=lambda entry: entry["json"]["insertTime"])
+        return [entry["json"]["targetLink"].rsplit("/", 1)[1] for entry in entries
+                if entry["json"]["operationType"] == kind]

@@ -305,6 +305,9 @@ class Progress:
     # Each preemption the launcher handled: worker, instance, address, at, attempt, noticed_at,
     # restarted_at (epoch seconds), for run.json and the summary.
     preemptions: list[dict] = field(default_factory=list)
+    # Each host-maintenance notice that ended an attempt: worker, instance, event, attempt,
+    # noticed_at, restarted_at (tfcluster/commands/maintenance.py).
+    maintenance: list[dict] = field(default_factory=list)
     # The chief's strategy event (model, batch, data, devices, learning rate), for the summary.
     strategy: dict = field(default_factory=dict)
     # Every worker's step times and GPU samples, for the throughput figures.

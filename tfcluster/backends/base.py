@@ -196,6 +196,16 @@ class Backend:
         ``cluster``'s host records (addresses, host keys). Default: nothing can be preempted."""
         raise ClusterError(f"the {self.name} backend has no machines the cloud can preempt")
 
+    def maintenance_notices(self, cluster: ClusterState, hosts: list[WorkerHost]) -> dict[int, str]:
+        """Workers whose machine announces host maintenance now: worker index -> the event as the
+        machine words it (TERMINATE_ON_HOST_MAINTENANCE). Default: none, only a cloud VM has a host."""
+        return {}
+
+    def restart_for_maintenance(self, cluster: ClusterState, settings: Settings, workers: list[int]) -> None:
+        """Stop the announced workers' machines and start them again (on another host), updating
+        ``cluster``'s host records. Default: no machine here has host maintenance."""
+        raise ClusterError(f"the {self.name} backend has no machines with host maintenance")
+
     def gather(self, hosts: list[WorkerHost], run_id: str, folder: str, local_run_dir: Path) -> None:
         """Merge ``folder`` (relative to each host's run folder) from every host into the local
         run folder, hosts[0] last (its files win). Default: the hosts' run folder is the local one."""

@@ -1,6 +1,7 @@
 """The operations behind the invoke tasks, one room per thing a user does.
 
-check: the prerequisites of up. offers: the zones that offer a GPU, priced. cluster: up, status, idle, down. train: a new run (attempts: its live loop). runs: logs, stop.
+check: the prerequisites of up. offers: the zones that offer a GPU, priced. cluster: up, status, idle, down. train: a new run (attempts: its live loop; maintenance: an attempt ended by host maintenance;
+run_summary: the table it ends with). runs: logs, stop.
 tune: a hyperparameter search (tune_loop: its live loop; tune_plans: its processes and trials).
 results: data, pull, tensorboard. image: image build. common: what they share. Commands may import launch,
 backends, state, config, errors, tfconfig, ui and trainer.events; nothing imports commands

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from rich.status import Status
 
 from tfcluster import launch, stall, tflog, throughput, ui
+from tfcluster.commands import maintenance, run_summary
 from tfcluster.commands.common import console
 from tfcluster.config import Settings
 from tfcluster.backends.base import Preemption
@@ -41,6 +42,7 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
     previous_handler = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
     # Each preemption, for run.json and the summary (the same list as progress.preemptions).
     preempted = progress.preemptions = list(earlier or [])
+    progress.maintenance = list(run.summary.get("maintenance", []))  # A resumed run's earlier notices.
     lost: Preemptions | None = None  # The last attempt's preemptions, when that is how it ended.
     try:
         for attempt in range(first_attempt, run.retries + 2):
@@ -68,6 +70,11 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
                     break
                 continue
             lost = None
+            notices = maintenance.announced(backend, store, failure, plans)
+            if notices:  # Retried on moved VMs, or TrainingFailed once the run is recorded as failed.
+                plans = maintenance.recover(settings, store, backend, run, plans, notices, attempt, progress,
+                                            lambda: _finish(settings, store, run, "failed", progress, started))
+                continue
             cause = _report_failure(failure, plans, verbose)
             launch.stop_attempt(plans, attempt, settings.stop_grace_seconds)
             if interrupted.is_set():
@@ -107,7 +114,7 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
         throughput.tensorboard_scalars(run.summary["throughput"], run.summary["scaling"]))
     if tensorboard is not None:
         tensorboard = _publish_throughput(store, run, tensorboard)
-    _print_summary(run, progress, time.time() - started, tensorboard)
+    run_summary.print_summary(run, progress, time.time() - started, tensorboard)
     if failure is not None and failure.stall is not None:
         hung = plans[failure.stall.worker]
         raise TrainingFailed(f"run {run.run_id} failed: it stalled, {hung.name} ({hung.task}) made no progress "
@@ -324,58 +331,10 @@ def _finish(settings: Settings, store, run: RunRecord, outcome: str, progress: l
         "scratch_removed": progress.scratch_removed,
         "wall_seconds": round(run.ended_at - started, 2),
         "preemptions": list(progress.preemptions),
+        "maintenance": list(progress.maintenance),
         **_speed(settings, store, run, progress),
     }
     store.save_run(run)
-
-
-def _print_summary(run: RunRecord, progress: launch.Progress, wall: float, tensorboard=None) -> None:
-    _print_throughput(run.summary["throughput"])
-    table = ui.table(f"Run {run.run_id}: {run.outcome}", ["", ""])
-    table.show_header = False
-    table.add_row("workers", str(run.workers))
-    table.add_row("replicas in sync", str(progress.replicas_in_sync or "n/a"))
-    rate = run.summary.get("learning_rate")
-    table.add_row("learning rate", rate["text"] if rate else "n/a")
-    speed = run.summary["throughput"]
-    if speed["global_images_per_second"]:
-        per_worker = ", ".join(f"{v:.0f}" for v in speed["per_worker_images_per_second"].values())
-        table.add_row("throughput", f"{speed['global_images_per_second']:.0f} images/s (per worker: {per_worker}), "
-                                    f"median step {speed['median_step_seconds'] * 1000:.1f} ms")
-    else:
-        table.add_row("throughput", "n/a")
-    scaling = run.summary.get("scaling")
-    if scaling:
-        table.add_row("scaling efficiency",
-                      f"{scaling['efficiency']:.2f} ({scaling['speedup']:.2f}x the 1-worker run "
-                      f"{scaling['reference_run']}, {scaling['reference_images_per_second']:.0f} images/s)")
-    elif run.workers > 1:
-        table.add_row("scaling efficiency", "n/a (no 1-worker run of the same configuration yet)")
-    if tensorboard:
-        table.add_row("throughput in TensorBoard", str(tensorboard))
-    if progress.epochs:
-        table.add_row("epochs", f"{progress.last_epoch}/{progress.epochs}")
-    resumed = {a: e for a, e in progress.resumed_at.items() if a > 1}
-    table.add_row("attempts", str(run.attempts))
-    for item in progress.preemptions:
-        table.add_row("preempted", f"{item['worker']} ({item['address']}) at "
-                      f"{time.strftime('%H:%M:%S', time.localtime(item['at']))}, attempt {item['attempt']}")
-    for attempt, epoch in sorted(resumed.items()):
-        redo = f"epochs 1-{epoch - 1} not redone" if epoch > 1 else "no checkpoint yet, started over"
-        table.add_row(f"attempt {attempt}", f"resumed at epoch {epoch} ({redo})")
-    if progress.metrics:
-        table.add_row("final metrics", ui.format_metrics(progress.metrics))
-    if "val_accuracy" in progress.metrics and progress.chance:
-        table.add_row("validation accuracy",
-                      f"{progress.metrics['val_accuracy']:.3f} (chance {progress.chance:.3f})")
-    table.add_row("model", progress.keras_path or "n/a")
-    if progress.saved_model_path:
-        table.add_row("SavedModel", progress.saved_model_path)
-    table.add_row("wall time", ui.duration(wall))
-    console.print(table)
-    if progress.signatures:
-        console.print(f"Signatures of {progress.saved_model_path}:", soft_wrap=True)
-        console.print(progress.signatures, markup=False, highlight=False, soft_wrap=True)
 
 
 def _publish_throughput(store: StateStore, run: RunRecord, local_dir) -> str:
@@ -395,22 +354,3 @@ def _publish_throughput(store: StateStore, run: RunRecord, local_dir) -> str:
         console.print(f"[yellow]Throughput figures kept in {local_dir} only: {error}[/]", soft_wrap=True)
         return str(local_dir)
     return url
-
-
-def _print_throughput(speed: dict) -> None:
-    """Per epoch: the chief's median step time, images/s for all workers and each, GPU use."""
-    if not speed.get("epochs"):
-        return
-    gpu = any(record.get("gpu_utilization") for record in speed["epochs"])
-    table = ui.table("Throughput per epoch", ["epoch", "median step", "images/s (all)", "images/s per worker",
-                                              *(["GPU utilisation per worker"] if gpu else [])])
-    for record in speed["epochs"]:
-        step = record["median_step_seconds"]
-        row = [str(record["epoch"]), f"{step * 1000:.1f} ms" if step else "n/a",
-               f"{record['global_images_per_second']:.0f}" if record["global_images_per_second"] else "n/a",
-               "  ".join(f"w{w} {v:.0f}" for w, v in record["per_worker_images_per_second"].items()) or "n/a"]
-        if gpu:
-            row.append("  ".join(f"w{w} {v:.0f}%" for w, v in (record.get("gpu_utilization") or {}).items())
-                       or "n/a")
-        table.add_row(*row)
-    console.print(table)

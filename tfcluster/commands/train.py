@@ -269,6 +269,15 @@ def resume(settings: Settings, run_id: str, retries: int | None = None, verbose:
     if taken:
         backend.restart_preempted(cluster, settings)
         store.save_cluster(cluster)
+    # Host maintenance announced while no launcher ran: the workers exited 143; resuming on the same
+    # hosts would end the same way, so those VMs move first (tfcluster/commands/maintenance.py).
+    announced = backend.maintenance_notices(cluster, backend.hosts(cluster)[: run.workers])
+    for index, event in sorted(announced.items()):
+        console.print(f"[yellow]{cluster.hosts[index].name}: Google announced host maintenance ({event}); "
+                      "stopping and starting its VM[/]", soft_wrap=True)
+    if announced:
+        backend.restart_for_maintenance(cluster, settings, sorted(announced))
+        store.save_cluster(cluster)
     env = json.loads(launch_file.read_text())["env"]
     image = container.ContainerSpec(run.image, run.mounts) if run.image else None
     plans = launch.build_plans(backend.hosts(cluster)[: run.workers], run.run_id, run.command, env, image)

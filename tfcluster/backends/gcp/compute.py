@@ -125,6 +125,11 @@ class ComputeApi:
         self.instances.set_metadata(project=self.project, zone=zone, instance=name,
                                     metadata_resource=metadata).result(timeout=120)
 
+    def stop(self, zone: str, name: str) -> None:
+        """Stop a VM and return once its operation is DONE (the VM is then TERMINATED; instances/stop:
+        "Stops a running instance, shutting it down cleanly")."""
+        self.instances.stop(project=self.project, zone=zone, instance=name).result(timeout=300)
+
     def start(self, zone: str, name: str) -> None:
         """Start a stopped VM and return once its operation is DONE (result() polls
         zoneOperations.get); NoCapacity when the zone has no hardware for it right now."""

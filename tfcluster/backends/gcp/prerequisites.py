@@ -38,6 +38,8 @@ PERMISSIONS = {
     "compute.acceleratorTypes.list": (COMPUTE, "up"),
     "compute.instances.getGuestAttributes": (COMPUTE, "up, train"),
     "compute.instances.setMetadata": (COMPUTE, "train, idle"),
+    # Moving a VM off announced host maintenance mid-run (tfcluster/commands/maintenance.py).
+    "compute.instances.stop": (COMPUTE, "train"),
     "compute.instances.delete": (COMPUTE, "down"),
     "compute.networks.delete": (COMPUTE, "down"),
     "compute.firewalls.delete": (COMPUTE, "down"),

@@ -1,0 +1,80 @@
+"""The table a run ends with: throughput per epoch, then workers, learning rate, scaling,
+attempts, preemptions and maintenance, metrics and where the model is."""
+
+from __future__ import annotations
+
+import time
+
+from tfcluster import launch, ui
+from tfcluster.commands.common import console
+from tfcluster.state import RunRecord
+
+
+def print_summary(run: RunRecord, progress: launch.Progress, wall: float, tensorboard=None) -> None:
+    _print_throughput(run.summary["throughput"])
+    table = ui.table(f"Run {run.run_id}: {run.outcome}", ["", ""])
+    table.show_header = False
+    table.add_row("workers", str(run.workers))
+    table.add_row("replicas in sync", str(progress.replicas_in_sync or "n/a"))
+    rate = run.summary.get("learning_rate")
+    table.add_row("learning rate", rate["text"] if rate else "n/a")
+    speed = run.summary["throughput"]
+    if speed["global_images_per_second"]:
+        per_worker = ", ".join(f"{v:.0f}" for v in speed["per_worker_images_per_second"].values())
+        table.add_row("throughput", f"{speed['global_images_per_second']:.0f} images/s (per worker: {per_worker}), "
+                                    f"median step {speed['median_step_seconds'] * 1000:.1f} ms")
+    else:
+        table.add_row("throughput", "n/a")
+    scaling = run.summary.get("scaling")
+    if scaling:
+        table.add_row("scaling efficiency",
+                      f"{scaling['efficiency']:.2f} ({scaling['speedup']:.2f}x the 1-worker run "
+                      f"{scaling['reference_run']}, {scaling['reference_images_per_second']:.0f} images/s)")
+    elif run.workers > 1:
+        table.add_row("scaling efficiency", "n/a (no 1-worker run of the same configuration yet)")
+    if tensorboard:
+        table.add_row("throughput in TensorBoard", str(tensorboard))
+    if progress.epochs:
+        table.add_row("epochs", f"{progress.last_epoch}/{progress.epochs}")
+    resumed = {a: e for a, e in progress.resumed_at.items() if a > 1}
+    table.add_row("attempts", str(run.attempts))
+    for item in progress.preemptions:
+        table.add_row("preempted", f"{item['worker']} ({item['address']}) at "
+                      f"{time.strftime('%H:%M:%S', time.localtime(item['at']))}, attempt {item['attempt']}")
+    for item in progress.maintenance:
+        table.add_row("host maintenance", f"{item['worker']} ({item['event']}), attempt {item['attempt']}")
+    for attempt, epoch in sorted(resumed.items()):
+        redo = f"epochs 1-{epoch - 1} not redone" if epoch > 1 else "no checkpoint yet, started over"
+        table.add_row(f"attempt {attempt}", f"resumed at epoch {epoch} ({redo})")
+    if progress.metrics:
+        table.add_row("final metrics", ui.format_metrics(progress.metrics))
+    if "val_accuracy" in progress.metrics and progress.chance:
+        table.add_row("validation accuracy",
+                      f"{progress.metrics['val_accuracy']:.3f} (chance {progress.chance:.3f})")
+    table.add_row("model", progress.keras_path or "n/a")
+    if progress.saved_model_path:
+        table.add_row("SavedModel", progress.saved_model_path)
+    table.add_row("wall time", ui.duration(wall))
+    console.print(table)
+    if progress.signatures:
+        console.print(f"Signatures of {progress.saved_model_path}:", soft_wrap=True)
+        console.print(progress.signatures, markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_throughput(speed: dict) -> None:
+    """Per epoch: the chief's median step time, images/s for all workers and each, GPU use."""
+    if not speed.get("epochs"):
+        return
+    gpu = any(record.get("gpu_utilization") for record in speed["epochs"])
+    table = ui.table("Throughput per epoch", ["epoch", "median step", "images/s (all)", "images/s per worker",
+                                              *(["GPU utilisation per worker"] if gpu else [])])
+    for record in speed["epochs"]:
+        step = record["median_step_seconds"]
+        row = [str(record["epoch"]), f"{step * 1000:.1f} ms" if step else "n/a",
+               f"{record['global_images_per_second']:.0f}" if record["global_images_per_second"] else "n/a",
+               "  ".join(f"w{w} {v:.0f}" for w, v in record["per_worker_images_per_second"].items()) or "n/a"]
+        if gpu:
+            row.append("  ".join(f"w{w} {v:.0f}%" for w, v in (record.get("gpu_utilization") or {}).items())
+                       or "n/a")
+        table.add_row(*row)
+    console.print(table)
