@@ -26,7 +26,10 @@ Every poll (at most 60 s apart) it reads its settings afresh, so a change from t
   (tfcluster/stall.py): max(``stall_minutes`` or 10 min, 20 x the median step time) after the
   first step; before it, or for a script that reports no steps, 30 min (or ``stall_minutes`` if
   larger) since the log was last written. A job whose log cannot be found counts as busy;
-- ``idle_minutes = 0`` disables it (the hypervisor deadline, max_run_duration, still applies).
+- ``idle_minutes = 0`` disables it (the hypervisor deadline, max_run_duration, still applies);
+- ``then_stop`` (`train --then stop|down`) halts the machine as soon as that run's end is recorded
+  here, laptop or not: its newest attempt's exit file (the launcher's wrapper writes it) reads 0,
+  or any code on the last attempt the launcher allows. Once per run: a restarted VM stays up.
 
 A failing probe is logged and read as "no activity seen": a broken probe must not keep a
 forgotten VM billing forever. Nothing a probe or a settings source does can kill the loop.
@@ -73,6 +76,9 @@ class Settings:
     # A job whose last progress is older than the stall limit is idle; this replaces the limit's
     # 10-minute floor (None: the defaults; 0: a live job is always busy).
     stall_minutes: float | None = None
+    # `train --then stop|down`: {"run": id, "folder": the run's folder on this machine,
+    # "last_attempt": N}; the machine halts when that run's end is recorded (None: no such run).
+    then_stop: dict | None = None
 
 
 def parse_settings(raw: dict) -> Settings:
@@ -104,7 +110,34 @@ def parse_settings(raw: dict) -> Settings:
         settings.stall_minutes = float(raw["stall_minutes"])
         if not 0 <= settings.stall_minutes <= 10080:
             raise ValueError(f"stall_minutes must be between 0 and 10080 (got {raw['stall_minutes']})")
+    if raw.get("then_stop") not in (None, ""):
+        then = raw["then_stop"] if isinstance(raw["then_stop"], dict) else json.loads(raw["then_stop"])
+        if not (isinstance(then, dict) and then.get("run") and then.get("folder")
+                and int(then.get("last_attempt", 0)) >= 1):
+            raise ValueError(f"then_stop must name a run, its folder and its last attempt (got {raw['then_stop']!r})")
+        settings.then_stop = then
     return settings
+
+
+def run_ended(then: dict) -> str | None:
+    """How the run of ``then`` ended on this machine, once its wrapper recorded it; None before.
+    The newest attempt's exit file decides: 0 ends the run, and so does any code on the last
+    attempt (no retry follows it); a failure with retries left waits for the next attempt."""
+    exits = {}
+    for path in Path(then["folder"]).glob("*/*.attempt*.exit"):
+        attempt = path.name.rsplit(".attempt", 1)[1].removesuffix(".exit")
+        if attempt.isdigit():
+            exits[int(attempt)] = path
+    if not exits:
+        return None
+    attempt = max(exits)
+    try:
+        code = int(exits[attempt].read_text().strip())
+    except (OSError, ValueError):
+        return None  # Being written.
+    if code == 0 or attempt >= int(then["last_attempt"]):
+        return f"run {then['run']} ended here (attempt {attempt} exited {code})"
+    return None
 
 
 # ---------------------------------------------------------------- probes
@@ -352,6 +385,7 @@ class Gce:
             "gpu_threshold": self.attribute("tfcluster-gpu-threshold"),
             "boot_grace_minutes": self.attribute("tfcluster-boot-grace-minutes"),
             "stall_minutes": self.attribute("tfcluster-stall-minutes"),
+            "then_stop": self.attribute("tfcluster-then-stop"),
         })
 
     def delete_self(self) -> str:
@@ -393,6 +427,8 @@ class Watchdog:
         self.gce = Gce() if args.gce else None
         saved = self._load_state()
         self.tracker = IdleTracker(clock, saved.get("boot_id", ""), saved.get("idle_since"))
+        # The run whose end this machine already halted for (--then stop acts once per run).
+        self.then_done: str | None = saved.get("then_done")
         self.settings = Settings()
         # Why the last delete was refused, shown by `invoke status` (None: no refusal).
         self.refused: str | None = None
@@ -418,7 +454,7 @@ class Watchdog:
                 return self.gce.settings()
             raw = json.loads(Path(self.args.config).read_text())
             return parse_settings({key: raw.get(key) for key in ("idle_minutes", "action", "probes", "gpu_threshold",
-                                                                  "stall_minutes")})
+                                                                  "stall_minutes", "then_stop")})
         except Exception as error:  # noqa: BLE001 - keep the last good settings
             self.log(f"cannot read settings ({type(error).__name__}: {error}); keeping the last good ones")
             return self.settings
@@ -441,6 +477,16 @@ class Watchdog:
                 self.log(self.refused)
                 self._publish(self.last_status)  # Before the halt: nothing runs after it.
                 subprocess.run(["shutdown", "-h", "now"], check=True, timeout=60)
+        else:
+            subprocess.run(["shutdown", "-h", "now"], check=True, timeout=60)
+        self.tracker.acted()
+
+    def halt(self, why: str) -> None:
+        """Halt the machine now (the instance goes to TERMINATED), whatever the idle action."""
+        self.log(f"{why}: halting")
+        if self.args.action_command:
+            subprocess.run(self.args.action_command, shell=True, check=True, timeout=120,
+                           env={**os.environ, "TFCLUSTER_IDLE_ACTION": "stop"})
         else:
             subprocess.run(["shutdown", "-h", "now"], check=True, timeout=60)
         self.tracker.acted()
@@ -471,10 +517,17 @@ class Watchdog:
         marker = Path(self.args.boot_marker) if self.args.boot_marker else None
         readings["boot"] = probe_boot(marker, settings.boot_grace_minutes * 60, self.tracker.clock)
         decision = self.tracker.observe(readings, settings, boot_id())
-        self._save("state.json", {"boot_id": self.tracker.boot_id, "idle_since": self.tracker.idle_since})
+        then = settings.then_stop
+        ended = run_ended(then) if then and then["run"] != self.then_done else None
+        if ended:
+            self.then_done = then["run"]
+        self._save("state.json", {"boot_id": self.tracker.boot_id, "idle_since": self.tracker.idle_since,
+                                  "then_done": self.then_done})
         self._publish({**asdict(decision), "idle_minutes": settings.idle_minutes, "action": settings.action,
-                       "probes": list(settings.probes), "updated_at": time.time()})
-        if decision.act:
+                       "probes": list(settings.probes), "updated_at": time.time(), "then_stop": ended})
+        if ended:
+            self.halt(f"{ended}; --then stop")
+        elif decision.act:
             self.act(decision)
         return decision
 

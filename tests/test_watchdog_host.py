@@ -283,3 +283,29 @@ def test_status_shows_a_refused_delete_beside_the_worker(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert ("worker-0: the watchdog's delete refused by the Compute API (403: Required 'compute.instances.delete' "
             "permission); halted instead; its disk bills until `invoke down`") in out
+
+
+def test_then_stop_halts_when_the_run_ends_here_and_only_once(start_watchdog, tmp_path):
+    dog = start_watchdog(idle_minutes=30)  # Idleness alone would take half an hour.
+    folder = tmp_path / "runs" / "r-7" / "worker-0"
+    folder.mkdir(parents=True)
+    config = {"idle_minutes": 30, "action": "stop",
+              "then_stop": {"run": "r-7", "folder": str(folder.parent), "last_attempt": 2}}
+    dog.config.write_text(json.dumps(config))
+    (folder / "worker-0.attempt1.exit").write_text("143\n")  # A retry is still allowed: no halt.
+    polled_after = time.time()
+    wait_for(lambda: (dog.status() or {}).get("updated_at", 0) > polled_after + POLL, 30, what="two more polls")
+    assert acted_times(dog) == []
+    (folder / "worker-0.attempt2.exit").write_text("0\n")
+    ended_at = time.time()
+    wait_for(lambda: acted_times(dog), 30, what="the halt at the run's end")
+    assert acted_times(dog)[0] <= ended_at + POLL + SCHEDULING_SLACK
+    assert dog.acted.read_text().startswith("stop ")
+    assert "run r-7 ended here (attempt 2 exited 0); --then stop: halting" in dog.log.read_text()
+    # The VM comes back (a restart): the same run's end does not halt it again.
+    dog.stop()
+    again = start_watchdog(idle_minutes=30)
+    again.config.write_text(json.dumps(config))
+    restarted = time.time()
+    wait_for(lambda: (again.status() or {}).get("updated_at", 0) > restarted + POLL, 30, what="polls after restart")
+    assert len(acted_times(again)) == 1  # Only the first watchdog's halt, in the shared log.

@@ -212,3 +212,29 @@ def test_a_job_without_a_readable_log_stays_busy_and_progress_calls_count(tmp_pa
     assert watchdog.parse_settings({"stall_minutes": "2.5"}).stall_minutes == 2.5
     with pytest.raises(ValueError, match="stall_minutes must be between 0 and 10080"):
         watchdog.parse_settings({"stall_minutes": "-1"})
+
+
+def _exit_file(folder: Path, attempt: int, code: int) -> None:
+    worker = folder / "worker-1"
+    worker.mkdir(parents=True, exist_ok=True)
+    (worker / f"worker-1.attempt{attempt}.exit").write_text(f"{code}\n")
+
+
+def test_then_stop_waits_for_the_runs_recorded_end(tmp_path):
+    then = {"run": "r-1", "folder": str(tmp_path / "r-1"), "last_attempt": 2}
+    assert watchdog.run_ended(then) is None  # Nothing recorded yet (or the folder is not there).
+    _exit_file(tmp_path / "r-1", 1, 143)
+    assert watchdog.run_ended(then) is None  # A failure with a retry left: the launcher may retry.
+    _exit_file(tmp_path / "r-1", 2, 1)
+    assert watchdog.run_ended(then) == "run r-1 ended here (attempt 2 exited 1)"  # The last attempt.
+    other = {"run": "r-2", "folder": str(tmp_path / "r-2"), "last_attempt": 3}
+    _exit_file(tmp_path / "r-2", 1, 0)
+    assert watchdog.run_ended(other) == "run r-2 ended here (attempt 1 exited 0)"  # Success ends it.
+
+
+@pytest.mark.parametrize("raw", ['{"run": "r"}', '{"run": "r", "folder": "/x", "last_attempt": 0}', "[1]"])
+def test_then_stop_refuses_a_setting_without_run_folder_and_attempt(raw):
+    with pytest.raises(ValueError, match="then_stop must name a run"):
+        watchdog.parse_settings({"then_stop": raw})
+    assert watchdog.parse_settings({"then_stop": '{"run": "r", "folder": "/x", "last_attempt": 1}'}).then_stop == \
+        {"run": "r", "folder": "/x", "last_attempt": 1}
