@@ -91,7 +91,8 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
     "image": "run each worker in this container image (default: tfcluster.image, or the one `up` pulled)",
     "stall_minutes": "end an attempt that makes no progress for this long (default: the larger of 10 min and "
                      "20 median steps, or 30 min and 3 x the longest gap between a script's lines); 0 = off",
-    "then": "down: remove the cluster when the run ends, succeeded or failed (not after Ctrl-C)",
+    "then": "stop (gcp): halt the VMs, down: remove the cluster, when the run ends, succeeded or failed "
+            "(not after Ctrl-C); with the laptop gone each VM halts itself",
     "resume": "bring back run RUN (e.g. after a preemption while no launcher ran): restart its stopped "
               "VMs and resume it from its backup",
 })

@@ -5,8 +5,9 @@ own defaults (the `tfcluster` login the guest agent makes from ssh-keys, /opt/tf
 ~/.tfcluster-remote). Nothing is overridden but the world around it.
 
 One cluster of 2 VMs lives through one ordered scenario (each step needs the one before):
-up -> train on gs:// -> pull -> idle stop -> up again (restart) -> train again (a worker killed
-and resumed) -> the VMs delete themselves when idle -> down.
+up -> train on gs:// -> pull -> idle stop -> up again (restart) -> train again with --then stop (a
+worker killed and resumed, the laptop gone: each VM halts itself at the run's end) -> up -> the VMs
+delete themselves when idle -> down.
 """
 
 from __future__ import annotations
@@ -192,27 +193,37 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
     # The watchdog reads its settings at every poll: back to the default before training again.
     assert cli.run("idle", "--minutes", "30", timeout=120).returncode == 0
 
-    # ---- train again, and a worker dies: --retries 1 resumes every worker from the backup.
-    launcher = cli.popen("train", "--retries", "1", "--", "--epochs", "3")
+    # ---- train again with --then stop, and a worker dies: --retries 1 resumes every worker from
+    # the backup. Then the laptop goes away: each VM halts itself once the run's end is recorded on it.
+    launcher = cli.popen("train", "--retries", "1", "--then", "stop", "--", "--epochs", "3")
     try:
         run_dir = wait_for(lambda: cli.runs() and cli.runs()[-1].name != run["run_id"] and cli.runs()[-1],
                            60, what="the second run's folder")
         remote = f"/home/tfcluster/.tfcluster-remote/default/runs/{run_dir.name}"
+        chief_log = f"{remote}/worker-0/worker-0.log"
 
         def epoch_done() -> bool:
-            log = on_vm(machines, "default-0", f"{remote}/worker-0/worker-0.log")
-            return any(e["event"] == "epoch_end" for e in events_of(log))
+            return any(e["event"] == "epoch_end" for e in events_of(on_vm(machines, "default-0", chief_log)))
 
         wait_for(epoch_done, 300, 1, "the chief's first epoch")
         pid = on_vm(machines, "default-1", f"{remote}/worker-1/worker-1.attempt1.pid").strip()
         machines.exec("default-1", "kill", "-9", pid)
-        output, _ = launcher.communicate(timeout=600)
+        wait_for(lambda: "attempt 2 on" in on_vm(machines, "default-0", chief_log), 300, 1, "attempt 2")
     finally:
-        if launcher.poll() is None:
-            launcher.kill()
-    assert launcher.returncode == 0, output[-3000:]
-    resumed = json.loads((run_dir / "run.json").read_text())
-    assert resumed["attempts"] == 2 and resumed["summary"]["resumed_at"]["2"] > 1
+        launcher.kill()  # The laptop goes away while attempt 2 runs.
+        launcher.communicate(timeout=30)
+    wait_for(lambda: all(r["status"] == "TERMINATED" for r in instances(world).values()), 600, 2,
+             "each VM to halt itself at the run's end (--then stop)")
+    assert json.loads((run_dir / "run.json").read_text())["outcome"] is None  # No launcher saw the end.
+    status = cli.run("status", timeout=300)
+    assert f"Run {run_dir.name} ended while no launcher ran; each VM halted itself (--then stop)" in status.stdout, \
+        status.stdout[-3000:]
+    assert cli.run("up", timeout=900).returncode == 0  # Back up; the same run's end does not halt them again.
+    attempt_2 = on_vm(machines, "default-0", chief_log).split("attempt 2 on", 1)[1]
+    assert next(e for e in events_of(attempt_2) if e["event"] == "first_step")["epoch"] > 1  # From the backup.
+    for name in names:  # Each watchdog remembers the run it halted for (state on the boot disk).
+        state = json.loads(machines.exec(name, "cat", "/var/lib/tfcluster/state.json").stdout)
+        assert state["then_done"] == run_dir.name
 
     # ---- self-delete: `invoke idle` with idle_action delete; each VM's watchdog deletes its own
     # instance with its own token, and Compute forgets it. `down` then finishes without VMs.

@@ -375,6 +375,21 @@ def test_preempted_while_no_launcher_runs_then_train_resume_brings_the_same_run_
     assert restored >= 20, after[:2000]
     assert "done at step 150, total 300" in after
 
+    # --then stop with the launcher there: the run ends and every VM is stopped through Compute,
+    # its --then metadata cleared first, so a later start does not halt it for this run again.
+    quick = tmp_path / "quick.py"
+    quick.write_text("print('quick done', flush=True)\n")
+    stopped = spot.run("train", "--script", str(quick), "--then", "stop", timeout=300)
+    assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-2000:]
+    assert "--then stop: 2 VM(s) stopped (default-0, default-1); their disks and the bucket bill until " \
+           "`invoke down`" in stopped.stdout, stopped.stdout[-2000:]
+    for name in ("default-0", "default-1"):
+        instance = world.compute.state.instances[name]
+        assert instance["status"] == "TERMINATED" and instance["metadata"]["tfcluster-then-stop"] == ""
+    assert sorted(_operations(world, "stop")[-2:]) == ["default-0", "default-1"]
+    _, run = spot.latest_run()
+    assert run["outcome"] == "succeeded" and run["summary"]["then"] == "stop"
+
 
 def _operations(world, kind: str) -> list[str]:
     """The instances that Compute's operations of ``kind`` targeted, oldest first."""

@@ -1,5 +1,6 @@
 """`train --then down`: the cluster goes away when the run ends, succeeded or failed, and run.json
-says so; `--then stop` and anything else are one error line."""
+says so; `--then stop` on machines that are not tfcluster's to halt, and anything else, are one
+error line. `--then stop` on VMs: tests/test_spot.py."""
 
 from __future__ import annotations
 
@@ -37,11 +38,19 @@ def test_then_down_removes_the_cluster_when_the_run_ends(cli, tmp_path, exit_cod
 
 
 @pytest.mark.parametrize("args, message", [
-    (["--then", "stop"], "error: --then stop is not available yet"),
-    (["--then", "delete"], "error: --then must be down (got 'delete')"),
+    (["--then", "delete"], "error: --then must be stop or down (got 'delete')"),
     (["--resume", "default-1", "--then", "down"], "error: --then goes with a new run, not with --resume"),
-], ids=["stop", "delete", "resume"])
+], ids=["delete", "resume"])
 def test_then_names_what_it_accepts(cli, args, message):
     result = cli.run("train", *args)
     assert result.returncode != 0 and result.stderr.strip().splitlines() == [result.stderr.strip()]
     assert result.stderr.startswith(message), result.stderr
+
+
+def test_then_stop_is_refused_where_the_machines_are_not_tfclusters_to_halt(cli, tmp_path):
+    assert cli.run("up", "--workers", "1").returncode == 0
+    result = cli.run("train", "--then", "stop")
+    assert result.returncode != 0 and result.stderr.strip().splitlines() == [
+        "error: --then stop halts cloud VMs, and the local backend's machines are not tfcluster's to halt; use "
+        "--then down to remove the cluster when the run ends"], result.stderr
+    assert cli.runs() == []  # Nothing started.

@@ -90,6 +90,9 @@ class Backend:
     # Whether the machines stay after `down` (your own hosts): then what tfcluster left on a host
     # that cannot be reached stays there, and `down` must say so instead of claiming it clean.
     hosts_outlive_cluster: bool = False
+    # Whether tfcluster may halt the machines (cloud VMs): `train --then stop`, and each machine
+    # halting itself at the run's end when the launcher is gone (arm_then_stop, stop_machines).
+    can_halt_machines: bool = False
 
     # ------------------------------------------------------------ required
 
@@ -195,6 +198,16 @@ class Backend:
         """Start the preempted machines again (waiting while the zone has no capacity) and update
         ``cluster``'s host records (addresses, host keys). Default: nothing can be preempted."""
         raise ClusterError(f"the {self.name} backend has no machines the cloud can preempt")
+
+    def arm_then_stop(self, cluster: ClusterState, run_id: str, last_attempt: int) -> None:
+        """Have every machine halt itself once ``run_id``'s end is recorded on it (its watchdog's
+        then_stop), so `train --then stop|down` holds with the laptop gone. Default: not applicable."""
+        raise ClusterError(f"the {self.name} backend's machines are not tfcluster's to halt")
+
+    def stop_machines(self, cluster: ClusterState) -> list[str]:
+        """Halt every machine now (disks stay) and clear what arm_then_stop set; the names stopped.
+        Default: not applicable."""
+        raise ClusterError(f"the {self.name} backend's machines are not tfcluster's to halt")
 
     def maintenance_notices(self, cluster: ClusterState, hosts: list[WorkerHost]) -> dict[int, str]:
         """Workers whose machine announces host maintenance now: worker index -> the event as the

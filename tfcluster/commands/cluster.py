@@ -98,6 +98,12 @@ def status(settings: Settings) -> dict:
     console.print(table)
     if state != "succeeded" and run.kind == "train":
         report_preemptions(backend, cluster, run)
+    if run.outcome is None and run.summary.get("then") and rows and all(row.status == "TERMINATED" for row in rows):
+        # The launcher was gone when the run ended: each VM's watchdog halted it (--then).
+        follow = "remove the cluster with `invoke down`, as --then down asked" if run.summary["then"] == "down" \
+            else "`invoke up` starts them again, `invoke down` removes the cluster"
+        console.print(f"[yellow]Run {run.run_id} ended while no launcher ran; each VM halted itself "
+                      f"(--then {run.summary['then']}): {follow}.[/]", soft_wrap=True)
     if run.kind == "tune":
         book = read_book([plan for plan, _ in pairs])
         console.print(f"trials: {book.progress()}" + (f" (of {book.max_trials})" if book.max_trials else ""))

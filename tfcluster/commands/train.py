@@ -47,18 +47,14 @@ class TrainRequest:
     then: str | None = None
 
 
-THEN_ACTIONS = ("down",)
+# --then stop halts the VMs (disks stay; `invoke up` starts them again); --then down removes the cluster.
+THEN_ACTIONS = ("stop", "down")
 
 
 def _then_action(then: str | None) -> str | None:
-    if then is None:
-        return None
-    if then == "stop":
-        raise ConfigError("--then stop is not available yet (halting the VMs when the run ends); use --then down "
-                          "to remove the cluster when the run ends, or rely on the idle watchdog, which stops "
-                          "each VM idle_minutes after the run")
-    if then not in THEN_ACTIONS:
-        raise ConfigError(f"--then must be down (got {then!r}): remove the cluster when the run ends")
+    if then is not None and then not in THEN_ACTIONS:
+        raise ConfigError(f"--then must be stop or down (got {then!r}): halt the VMs, or remove the cluster, "
+                          "when the run ends")
     return then
 
 
@@ -143,6 +139,9 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     script, project = _script_and_project(request)
     keras_env = _keras_env(settings, request, script)
     backend = backend_for_cluster(store, cluster)
+    if then == "stop" and not backend.can_halt_machines:
+        raise ConfigError(f"--then stop halts cloud VMs, and the {cluster.backend} backend's machines are not "
+                          "tfcluster's to halt; use --then down to remove the cluster when the run ends")
     hosts = backend.hosts(cluster)[:workers]
     image = parse_image("image", request.image) if request.image else (settings.image or cluster.image)
     python = settings.python or (sys.executable if cluster.backend == "local" else cluster.python)
@@ -215,25 +214,36 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     (store.run_dir(run_id) / LAUNCH_FILE).write_text(json.dumps({"env": {**common_env, **staged.env}}))
     if then is None:
         return run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit)
+    run.summary = {"then": then}  # Known to `status` while the run goes on, laptop or not.
+    store.save_run(run)
+    if backend.can_halt_machines:  # Each VM halts itself at the run's end if this launcher is gone.
+        backend.arm_then_stop(cluster, run_id, last_attempt=retries + 1)
     try:
         run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit)
     except TrainingFailed:
         if run.outcome == "stopped":
             raise  # Ctrl-C: the user is here and decides.
-        _then_down(settings, store, run)
+        _then(settings, store, backend, run, then)
         raise
-    _then_down(settings, store, run)
+    _then(settings, store, backend, run, then)
     return run
 
 
-def _then_down(settings: Settings, store: StateStore, run: RunRecord) -> None:
-    """`--then down`, after the run ended (succeeded or failed): recorded in run.json, then done."""
+def _then(settings: Settings, store: StateStore, backend, run: RunRecord, then: str) -> None:
+    """`--then stop|down`, after the run ended (succeeded or failed): recorded in run.json, then done."""
     from tfcluster.commands.cluster import down
 
-    run.summary = {**run.summary, "then": "down"}
+    run.summary = {**run.summary, "then": then}
     store.save_run(run)
-    console.print(f"--then down: run {run.run_id} {run.outcome}; removing cluster '{run.cluster}'...")
-    down(settings)
+    if then == "down":
+        console.print(f"--then down: run {run.run_id} {run.outcome}; removing cluster '{run.cluster}'...")
+        down(settings)
+        return
+    console.print(f"--then stop: run {run.run_id} {run.outcome}; stopping the VMs...")
+    stopped = backend.stop_machines(store.load_cluster())
+    console.print(f"--then stop: {len(stopped)} VM(s) stopped ({', '.join(stopped) or 'none was running'}); "
+                  "their disks and the bucket bill until `invoke down`; `invoke up` starts them again.",
+                  soft_wrap=True)
 
 
 LAUNCH_FILE = "launch.json"

@@ -5,7 +5,7 @@ quotas, readiness, host keys, operations, preemption records), errors (Google's 
 line), restart (bringing stopped, preempted or deleted VMs back), storage (Cloud Storage
 transfers), registry (the Artifact Registry repository: what it holds, adopting a kept one),
 teardown (what `down` keeps), check and prerequisites (`invoke check`: what a project must offer, asked of
-Google and judged), address (the operator's public IP), docker_login (the VMs' Docker signing in to the registry), iam (the service account and custom role `down` proves gone), pricing (the Cloud Billing Catalog) and cost (on-demand and Spot
+Google and judged), address (the operator's public IP), docker_login (the VMs' Docker signing in to the registry), vm_control (stopping VMs for --then and host maintenance), iam (the service account and custom role `down` proves gone), pricing (the Cloud Billing Catalog) and cost (on-demand and Spot
 quotes, the dated table as fallback), backend (GcpBackend). May import tfcluster.backends.{base,group,ssh}, state, config and
 errors; never commands or launch.
 """

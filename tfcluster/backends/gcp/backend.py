@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tfcluster.backends.base import Finding, Preemption, VmRow
 from tfcluster.backends.gcp import check as prerequisites
-from tfcluster.backends.gcp import docker_login
+from tfcluster.backends.gcp import docker_login, vm_control
 from tfcluster.backends.gcp.address import detect_operator_cidr
 from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
                                             wait_ready)
@@ -26,9 +26,6 @@ from tfcluster.backends.group import in_parallel
 from tfcluster.backends.ssh import SshBackend
 from tfcluster.errors import ClusterError, ConfigError
 from tfcluster.state import ClusterState, HostRecord
-
-# What a VM's metadata server says of host maintenance ahead of it ("NONE" when nothing is announced).
-MAINTENANCE_EVENT_URL = "http://metadata.google.internal/computeMetadata/v1/instance/maintenance-event"
 
 STARTUP_DIR = MODULE_DIR.parent / "startup"
 VM_PYTHON = "/opt/tfcluster/venv/bin/python"
@@ -59,6 +56,7 @@ class GcpBackend(SshBackend):
 
     name = "gcp"
     hosts_outlive_cluster = False  # `terraform destroy` removes the VMs with whatever they hold.
+    can_halt_machines = True  # Compute stops them; each watchdog halts its own VM for --then.
 
     def workdir(self, cluster_name: str) -> Path:
         return self._store.root / "gcp" / cluster_name
@@ -296,33 +294,24 @@ class GcpBackend(SshBackend):
             finally:
                 self._connections.clear()  # New addresses and keys: connect afresh.
 
-    def maintenance_notices(self, cluster, hosts) -> dict[int, str]:
-        """Each VM's own metadata server, asked over SSH: instance/maintenance-event reads
-        TERMINATE_ON_HOST_MAINTENANCE from the notice (60 minutes ahead on GPU VMs) until the VM is
-        terminated (https://cloud.google.com/compute/docs/metadata/getting-live-migration-notice).
-        A VM that cannot be asked counts as announcing nothing: the failure is then reported as it is."""
-        def ask(host) -> str | None:
-            try:
-                code, out = host.run_command(["curl", "-fsS", "-m", "5", "-H", "Metadata-Flavor: Google",
-                                              MAINTENANCE_EVENT_URL], timeout=20)
-            except Exception:  # noqa: BLE001 - unreachable or refused: no notice known
-                return None
-            event = out.strip()
-            return event if code == 0 and event.startswith("TERMINATE") else None
+    def arm_then_stop(self, cluster, run_id: str, last_attempt: int) -> None:
+        with translated(cluster.project, "arming --then"):
+            vm_control.arm_then_stop(self._api(cluster), cluster, run_id, last_attempt)
 
-        events = in_parallel(list(hosts), ask, lambda host: host.record.name, "asking for maintenance notices")
-        return {index: event for index, event in enumerate(events) if event}
+    def stop_machines(self, cluster) -> list[str]:
+        with translated(cluster.project, "stopping the VMs"):
+            try:
+                return vm_control.stop_all(self._api(cluster), cluster)
+            finally:
+                self._connections.clear()
+
+    def maintenance_notices(self, cluster, hosts) -> dict[int, str]:
+        return vm_control.maintenance_notices(hosts)
 
     def restart_for_maintenance(self, cluster, settings, workers: list[int]) -> None:
-        """Stop the announced VMs and start them through the restart path: Compute places a started
-        VM on a host again, away from the announced maintenance (onHostMaintenance TERMINATE
-        "terminate[s] and (optionally) restart[s] the instance away from the maintenance activity",
-        Scheduling reference). Done now, an attempt is not cut by the termination up to an hour later."""
-        api = self._api(cluster)
-        names = [cluster.hosts[index].instance for index in workers]
+        """Stop the announced VMs, then start them through the restart path (vm_control.py says why)."""
         with translated(cluster.project, "stopping the VMs announced for host maintenance"):
-            for name in names:
-                api.stop(cluster.zone, name)
+            vm_control.stop_some(self._api(cluster), cluster, workers)
         self.restart_preempted(cluster, settings)
 
     def stop_watchdog(self, cluster) -> None:
