@@ -186,9 +186,15 @@ WHEELS_KEY=$(key "$(cat "$LOCK")" "$PYTHON_VERSION" v2)
 WHEELS="$CACHE/wheels-$WHEELS_KEY"
 if [ ! -f "$WHEELS/.complete" ]; then
   t=$(now)
-  rm -rf "$WHEELS.tmp"
-  PIP_CACHE_DIR="$CACHE/pip-cache" python3 -m pip download -q --dest "$WHEELS.tmp" --only-binary=:all: \
-    --python-version "$PYTHON_VERSION" --no-deps --require-hashes -r "$LOCK" >"$CACHE/pip-download.log" 2>&1 \
+  download() {
+    rm -rf "$WHEELS.tmp"
+    PIP_CACHE_DIR="$CACHE/pip-cache" python3 -m pip download -q --dest "$WHEELS.tmp" --only-binary=:all: \
+      --python-version "$PYTHON_VERSION" --no-deps --require-hashes -r "$LOCK" >"$CACHE/pip-download.log" 2>&1
+  }
+  # One failed download on a fresh machine (seen once, 2026-11-25, gone on the next try) is tried
+  # again once, its log tail shown; a second failure stops the build with the log.
+  download || { grep -v 'is ignored' "$CACHE/pip-download.log" | tail -n 5 >&2
+                echo "vm-cache: pip download failed; trying once more" >&2; download; } \
     || { grep -v 'is ignored' "$CACHE/pip-download.log" | tail -n 20 >&2; exit 1; }
   touch "$WHEELS.tmp/.complete"
   rm -rf "$WHEELS"
