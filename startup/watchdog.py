@@ -463,11 +463,7 @@ class Watchdog:
         action = self.settings.action
         self.log(f"idle for {decision.idle_seconds:.1f}s (limit {self.settings.idle_minutes:g} min); "
                  f"action {action}; probes {json.dumps(decision.readings, sort_keys=True)}")
-        if self.args.action_command:
-            # Tests and custom setups: run a command instead of touching the machine.
-            subprocess.run(self.args.action_command, shell=True, check=True, timeout=120,
-                           env={**os.environ, "TFCLUSTER_IDLE_ACTION": action})
-        elif action == "delete":
+        if action == "delete" and not self.args.action_command:
             if self.gce is None:
                 raise RuntimeError("action delete needs --gce (the Compute API)")
             try:
@@ -476,20 +472,24 @@ class Watchdog:
                 self.refused = f"delete refused by the Compute API ({error.code}: {_google_message(error)}); halted instead"
                 self.log(self.refused)
                 self._publish(self.last_status)  # Before the halt: nothing runs after it.
-                subprocess.run(["shutdown", "-h", "now"], check=True, timeout=60)
+                self._power_off("stop")
         else:
-            subprocess.run(["shutdown", "-h", "now"], check=True, timeout=60)
+            self._power_off(action)
         self.tracker.acted()
 
     def halt(self, why: str) -> None:
         """Halt the machine now (the instance goes to TERMINATED), whatever the idle action."""
         self.log(f"{why}: halting")
+        self._power_off("stop")
+        self.tracker.acted()
+
+    def _power_off(self, action: str) -> None:
+        """Halt the guest; tests and custom setups run --action-command instead (told the action)."""
         if self.args.action_command:
             subprocess.run(self.args.action_command, shell=True, check=True, timeout=120,
-                           env={**os.environ, "TFCLUSTER_IDLE_ACTION": "stop"})
+                           env={**os.environ, "TFCLUSTER_IDLE_ACTION": action})
         else:
             subprocess.run(["shutdown", "-h", "now"], check=True, timeout=60)
-        self.tracker.acted()
 
     def _publish(self, status: dict) -> None:
         """status.json, and on Google Cloud the tfcluster/watchdog guest attribute `invoke status` reads."""
