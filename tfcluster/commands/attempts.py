@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import signal
 import threading
@@ -72,8 +73,12 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
             lost = None
             notices = maintenance.announced(backend, store, failure, plans)
             if notices:  # Retried on moved VMs, or TrainingFailed once the run is recorded as failed.
-                plans = maintenance.recover(settings, store, backend, run, plans, notices, attempt, progress,
-                                            lambda: _finish(settings, store, run, "failed", progress, started))
+                maintenance.report(settings, store, run, plans, notices, attempt, progress,
+                                   lambda: _finish(settings, store, run, "failed", progress, started))
+                plans = _bring_back(settings, store, backend, run, plans, attempt, progress.maintenance, progress,
+                                    started, lambda cluster: backend.restart_for_maintenance(cluster, settings,
+                                                                                            sorted(notices)),
+                                    "Stopping and starting the announced VMs...")
                 continue
             cause = _report_failure(failure, plans, verbose)
             launch.stop_attempt(plans, attempt, settings.stop_grace_seconds)
@@ -176,15 +181,25 @@ def _recover(settings: Settings, store: StateStore, backend, run: RunRecord, pla
     launch.stop_attempt(plans, attempt, settings.stop_grace_seconds)
     if last:
         return None
+    return _bring_back(settings, store, backend, run, plans, attempt, preempted, progress, started,
+                       lambda cluster: backend.restart_preempted(cluster, settings))
+
+
+def _bring_back(settings: Settings, store: StateStore, backend, run: RunRecord, plans: list, attempt: int,
+                records: list[dict], progress: launch.Progress, started: float, restart, doing: str | None = None):
+    """Start the machines again with ``restart(cluster)`` (preempted, or moved off maintenance),
+    mark this attempt's ``records`` restarted, and return the plans on the machines as they are now.
+    Raises TrainingFailed, run recorded, when they cannot be started."""
     cluster = store.load_cluster()
     try:
-        backend.restart_preempted(cluster, settings)
+        with console.status(doing) if doing else contextlib.nullcontext():
+            restart(cluster)
     except TfClusterError as error:
         _finish(settings, store, run, "failed", progress, started)
         raise TrainingFailed(f"run {run.run_id} failed: {error}; no worker process is left running; resume "
                              f"it later with `invoke train --resume {run.run_id}`") from None
     store.save_cluster(cluster)  # New external addresses and host keys.
-    for item in preempted:
+    for item in records:
         if item["attempt"] == attempt:
             item.setdefault("restarted_at", time.time())
     return [dataclasses.replace(plan, host=host) for plan, host in zip(plans, backend.hosts(cluster))]

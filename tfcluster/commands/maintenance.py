@@ -11,7 +11,6 @@ termination_watcher_function_gce). A script killed by SIGTERM when the VM goes d
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Callable
 
@@ -37,11 +36,10 @@ def announced(backend, store: StateStore, failure: launch.AttemptResult, plans: 
         return {}
 
 
-def recover(settings: Settings, store: StateStore, backend, run: RunRecord, plans: list, notices: dict[int, str],
-            attempt: int, progress: launch.Progress, record_failed: Callable[[], None]) -> list:
-    """Record and report the notices, stop every worker's process, move the announced VMs to another
-    host and return the plans on the machines as they are now. When no retry is left, or the VMs
-    cannot be started again, ``record_failed()`` records the run and TrainingFailed is raised."""
+def report(settings: Settings, store: StateStore, run: RunRecord, plans: list, notices: dict[int, str],
+           attempt: int, progress: launch.Progress, record_failed: Callable[[], None]) -> None:
+    """Record and report the notices and stop every worker's process; the caller then moves the
+    announced VMs. When no retry is left, ``record_failed()`` records the run and TrainingFailed is raised."""
     last = attempt == run.retries + 1
     for index, event in sorted(notices.items()):
         plan = plans[index]
@@ -61,19 +59,6 @@ def recover(settings: Settings, store: StateStore, backend, run: RunRecord, plan
                              f"{describe(notices, plans)} and no retry is left (--retries {run.retries} counts "
                              f"maintenance too); the workers backed up; resume it with "
                              f"`invoke train --resume {run.run_id}`")
-    cluster = store.load_cluster()
-    try:
-        with console.status("Stopping and starting the announced VMs..."):
-            backend.restart_for_maintenance(cluster, settings, sorted(notices))
-    except TfClusterError as error:
-        record_failed()
-        raise TrainingFailed(f"run {run.run_id} failed: {error}; no worker process is left running; resume "
-                             f"it later with `invoke train --resume {run.run_id}`") from None
-    store.save_cluster(cluster)  # New external addresses and host keys.
-    for item in progress.maintenance:
-        if item["attempt"] == attempt:
-            item.setdefault("restarted_at", time.time())
-    return [dataclasses.replace(plan, host=host) for plan, host in zip(plans, backend.hosts(cluster))]
 
 
 def describe(notices: dict[int, str], plans: list) -> str:
