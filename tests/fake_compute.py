@@ -217,7 +217,7 @@ def _forbidden(state: FakeCompute, method: str, path: str) -> tuple[int, dict] |
 def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | None,
           headers: dict) -> tuple[int, dict]:
     state.requests.append({"method": method, "path": path, "query": query, "authorization":
-                           headers.get("Authorization", ""), "body": body})
+                           headers.get("Authorization", ""), "body": body, "at": time.time()})
     advance(state)
     refused = compute_auth.check(state, method, path, headers)
     if refused:

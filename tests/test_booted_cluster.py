@@ -6,8 +6,8 @@ own defaults (the `tfcluster` login the guest agent makes from ssh-keys, /opt/tf
 
 One cluster of 2 VMs lives through one ordered scenario (each step needs the one before):
 up -> train on gs:// -> pull -> idle stop -> up again (restart) -> train again with --then stop (a
-worker killed and resumed, the laptop gone: each VM halts itself at the run's end) -> up -> the VMs
-delete themselves when idle -> down.
+worker killed and resumed, the laptop gone: each VM halts itself at the run's end) -> up -> a run
+hangs and the laptop goes: the VMs delete themselves once it is past its stall limit and idle -> down.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import shutil
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -33,6 +34,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("debootstrap")
                                 reason="needs root, debootstrap, Docker and network namespaces (.ci/run installs them)")
 TF_VERSION = "2.21.0"
 VM_EMAIL = "default-vm@demo-project.iam.gserviceaccount.com"
+SCRIPTS = Path(__file__).parent / "scripts"
 
 
 @pytest.fixture
@@ -225,19 +227,41 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
         state = json.loads(machines.exec(name, "cat", "/var/lib/tfcluster/state.json").stdout)
         assert state["then_done"] == run_dir.name
 
-    # ---- self-delete: `invoke idle` with idle_action delete; each VM's watchdog deletes its own
-    # instance with its own token, and Compute forgets it. `down` then finishes without VMs.
+    # ---- a run that hangs, and the laptop goes: each VM's watchdog counts the run as idle once its
+    # last progress is older than --stall-minutes (handed to the VMs through their metadata), then
+    # with idle_action delete each deletes its own instance with its own token, and Compute forgets
+    # it: within the stall limit + the idle time + one poll. `down` then finishes without VMs.
+    hung = cli.popen("train", "--script", str(SCRIPTS / "hung_at_step.py"), "--stall-minutes", "1", "--",
+                     "--hang-step", "6", "--epochs", "3")
+    try:
+        earlier = {r.name for r in cli.runs()}
+        hung_dir = wait_for(lambda: [r for r in cli.runs() if r.name not in earlier], 60, what="the hung run's folder")[0]
+        hung_remote = f"/home/tfcluster/.tfcluster-remote/default/runs/{hung_dir.name}"
+        hung_logs = {name: f"{hung_remote}/worker-{index}/worker-{index}.log" for index, name in enumerate(names)}
+        wait_for(lambda: "hanging at step 6" in on_vm(machines, names[1], hung_logs[names[1]]), 300, 1,
+                 "worker-1 to hang at step 6")
+    finally:
+        hung.kill()  # The laptop goes away; the workers stay, stalled.
+        hung.communicate(timeout=30)
+    assert {name: record["metadata"]["tfcluster-stall-minutes"] for name, record in instances(world).items()} == \
+        {name: "1" for name in names}
     cli.env["INVOKE_TFCLUSTER_IDLE_ACTION"] = "delete"
     assert cli.run("idle", "--minutes", "1", timeout=120).returncode == 0
+    last_progress = {name: max(e["time"] for e in events_of(on_vm(machines, name, log)) if e["event"] == "progress")
+                     for name, log in hung_logs.items()}
 
     def deleted() -> bool:
         advance(world.compute.state)  # Compute's operations move on whether anyone polls or not.
         return not instances(world)
 
-    wait_for(deleted, 300, 2, "the idle VMs to delete themselves")
-    deletes = {r["path"].rsplit("/", 1)[1]: r["authorization"] for r in world.compute.state.requests
+    wait_for(deleted, 400, 2, "the VMs of the stalled run to delete themselves")
+    deletes = {r["path"].rsplit("/", 1)[1]: r for r in world.compute.state.requests
                if r["method"] == "DELETE" and "/instances/" in r["path"]}
-    assert deletes == {name: f"Bearer {VM_TOKEN}" for name in names}, deletes
+    assert {name: r["authorization"] for name, r in deletes.items()} == {name: f"Bearer {VM_TOKEN}" for name in names}
+    stall, idle, poll = 60, 60, 30  # --stall-minutes 1, idle 1 minute, startup.sh's watchdog poll.
+    for name in names:  # Not while it made progress; then within limit + idle + one poll (+ the request).
+        assert stall + idle - 1 <= deletes[name]["at"] - last_progress[name] <= stall + idle + poll + 15, \
+            (name, deletes[name]["at"] - last_progress[name])
     assert not machines.vms
 
     # ---- down: everything that bills goes, the bucket stays.

@@ -8,7 +8,6 @@ import argparse
 import os
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 import tensorflow as tf
@@ -27,8 +26,8 @@ args = parser.parse_args()
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 worker = int(os.environ["TFCLUSTER_WORKER_INDEX"])
-run_root = Path(os.environ["AIP_CHECKPOINT_DIR"]).parent.parent
-marker = run_root / "hung-once"
+# The run's folder: local, or gs:// on cloud VMs (tf.io.gfile reads and writes both).
+marker = os.environ["AIP_CHECKPOINT_DIR"].rsplit("/", 2)[0] + "/hung-once"
 
 batch = 4 * strategy.num_replicas_in_sync
 rng = np.random.default_rng(0)
@@ -56,8 +55,9 @@ class Steps(keras.callbacks.Callback):
 
 class Hang(Steps):
     def on_train_batch_end(self, batch, logs=None):
-        if worker == args.hang_worker and self.of(batch) == args.hang_step and not marker.exists():
-            marker.write_text(str(args.hang_step))
+        if worker == args.hang_worker and self.of(batch) == args.hang_step and not tf.io.gfile.exists(marker):
+            with tf.io.gfile.GFile(marker, "w") as handle:
+                handle.write(str(args.hang_step))
             print(f"hanging at step {args.hang_step}", flush=True)
             threading.Event().wait()  # Blocked in Python: the process and its heartbeats live on.
 

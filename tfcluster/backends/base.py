@@ -174,6 +174,11 @@ class Backend:
         """Change the idle watchdog's settings on every machine."""
         raise ClusterError(f"the {self.name} backend has no idle watchdog (workers run on this machine)")
 
+    def set_stall_minutes(self, cluster: ClusterState, stall_minutes: float | None) -> None:
+        """Hand a run's --stall-minutes (None: tfcluster/stall.py's default rule) to every machine's
+        watchdog, which counts a run stalled past that limit as idle, so the limit holds with the
+        laptop gone. Default: nothing to tell, these machines have no watchdog."""
+
     def watchdog_status(self, cluster: ClusterState) -> dict[str, dict | None]:
         """Per worker name: the watchdog's last status, None where none is installed.
         Default: empty, meaning this backend has no watchdog at all."""

@@ -212,6 +212,7 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     store.save_run(run)
     # What `train --resume` needs to start the same workers again (code and data stay on the hosts).
     (store.run_dir(run_id) / LAUNCH_FILE).write_text(json.dumps({"env": {**common_env, **staged.env}}))
+    backend.set_stall_minutes(cluster, limit.minutes)  # The watchdogs hold it with the laptop gone.
     if then is None:
         return run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit)
     run.summary = {"then": then}  # Known to `status` while the run goes on, laptop or not.
@@ -294,6 +295,7 @@ def resume(settings: Settings, run_id: str, retries: int | None = None, verbose:
     more = settings.retries if retries is None else parse_int("retries", retries, 0)
     first = run.attempts + 1
     run.retries, run.outcome, run.ended_at = run.attempts + more, None, None
+    backend.set_stall_minutes(cluster, limit.minutes)
     console.print(f"Resuming run {run_id} as attempt {first}, from its backup.")
     earlier = list(run.summary.get("preemptions", []))
     for item in taken:

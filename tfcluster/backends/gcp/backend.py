@@ -216,6 +216,12 @@ class GcpBackend(SshBackend):
             in_parallel(present, lambda name: api.set_metadata(cluster.zone, name, changes), str,
                         "changing the idle watchdog")
 
+    def set_stall_minutes(self, cluster, stall_minutes: float | None) -> None:
+        """tfcluster-stall-minutes in every VM's metadata ("" for the default rule); each watchdog
+        reads it on its next poll (startup/watchdog.py Gce.settings)."""
+        with translated(cluster.project, "train"):
+            vm_control.set_stall_minutes(self._api(cluster), cluster, stall_minutes)
+
     def watchdog_status(self, cluster) -> dict[str, dict | None]:
         with translated(cluster.project, "status"):
             api = self._api(cluster)

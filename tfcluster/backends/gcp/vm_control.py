@@ -15,6 +15,8 @@ from tfcluster.state import ClusterState
 
 # The metadata key the VM watchdog reads for `train --then stop|down` (startup/watchdog.py then_stop).
 THEN_STOP_KEY = "tfcluster-then-stop"
+# The metadata key the VM watchdog reads for the run's --stall-minutes (startup/watchdog.py stall_minutes).
+STALL_KEY = "tfcluster-stall-minutes"
 # What a VM's metadata server says of host maintenance ahead of it ("NONE" when nothing is announced).
 MAINTENANCE_EVENT_URL = "http://metadata.google.internal/computeMetadata/v1/instance/maintenance-event"
 
@@ -26,6 +28,14 @@ def arm_then_stop(api, cluster: ClusterState, run_id: str, last_attempt: int) ->
         THEN_STOP_KEY: json.dumps({"run": run_id, "folder": f"{record.remote_root}/runs/{run_id}",
                                    "last_attempt": last_attempt}, sort_keys=True)}),
                 lambda record: record.name, "arming --then")
+
+
+def set_stall_minutes(api, cluster: ClusterState, stall_minutes: float | None) -> None:
+    """The run's --stall-minutes for each VM's watchdog (STALL_KEY; "" keeps its default rule).
+    Written at every run, so one run's limit never outlives it."""
+    value = "" if stall_minutes is None else f"{stall_minutes:g}"
+    in_parallel(cluster.hosts, lambda record: api.set_metadata(cluster.zone, record.instance, {STALL_KEY: value}),
+                lambda record: record.name, "setting the stall limit")
 
 
 def stop_all(api, cluster: ClusterState) -> list[str]:

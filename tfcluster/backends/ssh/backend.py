@@ -298,6 +298,9 @@ class SshBackend(Backend):
     def set_idle(self, cluster, idle_minutes: int, action: str) -> None:
         watchdog.change_settings(self.hosts(cluster), idle_minutes, action)
 
+    def set_stall_minutes(self, cluster, stall_minutes: float | None) -> None:
+        watchdog.set_stall_minutes(self.hosts(cluster), stall_minutes)
+
     def watchdog_status(self, cluster) -> dict[str, dict | None]:
         return watchdog.read_status(self.hosts(cluster))
 

@@ -50,9 +50,27 @@ def install(hosts: list[SshHost], cluster_id: str, source: bytes, idle_minutes: 
     in_parallel(hosts, install_one, _label, "installing the idle watchdog")
 
 
+def _config(host: SshHost) -> dict:
+    raw = host.read_file(f"{watchdog_dir(host)}/config.json")
+    return json.loads(raw) if raw else {}
+
+
 def write_settings(host: SshHost, idle_minutes: int, action: str) -> None:
-    config = json.dumps({"idle_minutes": idle_minutes, "action": action, "probes": "jobs_and_ssh"})
-    host.write_file(f"{watchdog_dir(host)}/config.json", config.encode(), 0o644)
+    """The idle settings; the run's stall_minutes, if one set it, stays."""
+    config = {**_config(host), "idle_minutes": idle_minutes, "action": action, "probes": "jobs_and_ssh"}
+    host.write_file(f"{watchdog_dir(host)}/config.json", json.dumps(config).encode(), 0o644)
+
+
+def set_stall_minutes(hosts: list[SshHost], stall_minutes: float | None) -> None:
+    """The run's --stall-minutes (None: the default rule) where a watchdog is installed; it reads
+    its config on its next poll."""
+    def update(host: SshHost) -> None:
+        config = _config(host)
+        if config:  # No watchdog here (up --idle-minutes 0): nothing reads it.
+            config["stall_minutes"] = stall_minutes
+            host.write_file(f"{watchdog_dir(host)}/config.json", json.dumps(config).encode(), 0o644)
+
+    in_parallel(hosts, update, _label, "setting the stall limit")
 
 
 def change_settings(hosts: list[SshHost], idle_minutes: int, action: str) -> None:
