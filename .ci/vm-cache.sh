@@ -191,11 +191,16 @@ if [ ! -f "$WHEELS/.complete" ]; then
     PIP_CACHE_DIR="$CACHE/pip-cache" python3 -m pip download -q --dest "$WHEELS.tmp" --only-binary=:all: \
       --python-version "$PYTHON_VERSION" --no-deps --require-hashes -r "$LOCK" >"$CACHE/pip-download.log" 2>&1
   }
-  # One failed download on a fresh machine (seen once, 2026-11-25, gone on the next try) is tried
-  # again once, its log tail shown; a second failure stops the build with the log.
-  download || { grep -v 'is ignored' "$CACHE/pip-download.log" | tail -n 5 >&2
-                echo "vm-cache: pip download failed; trying once more" >&2; download; } \
-    || { grep -v 'is ignored' "$CACHE/pip-download.log" | tail -n 20 >&2; exit 1; }
+  # A failed download on a fresh machine (seen 2026-11-25 on two machines, twice in a row on the
+  # second, gone on the next try: the wheels fetched so far stay in pip's cache) is tried again, up
+  # to three tries, each failure's log tail shown; the third failure stops the build with the log.
+  for try in 1 2 3; do
+    download && break
+    grep -v 'is ignored' "$CACHE/pip-download.log" | tail -n 20 >&2
+    [ "$try" -lt 3 ] || exit 1
+    echo "vm-cache: pip download failed (try $try of 3); trying again" >&2
+    sleep 5
+  done
   touch "$WHEELS.tmp/.complete"
   rm -rf "$WHEELS"
   mv "$WHEELS.tmp" "$WHEELS"
