@@ -179,6 +179,10 @@ class BootedMachines:
             container = sh(
                 "docker", "run", "-d", "--label", f"{LABEL}-booted", "--hostname", name, "--network", "none",
                 "--stop-signal", "SIGRTMIN+3", "--tmpfs", "/run", "--tmpfs", "/run/lock",
+                # A VM's root holds every capability; Docker's default set drops CAP_SYS_PTRACE, without
+                # which root may not read another user's /proc/PID/environ or fd links (proc(5): a
+                # PTRACE_MODE_READ_FSCREDS check, ptrace(2)), so the watchdog would never see a job.
+                "--cap-add", "SYS_PTRACE",
                 "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro",
                 "-v", f"{self.root / 'hosts'}:/etc/hosts:ro", "-v", f"{self.root / 'ssl'}:/etc/ssl:ro",
                 "-v", f"{self.root / 'pip.conf'}:/etc/pip.conf:ro",
