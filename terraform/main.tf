@@ -1,8 +1,12 @@
 # Derived rules, in one place.
 locals {
-  region = join("-", slice(split("-", var.zone), 0, 2))
-  tag    = "tfcluster-${var.cluster_name}"
-  labels = { "tfcluster-cluster" = var.cluster_name }
+  # The VMs' region (their subnet), and the cluster's own region, where its registry and (unless
+  # bucket_location says otherwise) its bucket live: registry_location, which tfcluster writes at
+  # the first `up`, so a zone failover to another region never moves (replaces) either.
+  vm_region = join("-", slice(split("-", var.zone), 0, 2))
+  region    = var.registry_location != "" ? var.registry_location : local.vm_region
+  tag       = "tfcluster-${var.cluster_name}"
+  labels    = { "tfcluster-cluster" = var.cluster_name }
 
   # The GPU and machine family rules, generated from tfcluster/gpus.py (one table for both sides).
   gpu_table = jsondecode(file("${path.module}/machine_types.json"))

@@ -7,7 +7,7 @@ resource "google_compute_subnetwork" "cluster" {
   # checkov:skip=CKV_GCP_26: VPC flow logs are billed (https://cloud.google.com/vpc/network-pricing#network-telemetry) and a cluster's traffic is SSH from one address and training between its own VMs; add a log_config where policy asks for them.
   name                     = "${var.cluster_name}-subnet"
   network                  = google_compute_network.cluster.id
-  region                   = local.region
+  region                   = local.vm_region
   ip_cidr_range            = "10.128.0.0/20"
   private_ip_google_access = true
 }

@@ -223,6 +223,16 @@ variable "termination_action" {
   }
 }
 
+variable "registry_location" {
+  description = "Region of the cluster's Artifact Registry repository (and of its bucket when bucket_location is empty); empty means the VMs' region. tfcluster writes the first zone's region here at the first `up`, so a zone failover never moves (replaces) either."
+  type        = string
+  default     = ""
+  validation {
+    condition     = var.registry_location == "" || can(regex("^[a-z]+-[a-z]+[0-9]+$", var.registry_location))
+    error_message = "registry_location must be a region such as us-west1."
+  }
+}
+
 variable "bucket_location" {
   description = "Location of the cluster bucket; empty means the VMs' region."
   type        = string

@@ -27,6 +27,8 @@ Behaviours modelled, with their sources:
   httpErrorStatusCode/httpErrorMessage and error.errors. References:
   https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/get, .../zoneOperations/wait
   (blocks until DONE or about 2 minutes), .../zoneOperations/list (filter).
+- An insert in a zone without capacity (no_capacity_zones) returns its operation, which ends DONE
+  with the zone's code and message in error.errors[] and no instance made (the same page).
 - A start in a zone without capacity ends DONE with error.errors[].code ZONE_RESOURCE_POOL_EXHAUSTED,
   httpErrorStatusCode 503 (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability);
   the instance stays TERMINATED.
@@ -88,6 +90,11 @@ class FakeCompute:
     other_seconds: float = 0.3
     # The next N starts find no capacity in the zone (ZONE_RESOURCE_POOL_EXHAUSTED).
     no_capacity_starts: int = 0
+    # Zones without capacity for new VMs: zone -> the code their instances.insert operations end
+    # with (ZONE_RESOURCE_POOL_EXHAUSTED, its _WITH_DETAILS form or REGION_RESOURCE_POOL_EXHAUSTED).
+    no_capacity_zones: dict = field(default_factory=dict)
+    # How many more VMs such a zone takes before it has no capacity (zone -> count; default 0).
+    zone_room: dict = field(default_factory=dict)
     # Called as on_start(name, external_ip) when a start's operation completes: the test world
     # boots the machine that plays the VM (its processes were lost with the stop).
     on_start: object = None

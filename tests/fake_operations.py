@@ -50,11 +50,23 @@ def advance(state) -> None:
                 record.update(entry["error"])
 
 
-def capacity_error(project: str, zone: str) -> dict:
+def capacity_error(project: str, zone: str, code: str = "ZONE_RESOURCE_POOL_EXHAUSTED", machine: str = "",
+                   attachment: str = "") -> dict:
+    """The error a zonal operation ends with when the zone (or its region) has no capacity: the
+    codes and messages of https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability
+    ("Common error messages"), HTTP 503. REGION_RESOURCE_POOL_EXHAUSTED's message is the zone's
+    wording for the region (the page lists the code, not its text)."""
     message = (f"The zone 'projects/{project}/zones/{zone}' does not have enough resources available to "
                "fulfill the request.  Try a different zone, or try again later.")
+    if code == "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS":
+        message = (f"A {machine} VM instance with {attachment} is currently unavailable in the {zone} zone. "
+                   "Capacity changes frequently, so try your request in a different zone, with a different VM "
+                   "hardware configuration, or at a later time. For more options, see troubleshooting documentation.")
+    elif code == "REGION_RESOURCE_POOL_EXHAUSTED":
+        message = (f"The region 'projects/{project}/regions/{zone.rsplit('-', 1)[0]}' does not have enough "
+                   "resources available to fulfill the request.  Try a different region, or try again later.")
     return {"httpErrorStatusCode": 503, "httpErrorMessage": "SERVICE UNAVAILABLE",
-            "error": {"errors": [{"code": "ZONE_RESOURCE_POOL_EXHAUSTED", "message": message}]}}
+            "error": {"errors": [{"code": code, "message": message}]}}
 
 
 def preempt_instance(state, name: str) -> None:

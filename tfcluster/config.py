@@ -21,6 +21,7 @@ TERMINATION_ACTIONS = ("STOP", "DELETE")
 # Which Keras `tf.keras` means for a --script: "2" is tf_keras (TF_USE_LEGACY_KERAS=1), "3" is Keras 3.
 # Named by major version, as TensorFlow's release notes do ("to keep Keras 2, install tf_keras").
 KERAS_VERSIONS = ("2", "3")
+ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 # On Google Cloud the name also makes the VM service account id "<name>-vm", which must be 6 to 30
 # characters matching [a-z][-a-z0-9]*[a-z0-9] (IAM: projects.serviceAccounts.create, accountId), and
@@ -69,6 +70,9 @@ class Settings:
     # gcp: project ID and zone (the zone must offer the GPU).
     project: str = ""
     zone: str = ""
+    # gcp: zones a new cluster's `up` may use, in order (after `zone`, when set): when one has no
+    # capacity or no quota for the VMs, `up` removes what it made there and tries the next.
+    zones: tuple = ()
     # gcp: GPU (t4, v100, l4, a100, a100-80gb or h100; tfcluster/gpus.py) and GPUs per VM.
     gpu: str = "t4"
     gpu_count: int = 1
@@ -125,6 +129,9 @@ class Settings:
 
 
 DEFAULTS: dict[str, Any] = dataclasses.asdict(Settings())
+# invoke adapts an INVOKE_TFCLUSTER_* variable to its default's type and cannot make a list of
+# one: a str default lets `zones` come as "a,b,c" from the variable and as a list from invoke.yaml.
+DEFAULTS["zones"] = ""
 # Upper bounds terraform/variables.tf validates (a cluster of VMs, a boot disk in GB).
 MAX_WORKERS = 64
 MAX_BOOT_DISK_GB = 2000
@@ -173,6 +180,21 @@ def parse_boot_image(value: Any) -> str:
         raise ConfigError("boot_image must be projects/PROJECT/global/images/NAME or "
                           f"projects/PROJECT/global/images/family/FAMILY (got {value!r})")
     return image
+
+
+def parse_zones(zone: Any, zones: Any) -> list[str]:
+    """``zone`` first, then ``zones`` (a list, or comma-separated from a variable), each once."""
+    listed = zones.split(",") if isinstance(zones, str) else list(zones or ())
+    found = []
+    for item in [zone or "", *listed]:
+        name = str(item).strip()
+        if not name or name in found:
+            continue
+        if not ZONE.fullmatch(name):  # The module's own validation (terraform/variables.tf zone).
+            raise ConfigError(f"a zone must be a name such as us-west1-b (got {name!r}); fix --zone, "
+                              "tfcluster.zone or tfcluster.zones (a list) in invoke.yaml")
+        found.append(name)
+    return found
 
 
 def parse_bool(key: str, value: Any) -> bool:
@@ -279,10 +301,12 @@ def validate(values: Mapping[str, Any]) -> Settings:
     if keras not in KERAS_VERSIONS:
         raise ConfigError(f"keras must be one of {', '.join(KERAS_VERSIONS)} (got {values['keras']!r}); "
                           f"set it in {_flag_hint('keras')}")
+    zones = parse_zones(values["zone"], values["zones"])
     return Settings(
         keras=keras,
         project=str(values["project"] or ""),
-        zone=str(values["zone"] or ""),
+        zone=zones[0] if zones else "",
+        zones=tuple(zones),
         gpu=gpu,
         gpu_count=gpu_count,
         machine_type=machine_type,

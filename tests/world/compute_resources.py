@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from tests.fake_operations import new_operation
+from tests.fake_operations import capacity_error, new_operation
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 # What exists in this world (a small part of Google's catalogue, enough for terraform/'s choices):
@@ -213,6 +213,17 @@ def _insert_instance(state, project: str, zone: str, body: dict) -> tuple[int, d
     if name in state.instances:
         return _error(409, "alreadyExists", f"The resource 'projects/{project}/zones/{zone}/instances/{name}' "
                                             "already exists")
+    code = state.no_capacity_zones.get(zone)
+    with state.lock:
+        if code and state.zone_room.get(zone, 0) > 0:
+            state.zone_room[zone] -= 1  # This one still fits.
+            code = None
+    if code:  # Accepted, then the operation fails and nothing is made (fake_compute's docstring).
+        gpus = body.get("guestAccelerators") or []
+        attachment = ", ".join(f"{g['acceleratorCount']} {g['acceleratorType'].rsplit('/', 1)[-1]}" for g in gpus)
+        return 200, new_operation(state, project, zone, "insert", name, state.other_seconds,
+                                  error=capacity_error(project, zone, code, body["machineType"].rsplit("/", 1)[-1],
+                                                       attachment or "no accelerators"))
     scheduling = body.get("scheduling") or {}
     record = {"zone": zone, "labels": dict(body.get("labels") or {}), "status": "PROVISIONING", "guest": {},
               "metadata": {item["key"]: item["value"] for item in (body.get("metadata") or {}).get("items", [])},

@@ -2,7 +2,8 @@
 
 Rooms: terraform (the CLI wrapper and typed outputs), compute (Compute Engine API calls:
 quotas, readiness, host keys, operations, preemption records), errors (Google's errors as one
-line), restart (bringing stopped, preempted or deleted VMs back), storage (Cloud Storage
+line), failover (a new cluster's `up` moving to the next zone when one has no capacity or quota),
+restart (bringing stopped, preempted or deleted VMs back), storage (Cloud Storage
 transfers), registry (the Artifact Registry repository: what it holds, adopting a kept one),
 teardown (what `down` keeps), check and prerequisites (`invoke check`: what a project must offer, asked of
 Google and judged), address (the operator's public IP), docker_login (the VMs' Docker signing in to the registry), vm_control (stopping VMs for --then and host maintenance), iam (the service account and custom role `down` proves gone), pricing (the Cloud Billing Catalog) and cost (on-demand and Spot

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tfcluster.backends.base import Finding, Preemption, VmRow
 from tfcluster.backends.gcp import check as prerequisites
-from tfcluster.backends.gcp import docker_login, vm_control
+from tfcluster.backends.gcp import docker_login, failover, vm_control
 from tfcluster.backends.gcp.address import detect_operator_cidr
 from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
                                             wait_ready)
@@ -105,9 +105,11 @@ class GcpBackend(SshBackend):
             return self._create(settings, terraform, api, gpu, report.image)
 
     def _create(self, settings, terraform: Terraform, api: ComputeApi, gpu: str, image: str):
+        zones = list(settings.zones) or [settings.zone]
+        others = f" (else {', '.join(zones[1:])}, in turn)" if zones[1:] else ""
         self._announce(
             f"plan: {settings.workers} x {settings.machine_type} + {settings.gpu_count} x {gpu}"
-            f"{' (SPOT)' if settings.spot else ''} in {settings.zone}, bucket, VPC, firewall, service account")
+            f"{' (SPOT)' if settings.spot else ''} in {settings.zone}{others}, bucket, VPC, firewall, service account")
         for line in self._quote(settings, settings.project, settings.zone, settings.workers, settings.spot).lines():
             self._announce(line)
         self._announce(
@@ -118,27 +120,32 @@ class GcpBackend(SshBackend):
         operator = settings.operator_cidr or detect_operator_cidr()
         key_file = self.workdir(settings.cluster) / "id_ed25519"
         public_key = generate_cluster_key(key_file, f"tfcluster-{settings.cluster}")
-        # Recorded before anything is created: a failed apply can be resumed by `up` or
-        # removed by `down`, never forgotten while it bills.
-        self._store.save_cluster(ClusterState(name=settings.cluster, backend=self.name, hosts=[],
-                                              status="provisioning", project=settings.project,
-                                              zone=settings.zone, ssh_key=str(key_file)))
+
+        def record(zone: str) -> None:
+            # Recorded before anything is created in a zone: a failed apply can be resumed by `up`
+            # or removed by `down`, never forgotten while it bills.
+            self._store.save_cluster(ClusterState(name=settings.cluster, backend=self.name, hosts=[],
+                                                  status="provisioning", project=settings.project,
+                                                  zone=zone, ssh_key=str(key_file)))
+
+        record(zones[0])
         variables = {**self.variables(settings, public_key, operator), "image": image}
         # Resuming a failed `up`: VMs it already made keep the nonce they booted with (the
         # metadata key is in ignore_changes), so the resumed apply and its readiness keep it too,
         # and the image they booted (a family's newest may have moved on since).
         tfvars = terraform.workdir / "terraform.tfvars.json"
-        if tfvars.exists():
-            previous = terraform.variables()
-            variables["boot_nonce"] = previous.get("boot_nonce") or variables["boot_nonce"]
-            variables["image"] = previous.get("image") or image
+        previous = terraform.variables() if tfvars.exists() else {}
+        variables["boot_nonce"] = previous.get("boot_nonce") or variables["boot_nonce"]
+        variables["image"] = previous.get("image") or image
+        failover.pin_locations(variables, previous, settings.bucket_location)
         terraform.prepare(variables)
-        adopt_kept_repository(terraform, settings.project, settings.zone, settings.cluster, self._announce)
-        terraform.apply()
+        adopt_kept_repository(terraform, settings.project, variables["registry_location"], settings.cluster,
+                              self._announce)
+        zone = failover.apply_in_zones(terraform, api, variables, zones, settings.cluster, self._announce, record)
         outputs = terraform.outputs()
         names = [vm.name for vm in outputs.instances]
-        wait_ready(api, settings.zone, names, settings.ready_timeout_seconds, nonce=variables["boot_nonce"])
-        keys = in_parallel(outputs.instances, lambda vm: pinned_host_key(api, settings.zone, vm.name),
+        wait_ready(api, zone, names, settings.ready_timeout_seconds, nonce=variables["boot_nonce"])
+        keys = in_parallel(outputs.instances, lambda vm: pinned_host_key(api, zone, vm.name),
                            lambda vm: vm.name, "reading host keys")
         records = [HostRecord(name=f"worker-{i}", address=vm.internal_ip, ssh_address=vm.external_ip,
                               tf_port=settings.tf_port, host_key=key, instance=vm.name)
@@ -146,7 +153,7 @@ class GcpBackend(SshBackend):
         cluster = ClusterState(name=settings.cluster, backend=self.name, hosts=records,
                                ssh_user=settings.gcp_ssh_user, ssh_key=str(key_file),
                                python=settings.python or VM_PYTHON, project=settings.project,
-                               zone=settings.zone, bucket=outputs.bucket, registry=outputs.registry)
+                               zone=zone, bucket=outputs.bucket, registry=outputs.registry)
         self._resolve_roots(cluster, settings.remote_dir)
         self.preflight(cluster, self.hosts(cluster), need_tensorflow=True, image=settings.image)
         return cluster

@@ -34,6 +34,33 @@ CAPACITY_CODES = ("ZONE_RESOURCE_POOL_EXHAUSTED", "ZONE_RESOURCE_POOL_EXHAUSTED_
 CAPACITY_TEXT = "does not have enough resources available to fulfill the request"
 
 
+# The same page's other words for it: the _WITH_DETAILS form's message ("A VM_TYPE_AND_SIZE VM
+# instance with RESOURCE_ATTACHMENT is currently unavailable in the ZONE zone. Capacity changes
+# frequently, so try your request in a different zone..."), a region's pool
+# (REGION_RESOURCE_POOL_EXHAUSTED, "The region '...' does not have enough resources available..."),
+# and the bulk API's 503 reason insufficientCapacity
+# (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-bulk-vm-creation).
+UNAVAILABLE = re.compile(r"VM instance .{0,200}is currently unavailable in the [a-z0-9-]+ zone")
+
+
+def zone_refusal(text: str) -> str | None:
+    """Why a zone cannot take new VMs now, from a create's error text (terraform's stderr): no
+    capacity (a resource availability error, any form above) or no quota (403 quotaExceeded,
+    "Quota 'METRIC' exceeded", https://cloud.google.com/compute/resource-usage#gpu_quota); else None."""
+    if "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS" in text or UNAVAILABLE.search(text):
+        return "no capacity (ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS)"
+    if "REGION_RESOURCE_POOL_EXHAUSTED" in text or ("The region '" in text and CAPACITY_TEXT in text):
+        return "no capacity in its region (REGION_RESOURCE_POOL_EXHAUSTED)"
+    if "ZONE_RESOURCE_POOL_EXHAUSTED" in text or CAPACITY_TEXT in text:
+        return "no capacity (ZONE_RESOURCE_POOL_EXHAUSTED)"
+    if "insufficientCapacity" in text or "insufficient capacity" in text.lower():
+        return "no capacity (insufficientCapacity)"
+    quota = re.search(r"[Qq]uota '?([A-Z][A-Z0-9_]+)'? exceeded", text)
+    if quota or "quotaExceeded" in text:
+        return f"no quota ({quota[1] if quota else 'quotaExceeded'})"
+    return None
+
+
 class NoCapacity(GoogleError):
     """The zone has no capacity for a VM right now (a resource availability error)."""
 
@@ -78,7 +105,8 @@ def _enable(service: str, project: str) -> str:
 def explain(text: str, project: str, reason: str = "", service: str = "", status: int | None = None) -> str | None:
     """The fix for a Google error, from its reason, status and text; None when it is not one we know."""
     lowered = text.lower()
-    if reason in CAPACITY_CODES or any(code in text for code in CAPACITY_CODES) or CAPACITY_TEXT in text:
+    if reason in CAPACITY_CODES or any(code in text for code in CAPACITY_CODES) or CAPACITY_TEXT in text \
+            or UNAVAILABLE.search(text):
         return ("the zone has no capacity for these VMs right now (ZONE_RESOURCE_POOL_EXHAUSTED, not a quota); "
                 "try again later, or in another zone with --zone")
     if reason in ("SERVICE_DISABLED", "accessNotConfigured") or "has not been used in project" in lowered \

@@ -75,11 +75,11 @@ def repository_usage(cluster) -> Stored | None:
     return usage(repository_path(cluster)[0])
 
 
-def adopt_kept_repository(terraform: Terraform, project: str, zone: str, cluster: str,
+def adopt_kept_repository(terraform: Terraform, project: str, region: str, cluster: str,
                           announce: Callable[[str], None]) -> None:
     """Before `up` applies: a repository with this cluster's name that the state does not hold
     was kept by an earlier `down`; import it, so apply uses it instead of failing to create it."""
-    registry = registry_of(project, zone, cluster)
+    registry = f"{region}-docker.pkg.dev/{project}/{cluster}-images"  # As registry_of, in registry_location.
     stored = usage(registry)
     if stored is None:
         return

@@ -1,0 +1,113 @@
+"""Zone failover at `up` (tfcluster/backends/gcp/failover.py): in the gcp world, with capacity
+scripted per zone for instances.insert (tests/fake_compute.py no_capacity_zones, zone_room), the
+real terraform and provider stand-ins move a new cluster to the next zone, remove what they made in
+a full one, and never move (replace) the bucket or the registry."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.test_gcp_backend import bucket_of, fake_compute, gcp_cli, needs_hosts, terraform_log  # noqa: F401
+from tfcluster import config
+from tfcluster.backends.gcp.errors import terraform_error_line, zone_refusal
+from tfcluster.errors import ConfigError
+
+
+def test_zones_setting_and_what_counts_as_a_full_zone():
+    # `zone` first, then `zones` (a list in invoke.yaml, "a,b" from INVOKE_TFCLUSTER_ZONES), each once.
+    settings = config.load({"zones": ["us-west1-a", "us-central1-a"]}, zone="us-central1-a")
+    assert (settings.zone, settings.zones) == ("us-central1-a", ("us-central1-a", "us-west1-a"))
+    assert config.load({"zones": "us-west1-a, us-west1-b"}).zones == ("us-west1-a", "us-west1-b")
+    with pytest.raises(ConfigError, match=r"^a zone must be a name such as us-west1-b \(got 'auto'\); fix --zone"):
+        config.load({"zones": ["us-west1-a", "auto"]})
+    # As the google provider prints a failed insert: the operation's messages (writeOperationError).
+    for text, why in [
+        ("Error waiting for instance to create: The zone 'projects/p/zones/us-west1-a' does not have enough "
+         "resources available to fulfill the request.  Try a different zone, or try again later.",
+         "no capacity (ZONE_RESOURCE_POOL_EXHAUSTED)"),
+        ("Error waiting for instance to create: A n1-standard-8 VM instance with 1 nvidia-tesla-t4 is currently "
+         "unavailable in the us-west1-b zone. Capacity changes frequently, so try your request in a different zone",
+         "no capacity (ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS)"),
+        ("Error waiting for instance to create: The region 'projects/p/regions/us-west1' does not have enough "
+         "resources available to fulfill the request.", "no capacity in its region (REGION_RESOURCE_POOL_EXHAUSTED)"),
+        ("Error creating instance: googleapi: Error 503: Insufficient capacity, insufficientCapacity",
+         "no capacity (insufficientCapacity)"),
+        ("Error creating instance: googleapi: Error 403: Quota 'NVIDIA_T4_GPUS' exceeded.  Limit: 0.0 in region "
+         "us-west1., quotaExceeded", "no quota (NVIDIA_T4_GPUS)"),
+        ("Error creating instance: googleapi: Error 400: Invalid value for field 'resource.machineType'", None),
+    ]:
+        assert zone_refusal(f"╷\n│ Error: {text}\n╵") == why, text
+    # The one-line fix for a single zone names the _WITH_DETAILS message as no capacity too.
+    details = "Error: Error waiting for instance to create: A g2-standard-8 VM instance is currently unavailable " \
+        "in the us-central1-a zone."
+    assert terraform_error_line(details, "p").startswith("the zone has no capacity for these VMs right now")
+
+
+@needs_hosts
+def test_up_lands_in_the_third_zone_and_keeps_the_bucket(gcp_cli, world):
+    state = gcp_cli.compute.state
+    for zone in ("us-west1-a", "us-central1-a"):
+        state.accelerators[zone] = ["nvidia-tesla-t4"]
+    state.region_quotas["us-central1"] = {"NVIDIA_T4_GPUS": (8.0, 0.0)}
+    state.no_capacity_zones = {"us-west1-a": "ZONE_RESOURCE_POOL_EXHAUSTED",
+                               "us-west1-b": "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS"}
+
+    # Two zones, both full: one line, no VM left, and the cluster remembered (the bucket exists).
+    gcp_cli.env["INVOKE_TFCLUSTER_ZONE"] = ""
+    gcp_cli.env["INVOKE_TFCLUSTER_ZONES"] = "us-west1-a,us-west1-b"
+    state.zone_room = {}
+    first = gcp_cli.run("up", timeout=120)
+    assert first.returncode == 2 and first.stderr.strip().splitlines() == [
+        "error: no zone could take the cluster (us-west1-a: no capacity (ZONE_RESOURCE_POOL_EXHAUSTED); us-west1-b: "
+        "no capacity (ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS)); no VM is left in them. Add zones to "
+        "tfcluster.zones (`invoke offers` lists where the GPU is) or run `invoke up` again later; `invoke down` "
+        "removes what was created"], first.stdout + first.stderr
+    assert gcp_cli.cluster()["status"] == "provisioning" and state.instances == {}
+    tfvars = gcp_cli.state_dir / "gcp" / "default" / "terraform.tfvars.json"
+    pinned = json.loads(tfvars.read_text())
+    assert (pinned["bucket_location"], pinned["registry_location"]) == ("US-WEST1", "us-west1")
+    from google.auth.credentials import AnonymousCredentials
+    from google.cloud import storage
+
+    client = storage.Client(project="demo-project", credentials=AnonymousCredentials(),
+                            client_options={"api_endpoint": gcp_cli.storage})
+    [bucket_name] = [b.name for b in client.list_buckets() if b.name.startswith("demo-project-default-")]
+    bucket_of(gcp_cli.storage, bucket_name).blob("data/train-00000.tfrecord").upload_from_string(b"z" * 4096)
+
+    # Three zones: us-west1-a has no room; us-west1-b takes one of the two VMs, then has none; the
+    # third (another region) takes the cluster.
+    state.zone_room = {"us-west1-b": 1}
+    gcp_cli.env["INVOKE_TFCLUSTER_ZONES"] = "us-west1-a,us-west1-b,us-central1-a"
+    up = gcp_cli.run("up", timeout=240)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "plan: 2 x n1-standard-8 + 1 x nvidia-tesla-t4 in us-west1-a (else us-west1-b, us-central1-a, in " \
+        "turn), bucket" in up.stdout
+    lines = [line[2:] for line in up.stdout.splitlines() if line.startswith("! zone ")]
+    assert lines == [
+        "zone us-west1-a (1 of 3): no capacity (ZONE_RESOURCE_POOL_EXHAUSTED); removed the 0 VM(s) made there; "
+        "trying us-west1-b",
+        "zone us-west1-b (2 of 3): no capacity (ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS); removed the 1 VM(s) "
+        "made there; trying us-central1-a",
+        "zone us-central1-a is in us-central1; the bucket stays in US-WEST1 and the registry stays in us-west1 "
+        "(never moved): the VMs' reads and image pulls from there are inter-region data transfer, billed per GB "
+        "(https://cloud.google.com/storage/pricing#network-egress)",
+        "zone us-central1-a (3 of 3): the cluster's VMs are created here"], up.stdout
+    cluster = gcp_cli.cluster()
+    assert cluster["status"] == "up" and cluster["zone"] == "us-central1-a"
+    assert {name: vm["zone"] for name, vm in state.instances.items()} == {
+        "default-0": "us-central1-a", "default-1": "us-central1-a"}
+    # us-west1-b's VM was made, then deleted there before us-central1-a was tried.
+    deletes = [r["path"] for r in state.requests if r["method"] == "DELETE" and "/instances/" in r["path"]]
+    assert len(deletes) == 1 and "/zones/us-west1-b/instances/default-" in deletes[0]
+    # The bucket and the registry stayed where the first `up` put them, the bucket with its objects.
+    assert cluster["bucket"] == bucket_name
+    assert bucket_of(gcp_cli.storage, bucket_name).blob("data/train-00000.tfrecord").exists()
+    tfstate = json.loads((gcp_cli.state_dir / "gcp" / "default" / "terraform.tfstate").read_text())
+    located = {r["type"]: r["instances"][0]["attributes"]["location"] for r in tfstate["resources"]
+               if r["type"] in ("google_storage_bucket", "google_artifact_registry_repository")}
+    assert located == {"google_storage_bucket": "US-WEST1", "google_artifact_registry_repository": "us-west1"}
+    assert cluster["registry"] == "us-west1-docker.pkg.dev/demo-project/default-images"
+    assert ["destroy", "-input=false", "-auto-approve", "-no-color", "-target=google_compute_instance.worker"] \
+        in terraform_log(gcp_cli)
