@@ -375,6 +375,47 @@ def test_preempted_while_no_launcher_runs_then_train_resume_brings_the_same_run_
     assert restored >= 20, after[:2000]
     assert "done at step 150, total 300" in after
 
+    # The bundled trainer's input hangs: the data goes to the bucket (`invoke data`), the workers read
+    # it with TensorFlow's own gs:// client, and mid-epoch the world stops answering worker-1's reads,
+    # holding their connections open. Both workers stop at the same step (worker-0 waits for it
+    # inside the all-reduce); the stall is caught by the limit and worker-1 named by its input wait.
+    from trainer.synthetic import write_image_folder
+
+    write_image_folder(tmp_path / "images", per_class=8, size=16)
+    data = spot.run("data", "--src", str(tmp_path / "images"), "--out", str(tmp_path / "records"),
+                    "--image-size", "16", "--shards", "4", timeout=300)
+    assert data.returncode == 0, data.stdout + data.stderr
+    assert spot.cluster()["data_url"].startswith("gs://")
+    shipped = spot.env.pop("INVOKE_TFCLUSTER_DATA_DIR")  # No local data_dir: the cluster's bucket copy.
+    proxy = world.storage_proxy
+    launcher = spot.popen("train", "--stall-minutes", "1", "--", "--epochs", "2", "--steps-per-epoch", "400")
+    try:
+        previous = run_dir.name
+        run_dir = wait_for(lambda: spot.runs() and spot.runs()[-1].name != previous and spot.runs()[-1], 60,
+                           what="the input-hang run's folder")
+
+        def chief_step_events() -> list[dict]:
+            log = _remote_log(spot.lab, run_dir.name, 0)
+            return [e for e in events_of(log.read_text()) if e["event"] == "step"] if log.exists() else []
+
+        wait_for(lambda: len(chief_step_events()) >= 2, 300, interval=0.1, what="the chief past its first steps")
+        proxy.hold_reads_from = {spot.lab.hosts[1].address, spot.cluster()["hosts"][1]["ssh_address"]}
+        output, _ = launcher.communicate(timeout=400)
+    finally:
+        proxy.reads_release.set()  # Held requests end; nothing waits on them past the test.
+        if launcher.poll() is None:
+            launcher.kill()
+    proxy.hold_reads_from = set()
+    spot.env["INVOKE_TFCLUSTER_DATA_DIR"] = shipped
+    assert launcher.returncode != 0 and proxy.reads_held > 0, output[-3000:]
+    assert "is the one behind: its step" in output and "waits for its input data" in output, output[-4000:]
+    assert "worker-1 (worker:0 on" in output.split("⏸ Stalled", 1)[1].split("\n", 1)[0], output[-4000:]
+    run = json.loads((run_dir / "run.json").read_text())
+    [stalled] = run["summary"]["stalls"]
+    assert stalled["worker"] == "worker-1" and stalled["waits_for_input"] is not None
+    assert stalled["limit_seconds"] == 60 and 60 <= stalled["quiet_seconds"] <= 62, stalled
+    assert spot.spot.python_processes() == []  # Every worker stopped, the one stuck in its read too.
+
     # --then stop with the launcher there: the run ends and every VM is stopped through Compute,
     # its --then metadata cleared first, so a later start does not halt it for this run again.
     quick = tmp_path / "quick.py"

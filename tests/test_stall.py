@@ -12,6 +12,7 @@ from pathlib import Path
 
 from tests.conftest import events_of, wait_for
 from tfcluster.stall import StallLimit, StallWatch, counts_as_output, parse_dump
+from trainer.input_watch import InputWatch
 
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
 MINUTE = 60.0
@@ -89,6 +90,47 @@ def test_the_worker_behind_is_named_and_the_median_comes_from_the_step_clock():
     assert watch.check(now=400.5 + 20 * 40) is None  # 20 x 40 s = 800 s > 10 min.
     found = watch.check(now=400.5 + 801)
     assert found is not None and found.worker == 2 and found.steps == {0: 10, 1: 10, 2: 9}
+
+
+def test_a_worker_whose_input_waits_is_named_though_its_peers_stopped_at_the_same_step():
+    """An input hang: every worker stops after the same step (the others wait in the all-reduce),
+    so their last progress cannot tell; the trainer's input_wait event names the starved one."""
+    watch = StallWatch(StallLimit(minutes=1), [0, 1, 2], now=0.0)
+    for worker in (1, 0, 2):  # Worker 1's last step is read first: the oldest progress.
+        watch.event(worker, {"event": "step", "epoch": 1, "step": 20, "steps": 100, "time": 5.0}, now=5.0 + worker)
+    watch.event(2, {"event": "input_wait", "step": 21, "waited_seconds": 20.0}, now=27.0)
+    found = watch.check(now=7.0 + 61)  # The newest progress: worker 2 at 7.
+    assert found is not None and found.worker == 2 and found.waits_for_input == 21
+    # An input wait is not progress, and progress since it clears it.
+    assert found.quiet_seconds == 61.0
+    watch.event(2, {"event": "step", "epoch": 1, "step": 22, "steps": 100, "time": 70.0}, now=70.0)
+    assert watch.workers[2].waits_for_input is None
+
+
+class _Keras:
+    class callbacks:
+        Callback = object
+
+
+def test_the_input_watch_reports_a_step_with_no_batch_handed_on_once():
+    watch = InputWatch(_Keras, wait_seconds=20.0)
+    begin = watch.callback.on_train_batch_begin
+
+    def hand_on() -> None:
+        with watch._lock:
+            watch.handed += 1
+
+    hand_on()  # The first batch, then the first step (tracing, compiling: never reported).
+    begin(0)
+    assert watch.waiting(watch.began_at + 600) is None
+    for batch in (1, 2):  # Healthy steps: a batch is handed on within each (taken, or refilled).
+        begin(batch)
+        hand_on()
+        assert watch.waiting(watch.began_at + 600) is None
+    begin(3)  # Nothing comes.
+    assert watch.waiting(watch.began_at + 19) is None
+    assert watch.waiting(watch.began_at + 21) == (4, 21)
+    assert watch.waiting(watch.began_at + 60) is None  # Once per step.
 
 
 DUMP = """\

@@ -41,6 +41,10 @@ PROGRESS_EVENTS = ("first_step", "step", "progress", "val_step", "backup", "epoc
                    "export", "done")
 # Events that carry a training step: seeing one makes this a step-reporting run.
 STEP_EVENTS = ("first_step", "step", "progress")
+# The bundled trainer's word that a step has waited for its input for a while (trainer/input_watch.py):
+# not progress, but it names the worker whose data stopped coming, when its peers stopped at the
+# same step (they wait for it inside the all-reduce).
+INPUT_WAIT_EVENT = "input_wait"
 # The wrapper's header line in each worker's log (launch.render_wrapper).
 WRAPPER_HEADER = "=== tfcluster:"
 
@@ -86,13 +90,16 @@ class WorkerProgress:
     longest_gap: float = 0.0
     # Whether it reported anything at all.
     seen: bool = False
+    # The step it said waits for its input (an input_wait event since its last progress), else None.
+    waits_for_input: int | None = None
 
 
 @dataclass
 class Stall:
     """An attempt that stopped making progress."""
 
-    # Index of the worker whose last progress is oldest (behind in steps, then in time).
+    # Index of the worker that holds the run up: one whose step waits for its input, else the one
+    # whose last progress is oldest (behind in steps, then in time).
     worker: int
     # Seconds since the run's last progress, and the limit it passed.
     quiet_seconds: float
@@ -101,6 +108,8 @@ class Stall:
     started: bool
     # Each worker's last reported step (-1: none), by index.
     steps: dict[int, int] = field(default_factory=dict)
+    # The step the named worker said waits for its input data (None: it did not say so).
+    waits_for_input: int | None = None
 
 
 class StallWatch:
@@ -117,6 +126,9 @@ class StallWatch:
 
     def event(self, index: int, event: dict, now: float | None = None) -> None:
         kind = event.get("event")
+        if kind == INPUT_WAIT_EVENT and index in self.workers:
+            self.workers[index].waits_for_input = int(event.get("step", 0))
+            return
         if kind not in PROGRESS_EVENTS or index not in self.workers:
             return
         worker = self._progress(index, now)
@@ -141,6 +153,7 @@ class StallWatch:
     def _progress(self, index: int, now: float | None) -> WorkerProgress:
         worker = self.workers[index]
         worker.at, worker.seen = (time.monotonic() if now is None else now), True
+        worker.waits_for_input = None
         return worker
 
     def limit_seconds(self) -> float | None:
@@ -156,9 +169,11 @@ class StallWatch:
         quiet = at - max(w.at for w in self.workers.values())
         if quiet <= limit:
             return None
-        behind = min(self.workers, key=lambda i: (self.workers[i].step, self.workers[i].at, i))
+        behind = min(self.workers, key=lambda i: (self.workers[i].waits_for_input is None, self.workers[i].step,
+                                                  self.workers[i].at, i))
         return Stall(worker=behind, quiet_seconds=quiet, limit_seconds=limit, started=self.started,
-                     steps={i: w.step for i, w in self.workers.items()})
+                     steps={i: w.step for i, w in self.workers.items()},
+                     waits_for_input=self.workers[behind].waits_for_input)
 
 
 def _global_step(event: dict, before: int) -> int:

@@ -29,6 +29,7 @@ os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 from trainer import lr  # noqa: E402
 from trainer.events import emit  # noqa: E402
 from trainer.gpu import GpuSampler  # noqa: E402
+from trainer.input_watch import InputWatch  # noqa: E402
 
 MODELS = ("cnn", "densenet121", "resnet50")
 WEIGHTS = ("none", "imagenet")
@@ -226,8 +227,10 @@ def main(argv=None) -> int:
          batch_size=args.batch_size, image_size=image_size, data=data_fingerprint(manifest), gpus=gpus,
          learning_rate={**lr_plan.as_event(), "text": lr_plan.describe()})
 
-    train_ds = data.make_dataset(args.data_dir, "train", global_batch, image_size, num_workers,
-                                 seed=args.seed)
+    # Counted as training takes its batches: a worker whose input stops is named when a run stalls.
+    input_watch = InputWatch(keras)
+    train_ds = input_watch.counted(tf, data.make_dataset(args.data_dir, "train", global_batch, image_size,
+                                                         num_workers, seed=args.seed))
     val_ds = (data.make_dataset(args.data_dir, "val", global_batch, image_size, num_workers,
                                 shuffle=False) if val_count else None)
 
@@ -253,13 +256,16 @@ def main(argv=None) -> int:
                         on_gpu=bool(tf.config.list_physical_devices("GPU"))),
         keras.callbacks.TensorBoard(log_dir=tensorboard_dir),
         EventCallback(keras, args.epochs, steps_per_epoch, global_batch, gpu_sampler),
+        input_watch.callback,
     ]
     started = time.time()
+    input_watch.start()
     try:
         history = model.fit(train_ds, epochs=args.epochs, steps_per_epoch=steps_per_epoch,
                             validation_data=val_ds, validation_steps=validation_steps,
                             callbacks=callbacks, verbose=2 if chief else 0)
     finally:
+        input_watch.stop()
         if gpu_sampler:
             gpu_sampler.stop()
 

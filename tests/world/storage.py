@@ -77,6 +77,14 @@ class IamStorageProxy:
         self.holding = threading.Event()
         self.release = threading.Event()
         self._writes_lock = threading.Lock()
+        # Client addresses whose reads of objects under data/ go unanswered: the request is read,
+        # then its connection stays open with no reply, as when the path to Cloud Storage stops
+        # passing packets mid-read; TensorFlow's GCS client waits out its own request timeouts and
+        # retries (tsl/platform/cloud/gcs_file_system.cc, retrying_utils.cc) into the same silence.
+        # Until ``reads_release`` is set; then the connection is dropped.
+        self.hold_reads_from: set[str] = set()
+        self.reads_held = 0
+        self.reads_release = threading.Event()
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -142,6 +150,12 @@ class IamStorageProxy:
                     payload = json.dumps({"error": {"code": 403, "message": message, "errors": [
                         {"message": message, "domain": "global", "reason": "forbidden"}]}}).encode()
                     self._reply(403, [("Content-Type", "application/json; charset=UTF-8")], payload)
+                    return
+                if (self.command == "GET" and self.client_address[0] in proxy.hold_reads_from
+                        and "/data/" in unquote(path)):
+                    proxy.reads_held += 1
+                    proxy.reads_release.wait(timeout=900)
+                    self.close_connection = True  # Dropped without a reply.
                     return
                 if is_object_write(self.command, path):
                     name = written_object(self.command, self.path, body)

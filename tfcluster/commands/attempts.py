@@ -269,11 +269,12 @@ def _report_stall(found: stall.Stall, plans, attempt: int) -> dict:
     the one behind blocks and where the others wait; the record for run.json."""
     hung = plans[found.worker]
     phase = "" if found.started else " before the first step (the start-up limit)"
+    why = (f"its step {found.waits_for_input} waits for its input data (a read that does not return?)"
+           if found.waits_for_input is not None else "its last progress is the oldest"
+           + (f" (step {found.steps[found.worker]})" if found.steps.get(found.worker, -1) >= 0 else ""))
     console.print(f"[bold red]⏸ Stalled{phase}: no worker made progress for {found.quiet_seconds:.0f} s "
                   f"(limit {found.limit_seconds:.0f} s). {hung.name} ({hung.task} on {hung.host.record.endpoint}) "
-                  f"is the one behind: its last progress is the oldest"
-                  + (f" (step {found.steps[found.worker]})" if found.steps.get(found.worker, -1) >= 0 else "")
-                  + ".[/]", soft_wrap=True)
+                  f"is the one behind: {why}.[/]", soft_wrap=True)
     with console.status("Dumping every worker's Python stack into its log (SIGUSR1)..."):
         dumps = stall.request_dumps(plans, attempt)
     for plan in sorted(plans, key=lambda p: p.index != found.worker):
@@ -292,6 +293,7 @@ def _report_stall(found: stall.Stall, plans, attempt: int) -> dict:
     console.print("[red]Stopping every worker (stalled)...[/]")
     return {"worker": hung.name, "attempt": attempt, "quiet_seconds": round(found.quiet_seconds, 1),
             "limit_seconds": round(found.limit_seconds, 1), "started": found.started,
+            "waits_for_input": found.waits_for_input,
             "frame": dumps[found.worker].blocking_frame if dumps.get(found.worker) else None}
 
 
