@@ -77,12 +77,15 @@ resource "google_compute_instance" "worker" {
   }
 
   lifecycle {
-    # `invoke up` writes a new nonce before each start and `invoke idle` changes the watchdog
-    # settings through the Compute API; neither is drift for Terraform to undo.
+    # `invoke up` writes a new nonce before each start, `invoke idle` changes the watchdog
+    # settings and `invoke train` hands it the run's stall limit and --then through the Compute
+    # API; none of it is drift for Terraform to undo.
     ignore_changes = [
       metadata["tfcluster-boot-nonce"],
       metadata["tfcluster-idle-minutes"],
       metadata["tfcluster-idle-action"],
+      metadata["tfcluster-stall-minutes"],
+      metadata["tfcluster-then-stop"],
     ]
   }
 
