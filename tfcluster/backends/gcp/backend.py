@@ -71,7 +71,8 @@ class GcpBackend(SshBackend):
             "ssh_public_key": public_key, "idle_minutes": settings.idle_minutes,
             "idle_action": settings.idle_action, "boot_grace_minutes": settings.boot_grace_minutes,
             "max_run_hours": settings.max_run_hours, "bucket_retention_days": settings.bucket_retention_days,
-            "bucket_location": settings.bucket_location,
+            # Both fixed for good at the first `up` by failover.pin_locations (a zone failover never moves them).
+            "bucket_location": settings.bucket_location, "registry_location": "",
             "termination_action": settings.termination_action, "boot_disk_gb": settings.boot_disk_gb,
             "boot_disk_type": settings.boot_disk_type, "nic_type": settings.nic_type,
             "bucket_force_destroy": settings.bucket_force_destroy, "boot_nonce": new_nonce(),
