@@ -5,6 +5,7 @@ a full one, and never move (replace) the bucket or the registry."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -20,7 +21,8 @@ def test_zones_setting_and_what_counts_as_a_full_zone():
     settings = config.load({"zones": ["us-west1-a", "us-central1-a"]}, zone="us-central1-a")
     assert (settings.zone, settings.zones) == ("us-central1-a", ("us-central1-a", "us-west1-a"))
     assert config.load({"zones": "us-west1-a, us-west1-b"}).zones == ("us-west1-a", "us-west1-b")
-    with pytest.raises(ConfigError, match=r"^a zone must be a name such as us-west1-b \(got 'auto'\); fix --zone"):
+    with pytest.raises(ConfigError, match=r"^a zone must be a name such as us-west1-b, or auto alone in --zone or "
+                                          r"tfcluster.zone \(got 'auto'\); fix --zone"):
         config.load({"zones": ["us-west1-a", "auto"]})
     # As the google provider prints a failed insert: the operation's messages (writeOperationError).
     for text, why in [
@@ -111,3 +113,38 @@ def test_up_lands_in_the_third_zone_and_keeps_the_bucket(gcp_cli, world):
     assert cluster["registry"] == "us-west1-docker.pkg.dev/demo-project/default-images"
     assert ["destroy", "-input=false", "-auto-approve", "-no-color", "-target=google_compute_instance.worker"] \
         in terraform_log(gcp_cli)
+
+
+def test_zone_auto_is_the_offered_zones_with_quota_cheapest_first(world):
+    from tfcluster.backends.gcp.failover import next_zones, with_auto_zones
+
+    state = world.compute.state
+    state.accelerators.update({"us-central1-a": ["nvidia-l4"], "europe-west4-a": ["nvidia-l4"],
+                               "asia-east1-a": ["nvidia-l4"], "us-west1-b": ["nvidia-l4"]})
+    state.region_quotas.update({"us-central1": {"NVIDIA_L4_GPUS": (2.0, 0.0)},
+                                "europe-west4": {"NVIDIA_L4_GPUS": (8.0, 3.0)}, "asia-east1": {"NVIDIA_L4_GPUS": (9.0, 0.0)}})
+    state.region_quotas["us-west1"]["NVIDIA_L4_GPUS"] = (4.0, 1.0)
+    world.billing.catalog.disabled_projects.clear()  # Prices per region (tests/world/billing.py).
+    said = []
+    settings = config.load({"backend": "gcp", "project": "demo-project", "gpu": "l4", "workers": 2}, zone="auto")
+    assert (settings.zone, settings.zones) == ("auto", ("auto",))
+    # europe-west4 is the cheapest; us-central1-a and us-west1-b cost the same (then by name); Taiwan
+    # has no price (last). Every region here has 2 L4s free but none: all four, in that order.
+    resolved = with_auto_zones(settings, said.append)
+    assert resolved.zones == ("europe-west4-a", "us-central1-a", "us-west1-b", "asia-east1-a")
+    assert resolved.zone == "europe-west4-a" and resolved.workers == 2
+    assert said == ["zone auto: europe-west4-a, us-central1-a, us-west1-b, asia-east1-a (the zones `invoke offers` "
+                    "lists with 2 nvidia-l4 GPU(s) of quota free, cheapest on-demand first; tried in turn)"]
+    # Three VMs need 3 GPUs free: us-central1 (2) drops out.
+    three = with_auto_zones(dataclasses.replace(settings, workers=3), said.append)
+    assert three.zones == ("europe-west4-a", "us-west1-b", "asia-east1-a")
+    with pytest.raises(ConfigError, match=r"^zone auto found no zone whose quota has 20 nvidia-l4 GPU\(s\) free "
+                                          r"\(4 zone\(s\) offer it; `invoke offers` lists them"):
+        with_auto_zones(dataclasses.replace(settings, workers=20), said.append)
+    assert with_auto_zones(config.load({}, zone="us-west1-b"), said.append).zones == ("us-west1-b",)  # Not auto.
+    with pytest.raises(ConfigError, match=r"^zone auto picks the zones itself .* set either zone: auto or "
+                                          r"tfcluster.zones, not both"):
+        config.load({"zones": ["us-west1-a"]}, zone="auto")
+    # Where a cluster whose zone stays full moves: the zones after it, then those before it.
+    assert next_zones("b", ["a", "b", "c"]) == ["c", "a"] and next_zones("b", ["b"]) == []
+    assert next_zones("x", ["a", "b"]) == ["a", "b"]

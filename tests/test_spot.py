@@ -68,6 +68,35 @@ def test_a_zone_without_capacity_is_one_line_and_the_vm_stays_stopped(fake_compu
     assert api.get_instance("us-west1-b", "s-1").status == "RUNNING"
 
 
+def test_a_zone_that_stays_full_and_no_other_zone_is_one_error(fake_compute, tmp_path):  # noqa: F811
+    # A preempted VM that cannot start within capacity_tries, and tfcluster.zones lists no other zone:
+    # the cluster cannot move (failover.move_or_fail), so one error, nothing removed, the VM stopped.
+    from tfcluster import config
+    from tfcluster.backends import get_backend
+    from tfcluster.errors import ClusterError
+    from tfcluster.state import ClusterState, HostRecord, StateStore
+
+    _vm(fake_compute, "default-1")
+    fake_compute.state.start_seconds, fake_compute.state.no_capacity_starts = 0.2, 99
+    settings = config.load({"backend": "gcp", "project": "demo-project", "state_dir": str(tmp_path),
+                            "capacity_wait_seconds": 1, "capacity_tries": 2}, zone="us-west1-b")
+    cluster = ClusterState(name="default", backend="gcp", project="demo-project", zone="us-west1-b", bucket="b",
+                           hosts=[HostRecord(name="worker-1", address="10.128.0.9", tf_port=1, instance="default-1")])
+    said = []
+    with pytest.raises(ClusterError) as error:
+        get_backend("gcp", StateStore(settings), announce=said.append).restart_preempted(cluster, settings)
+    assert str(error.value) == (
+        "zone us-west1-b has no capacity for default-1 after 2 starts (ZONE_RESOURCE_POOL_EXHAUSTED); default-1 "
+        "stays stopped and its disk bills until `invoke down` (or `invoke up` later starts them again); list more "
+        "zones in tfcluster.zones to have the cluster move instead")
+    assert said == ["starting 1 stopped VM(s): default-1; the hypervisor deadline (12 h, STOP) is set again first",
+                    "zone us-west1-b has no capacity for default-1 right now (ZONE_RESOURCE_POOL_EXHAUSTED); trying "
+                    "again in 1 s (start 2 of 2)",
+                    "starting 1 stopped VM(s): default-1; the hypervisor deadline (12 h, STOP) is set again first"]
+    assert fake_compute.state.instances["default-1"]["status"] == "TERMINATED" and cluster.zone == "us-west1-b"
+    assert not [r for r in fake_compute.state.requests if r["method"] == "DELETE"]
+
+
 def test_preemption_is_listed_in_zone_operations(fake_compute):  # noqa: F811
     import time
 
@@ -89,6 +118,7 @@ def test_preemption_is_listed_in_zone_operations(fake_compute):  # noqa: F811
 
 import contextlib  # noqa: E402
 import json  # noqa: E402
+import shutil  # noqa: E402
 import subprocess  # noqa: E402
 from pathlib import Path  # noqa: E402
 
@@ -96,13 +126,15 @@ from tests.conftest import events_of, wait_for  # noqa: E402
 from tests.fake_compute import preempt_instance  # noqa: E402
 from tests.fake_metadata import FakeMetadataServer  # noqa: E402
 from tests.hostlab import BRIDGE, SUBNET, HostLab, available  # noqa: E402
-from tests.test_gcp_backend import make_gcp_cli  # noqa: E402
+from tests.test_gcp_backend import bucket_of, make_gcp_cli  # noqa: E402
 from tests.world.names import STORAGE_NAMES, VM_TOKEN  # noqa: E402
 
 needs_hosts = pytest.mark.skipif(available() is not None, reason=f"test hosts: {available()}")
 # Each VM's metadata server (a VM sees only its own); the new external address a start gives.
 METADATA = [f"{SUBNET}.{3 + i}" for i in range(3)]
 NEW_IP = [f"{SUBNET}.{60 + i}" for i in range(3)]
+# The external address a VM made anew gets (the cluster moved to another zone, failover.move_or_fail).
+MOVED_IP = [f"{SUBNET}.{80 + i}" for i in range(3)]
 # Tiny epochs, backed up every EVERY steps (the trainer reports progress every STEPS // 10 steps).
 STEPS, EVERY = 20, 5
 # What the metadata server says when nothing is announced, and when Google preempts the VM
@@ -120,8 +152,29 @@ class SpotWorld:
 
     def __init__(self, lab: HostLab, compute, metadata: list[FakeMetadataServer]):
         self.lab, self.compute, self.metadata = lab, compute, metadata
+        self.machines = compute.state.on_insert  # LabMachines: addresses, ssh-keys, host keys published.
         compute.state.on_start = self.boot
         compute.state.on_stop = self.halt
+        compute.state.on_insert = self.insert
+        compute.state.on_delete = self.delete
+
+    def delete(self, name: str) -> None:
+        """instances.delete completed: the machine goes, and its boot disk (autoDelete) with what
+        tfcluster put there (https://cloud.google.com/compute/docs/instances/deleting-instance)."""
+        index = int(name.rsplit("-", 1)[1])
+        self.halt(name)
+        shutil.rmtree(self.lab.home(index) / ".tfcluster-remote", ignore_errors=True)
+
+    def insert(self, name: str, record: dict) -> None:
+        """instances.insert completed: a VM made where none runs now (the cluster moved zones) boots
+        on its host, with a new external address; the first `up` finds the hosts running."""
+        self.machines(name, record)
+        index = int(name.rsplit("-", 1)[1])
+        if self.lab.hosts[index].sshd.poll() is None:
+            return
+        record["external_ip"] = MOVED_IP[index]
+        self.boot(name, MOVED_IP[index])
+        self.metadata[index].values["instance/zone"] = f"projects/1/zones/{record['zone']}"
 
     def halt(self, name: str) -> None:
         """Compute's stop completed: the machine shuts down, every process and sshd with it."""
@@ -262,33 +315,58 @@ def test_a_preempted_worker_comes_back_and_the_same_run_resumes(spot, world, tmp
     assert world.compute.state.instances["default-1"]["status"] == "RUNNING"
     assert world.compute.state.instances["default-1"]["max_run_seconds"] == 12 * 3600  # Deadline kept and written again.
 
-    # Preempted again, and the zone stays full past the limit: one line, nothing left running.
-    world.compute.state.no_capacity_starts = 99
-    spot.env["INVOKE_TFCLUSTER_CAPACITY_TRIES"] = "2"
-    launcher = spot.popen("train", "--retries", "2", "--", "--epochs", "3")
+    # Preempted again, and the zone stays full past the limit; tfcluster.zones lists another zone:
+    # the whole cluster moves there (failover.move_or_fail: its VMs removed here, made there) and
+    # the same run resumes from its gs:// backup on the new VMs.
+    state = world.compute.state
+    state.accelerators["us-west1-a"] = ["nvidia-tesla-t4"]
+    state.no_capacity_starts = 99
+    state.no_capacity_zones = {"us-west1-b": "ZONE_RESOURCE_POOL_EXHAUSTED"}  # New VMs do not fit there either.
+    spot.env.update({"INVOKE_TFCLUSTER_CAPACITY_TRIES": "2", "INVOKE_TFCLUSTER_ZONES": "us-west1-b,us-west1-a"})
+    bucket = bucket_of(world.storage_url, spot.cluster()["bucket"])
+    kept = {blob.name for blob in bucket.list_blobs(prefix=f"runs/{run_dir.name}/")}
+    assert kept, "the first run's model and checkpoints are in the bucket"
+    launcher = spot.popen("train", "--retries", "1", "--", "--epochs", "1", "--steps-per-epoch", str(STEPS),
+                          "--backup-every-steps", str(EVERY))
     try:
         first = run_dir.name
         run_dir = wait_for(lambda: spot.runs() and spot.runs()[-1].name != first and spot.runs()[-1], 60,
                            what="the second run's folder")
-        wait_for(lambda: _remote_log(spot.lab, run_dir.name, 0).exists() and any(
-            e["event"] == "first_step" for e in events_of(_remote_log(spot.lab, run_dir.name, 0).read_text())),
-            300, what="the second run's first step")
+
+        def past_step_8():
+            log = _remote_log(spot.lab, run_dir.name, 0)
+            return log.exists() and any(e["event"] == "step" and e["step"] >= 8 for e in events_of(log.read_text()))
+
+        wait_for(past_step_8, 300, interval=0.05, what="the second run's chief past step 8")
         spot.spot.preempt(1)
-        output, _ = launcher.communicate(timeout=300)
+        output, _ = launcher.communicate(timeout=600)
     finally:
         if launcher.poll() is None:
             launcher.kill()
-    assert launcher.returncode != 0
-    errors = [line for line in output.splitlines() if line.startswith("error:")]
-    # The workers' own tracebacks stream by (their peer vanished); the launcher's lines have none.
-    own = [line for line in output.splitlines() if "│" not in line]
-    assert len(errors) == 1 and not any("Traceback" in line for line in own), output[-3000:]
-    assert "zone us-west1-b has no capacity for default-1" in errors[0]
-    assert "no worker process is left running" in errors[0] and "bills until `invoke down`" in errors[0]
-    assert spot.spot.python_processes() == []
-    assert world.compute.state.instances["default-1"]["status"] == "TERMINATED"
+    assert launcher.returncode == 0, output[-4000:]
+    assert ("zone us-west1-b has no capacity for default-1 after 2 starts (ZONE_RESOURCE_POOL_EXHAUSTED): moving "
+            "the whole cluster to us-west1-a; its 2 VM(s) in us-west1-b are removed first") in output, output[-4000:]
+    assert "moved: the cluster's 2 VM(s) run in us-west1-a now (new addresses and host keys)" in output
+    assert spot.runs()[-1] == run_dir  # The same run, not a new one.
     run = json.loads((run_dir / "run.json").read_text())
-    assert run["outcome"] == "failed" and run["summary"]["preemptions"][0]["worker"] == "worker-1"
+    assert run["run_id"] == run_dir.name and run["outcome"] == "succeeded" and run["attempts"] == 2
+    [preemption] = run["summary"]["preemptions"]
+    assert (preemption["worker"], preemption["moved_from"], preemption["moved_to"]) == \
+        ("worker-1", "us-west1-b", "us-west1-a")
+    # From its gs:// step backup (every EVERY steps), on the new VMs: not from step 1.
+    assert run["summary"]["resumed_at"]["2"] == 1
+    resumed = next(e for e in events_of((run_dir / "worker-0.log").read_text()) if e["event"] == "first_step")
+    assert resumed["epoch"] == 1 and resumed["step"] > EVERY, resumed
+    # Nothing is left in the full zone; the cluster record points at the new VMs.
+    assert {name: vm["zone"] for name, vm in state.instances.items()} == {
+        "default-0": "us-west1-a", "default-1": "us-west1-a"}
+    deletes = [r["path"] for r in state.requests if r["method"] == "DELETE" and "/instances/" in r["path"]]
+    assert sorted(path.rsplit("/zones/", 1)[1] for path in deletes) == [
+        "us-west1-b/instances/default-0", "us-west1-b/instances/default-1"]
+    cluster = spot.cluster()
+    assert cluster["zone"] == "us-west1-a" and [h["ssh_address"] for h in cluster["hosts"]] == MOVED_IP[:2]
+    # The bucket kept every object of the first run.
+    assert kept <= {blob.name for blob in bucket.list_blobs(prefix=f"runs/{first}/")}
 
 
 @needs_hosts

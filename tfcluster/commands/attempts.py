@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from rich.status import Status
 
 from tfcluster import launch, stall, tflog, throughput, ui
-from tfcluster.commands import maintenance, run_summary
+from tfcluster.commands import maintenance, restage, run_summary
 from tfcluster.commands.common import console
 from tfcluster.config import Settings
 from tfcluster.backends.base import Preemption
@@ -191,17 +191,22 @@ def _bring_back(settings: Settings, store: StateStore, backend, run: RunRecord, 
     mark this attempt's ``records`` restarted, and return the plans on the machines as they are now.
     Raises TrainingFailed, run recorded, when they cannot be started."""
     cluster = store.load_cluster()
+    zone = cluster.zone
     try:
         with console.status(doing) if doing else contextlib.nullcontext():
             restart(cluster)
+        store.save_cluster(cluster)  # New external addresses and host keys.
+        if cluster.zone != zone:  # The whole cluster moved (zone failover): new machines, empty disks.
+            restage.restage(store, backend, cluster, run)
     except TfClusterError as error:
         _finish(settings, store, run, "failed", progress, started)
         raise TrainingFailed(f"run {run.run_id} failed: {error}; no worker process is left running; resume "
                              f"it later with `invoke train --resume {run.run_id}`") from None
-    store.save_cluster(cluster)  # New external addresses and host keys.
     for item in records:
         if item["attempt"] == attempt:
             item.setdefault("restarted_at", time.time())
+            if cluster.zone != zone:
+                item.update(moved_from=zone, moved_to=cluster.zone)
     return [dataclasses.replace(plan, host=host) for plan, host in zip(plans, backend.hosts(cluster))]
 
 

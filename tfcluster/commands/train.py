@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tfcluster import container, launch, stall, ui
 from tfcluster.backends import Payload
+from tfcluster.commands import restage
 from tfcluster.commands.attempts import clock, run_attempts
 from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
                                        stop_processes)
@@ -211,7 +212,10 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
                     retries=retries, image=image, mounts=list(staged.mounts) if image else [])
     store.save_run(run)
     # What `train --resume` needs to start the same workers again (code and data stay on the hosts).
-    (store.run_dir(run_id) / LAUNCH_FILE).write_text(json.dumps({"env": {**common_env, **staged.env}}))
+    # And, should the cluster move zones mid-run, what its new VMs need staged (commands/restage.py).
+    (store.run_dir(run_id) / LAUNCH_FILE).write_text(json.dumps({"env": {**common_env, **staged.env},
+                                                                 "payload": restage.saved(payload),
+                                                                 "stall_minutes": limit.minutes}))
     backend.set_stall_minutes(cluster, limit.minutes)  # The watchdogs hold it with the laptop gone.
     if then is None:
         return run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit)
@@ -247,7 +251,7 @@ def _then(settings: Settings, store: StateStore, backend, run: RunRecord, then: 
                   soft_wrap=True)
 
 
-LAUNCH_FILE = "launch.json"
+LAUNCH_FILE = restage.LAUNCH_FILE
 
 
 def resume(settings: Settings, run_id: str, retries: int | None = None, verbose: bool = False,
@@ -273,7 +277,7 @@ def resume(settings: Settings, run_id: str, retries: int | None = None, verbose:
         raise ClusterError(f"run {active[0].run_id} is still running; follow it with `invoke logs --follow`")
     with console.status(f"Stopping what is left of run {run_id}..."):
         stop_processes(plans_for(store, cluster, run, backend=backend), run, settings.stop_grace_seconds)
-    noticed = time.time()
+    noticed, zone = time.time(), cluster.zone
     for item in taken:
         console.print(f"[yellow]{item.worker} ({item.address}) was preempted by Google at "
                       f"{clock(item.at)}; starting its VM again[/]", soft_wrap=True)
@@ -289,6 +293,8 @@ def resume(settings: Settings, run_id: str, retries: int | None = None, verbose:
     if announced:
         backend.restart_for_maintenance(cluster, settings, sorted(announced))
         store.save_cluster(cluster)
+    if cluster.zone != zone:  # The cluster moved zones (failover): its new VMs need the run's code and data.
+        restage.restage(store, backend, cluster, run)
     env = json.loads(launch_file.read_text())["env"]
     image = container.ContainerSpec(run.image, run.mounts) if run.image else None
     plans = launch.build_plans(backend.hosts(cluster)[: run.workers], run.run_id, run.command, env, image)

@@ -84,12 +84,13 @@ class GcpBackend(SshBackend):
 
     def check(self, settings) -> list[Finding]:
         _require_place(settings)
-        return prerequisites.run(settings).findings
+        return prerequisites.run(failover.with_auto_zones(settings, self._announce)).findings  # The first zone.
 
     def up(self, settings, existing):
         if existing is not None:
             return existing
         _require_place(settings)
+        settings = failover.with_auto_zones(settings, self._announce)
         gpu = gpu_type(settings.gpu)
         terraform = Terraform(self.workdir(settings.cluster), project=settings.project)  # Fails early if missing.
         api = ComputeApi(settings.project)  # Fails early without credentials.
@@ -297,14 +298,8 @@ class GcpBackend(SshBackend):
                 bring_back_waiting(cluster, api, terraform, settings.max_run_hours * 3600,
                                    settings.termination_action, settings.ready_timeout_seconds, self._announce,
                                    settings.capacity_wait_seconds, settings.capacity_tries)
-            except ZoneFull as full:
-                names = ", ".join(full.instances)
-                stays = "stays stopped and its disk bills" if len(full.instances) == 1 else \
-                    "stay stopped and their disks bill"
-                raise ClusterError(
-                    f"zone {cluster.zone} has no capacity for {names} after {settings.capacity_tries} starts "
-                    f"(ZONE_RESOURCE_POOL_EXHAUSTED); {names} {stays} until `invoke down` (or `invoke up` "
-                    "later starts them again)") from None
+            except ZoneFull as full:  # The whole cluster moves to the next zone, if there is one.
+                failover.move_or_fail(cluster, api, terraform, full, settings, self._announce, self._store.save_cluster)
             finally:
                 self._connections.clear()  # New addresses and keys: connect afresh.
 

@@ -1,5 +1,7 @@
-"""Zone failover for a new cluster's `up`: each zone in turn (`zone`, then `zones`), moving on when
-one has no capacity or no quota for the VMs (errors.zone_refusal reads terraform's error text).
+"""Zone failover: a new cluster's `up` tries each zone in turn (`zone`, then `zones`, or `--zone auto`),
+moving on when one has no capacity or no quota for the VMs (errors.zone_refusal reads terraform's
+error text); a Spot run whose preempted VMs cannot start in their zone within capacity_tries moves
+the whole cluster to the next zone (move_or_fail) and resumes from the bucket.
 
 All VMs of a cluster are in one zone. Before the next zone is tried, the VMs made in the refused one
 (and their IAM bindings, which depend on them) are destroyed and Compute is asked that none is left
@@ -10,12 +12,17 @@ before it states the inter-region data transfer. Nothing stored is ever destroye
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Callable
 
-from tfcluster.backends.gcp.compute import ComputeApi, region_of
-from tfcluster.backends.gcp.errors import zone_refusal
+from tfcluster.backends.gcp.compute import ComputeApi, pinned_host_key, region_of, wait_ready
+from tfcluster.backends.gcp.errors import translated, zone_refusal
+from tfcluster.backends.gcp.restart import ZoneFull, new_nonce
 from tfcluster.backends.gcp.terraform import Terraform, TerraformError
-from tfcluster.errors import ClusterError
+from tfcluster.backends.group import in_parallel
+from tfcluster.config import AUTO_ZONE
+from tfcluster.errors import ClusterError, ConfigError
+from tfcluster.state import ClusterState
 
 INSTANCES = "google_compute_instance.worker"
 
@@ -81,3 +88,69 @@ def remove_vms(terraform: Terraform, api: ComputeApi, zone: str, cluster: str) -
         raise ClusterError(f"zone {zone} still has VM(s) {', '.join(left)} after the failover removed them; delete "
                            f"them (`gcloud compute instances delete --zone {zone} ...`) and run `invoke up` again")
     return len(made)
+
+
+def with_auto_zones(settings, announce: Callable[[str], None]):
+    """``settings`` with `zone: auto` resolved: the zones `invoke offers` lists whose region has GPU
+    quota free for the cluster, cheapest first (Spot prices for Spot VMs); others unchanged."""
+    if settings.zone != AUTO_ZONE:
+        return settings
+    from tfcluster.backends.gcp.offers import find_offers
+
+    with translated(settings.project, "zone auto"):
+        found = find_offers(settings.project, settings.gpu, settings.gpu_count, settings.machine_type, settings.spot)
+    order = found.with_quota(settings.workers)
+    need = f"{settings.workers * settings.gpu_count} {found.gpu.accelerator}"
+    if not order:
+        raise ConfigError(f"zone auto found no zone whose quota has {need} GPU(s) free ({len(found.zones)} zone(s) "
+                          "offer it; `invoke offers` lists them with their quota): request quota, or set "
+                          "tfcluster.zone or tfcluster.zones to zones of your choice")
+    announce(f"zone auto: {', '.join(order)} (the zones `invoke offers` lists with {need} GPU(s) of quota free, "
+             f"cheapest {'Spot' if settings.spot else 'on-demand'} first; tried in turn)")
+    return dataclasses.replace(settings, zone=order[0], zones=tuple(order))
+
+
+def next_zones(current: str, zones: list[str]) -> list[str]:
+    """Where a cluster in ``current`` may move: the zones listed after it, then those before it."""
+    if current not in zones:
+        return list(zones)
+    at = zones.index(current)
+    return zones[at + 1:] + zones[:at]
+
+
+def move_or_fail(cluster: ClusterState, api: ComputeApi, terraform: Terraform, full: ZoneFull, settings,
+                 announce: Callable[[str], None], save: Callable[[ClusterState], None]) -> None:
+    """Preempted VMs stayed stopped for lack of capacity after capacity_tries starts: move the whole
+    cluster to the next zone of ``settings`` (its VMs removed here first, then made there through
+    apply_in_zones; ``cluster``'s zone and host records updated), or, with no other zone, one error."""
+    names = ", ".join(full.instances)
+    why = (f"zone {cluster.zone} has no capacity for {names} after {settings.capacity_tries} starts "
+           "(ZONE_RESOURCE_POOL_EXHAUSTED)")
+    others = next_zones(cluster.zone, list(with_auto_zones(settings, announce).zones) or [cluster.zone])
+    if not others:
+        stays = "stays stopped and its disk bills" if len(full.instances) == 1 else "stay stopped and their disks bill"
+        raise ClusterError(f"{why}; {names} {stays} until `invoke down` (or `invoke up` later starts them again); "
+                           "list more zones in tfcluster.zones to have the cluster move instead") from None
+    announce(f"{why}: moving the whole cluster to {others[0]}"
+             f"{' (else ' + ', '.join(others[1:]) + ', in turn)' if others[1:] else ''}; its "
+             f"{len(cluster.hosts)} VM(s) in {cluster.zone} are removed first (their disks hold nothing the run "
+             f"needs: its checkpoints are in gs://{cluster.bucket})")
+    remove_vms(terraform, api, cluster.zone, cluster.name)
+    variables = terraform.variables()
+    variables["boot_nonce"] = new_nonce()  # Readiness counts only the new VMs' own boot.
+    terraform.set_variables({"boot_nonce": variables["boot_nonce"]})
+
+    def moved_to(zone: str) -> None:
+        cluster.zone = zone  # Recorded before anything is made there: `down` looks where the VMs are.
+        save(cluster)
+
+    zone = apply_in_zones(terraform, api, variables, others, cluster.name, announce, moved_to)
+    instances = terraform.outputs().instances
+    wait_ready(api, zone, [vm.name for vm in instances], settings.ready_timeout_seconds, nonce=variables["boot_nonce"])
+    keys = in_parallel(instances, lambda vm: pinned_host_key(api, zone, vm.name), lambda vm: vm.name,
+                       "reading host keys")
+    for record, vm, key in zip(cluster.hosts, instances, keys):
+        record.instance, record.address, record.ssh_address, record.host_key = \
+            vm.name, vm.internal_ip, vm.external_ip, key
+    announce(f"moved: the cluster's {len(instances)} VM(s) run in {zone} now (new addresses and host keys); the "
+             "bucket and the registry stay where they are")

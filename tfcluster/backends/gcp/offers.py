@@ -50,6 +50,13 @@ class Offers:
     # Whether the order and the quota column are for Spot VMs.
     spot: bool
 
+    def with_quota(self, workers: int) -> list[str]:
+        """The zones (in this order: cheapest first) whose region has GPU quota free for ``workers`` VMs
+        and whose VMs may have gpu_count GPUs: what `--zone auto` tries, in turn."""
+        need = workers * self.gpu_count
+        return [offer.zone for offer in self.zones
+                if offer.quota_free >= need and (not offer.max_per_vm or self.gpu_count <= offer.max_per_vm)]
+
     def lines(self) -> list[str]:
         quota = self.gpu.quota + (" (PREEMPTIBLE_ form where granted)" if self.spot else "")
         head = (f"{self.gpu.name}: {len(self.zones)} zone(s) offer {self.gpu.accelerator}; one VM is "
