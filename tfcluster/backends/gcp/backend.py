@@ -391,5 +391,5 @@ class GcpBackend(SshBackend):
 
 def _require_place(settings) -> None:
     if not settings.project or not settings.zone:
-        raise ConfigError("the gcp backend needs --project and --zone (or tfcluster.project / "
-                          "tfcluster.zone in invoke.yaml)")
+        raise ConfigError("the gcp backend needs --project and --zone (a zone such as us-west1-b, or auto) (or "
+                          "tfcluster.project / tfcluster.zone in invoke.yaml)")

@@ -129,8 +129,10 @@ def move_or_fail(cluster: ClusterState, api: ComputeApi, terraform: Terraform, f
     others = next_zones(cluster.zone, list(with_auto_zones(settings, announce).zones) or [cluster.zone])
     if not others:
         stays = "stays stopped and its disk bills" if len(full.instances) == 1 else "stay stopped and their disks bill"
-        raise ClusterError(f"{why}; {names} {stays} until `invoke down` (or `invoke up` later starts them again); "
-                           "list more zones in tfcluster.zones to have the cluster move instead") from None
+        raise ClusterError(f"zone {cluster.zone} has no capacity for {names} after {settings.capacity_tries} starts "
+                           f"(ZONE_RESOURCE_POOL_EXHAUSTED); {names} {stays} until `invoke down` (or `invoke up` later "
+                           "starts them again); list more zones in tfcluster.zones to have the cluster move instead"
+                           ) from None
     announce(f"{why}: moving the whole cluster to {others[0]}"
              f"{' (else ' + ', '.join(others[1:]) + ', in turn)' if others[1:] else ''}; its "
              f"{len(cluster.hosts)} VM(s) in {cluster.zone} are removed first (their disks hold nothing the run "
