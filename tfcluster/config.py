@@ -22,8 +22,6 @@ TERMINATION_ACTIONS = ("STOP", "DELETE")
 # Named by major version, as TensorFlow's release notes do ("to keep Keras 2, install tf_keras").
 KERAS_VERSIONS = ("2", "3")
 ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
-# --zone auto: the zones `invoke offers` lists with quota for the cluster, cheapest first.
-AUTO_ZONE = "auto"
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
 # On Google Cloud the name also makes the VM service account id "<name>-vm", which must be 6 to 30
 # characters matching [a-z][-a-z0-9]*[a-z0-9] (IAM: projects.serviceAccounts.create, accountId), and
@@ -187,11 +185,8 @@ def parse_boot_image(value: Any) -> str:
 def parse_zones(zone: Any, zones: Any) -> list[str]:
     """``zone`` first, then ``zones`` (a list, or comma-separated from a variable), each once."""
     listed = zones.split(",") if isinstance(zones, str) else list(zones or ())
-    if str(zone or "").strip() == AUTO_ZONE:  # Resolved by the gcp backend (failover.with_auto_zones).
-        if any(str(item).strip() for item in listed):
-            raise ConfigError("zone auto picks the zones itself (those `invoke offers` lists with quota, cheapest "
-                              "first): set either zone: auto or tfcluster.zones, not both")
-        return [AUTO_ZONE]
+    if str(zone or "").strip() == "auto" and not any(str(item).strip() for item in listed):
+        return ["auto"]  # --zone auto, alone: resolved by the gcp backend (failover.with_auto_zones).
     found = []
     for item in [zone or "", *listed]:
         name = str(item).strip()

@@ -20,11 +20,12 @@ from tfcluster.backends.gcp.errors import translated, zone_refusal
 from tfcluster.backends.gcp.restart import ZoneFull, new_nonce
 from tfcluster.backends.gcp.terraform import Terraform, TerraformError
 from tfcluster.backends.group import in_parallel
-from tfcluster.config import AUTO_ZONE
 from tfcluster.errors import ClusterError, ConfigError
 from tfcluster.state import ClusterState
 
 INSTANCES = "google_compute_instance.worker"
+# --zone auto (config.parse_zones lets it through alone): the zones `invoke offers` lists with quota, cheapest first.
+AUTO_ZONE = "auto"
 
 
 def pin_locations(variables: dict, previous: dict, bucket_location: str) -> None:
