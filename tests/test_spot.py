@@ -68,9 +68,11 @@ def test_a_zone_without_capacity_is_one_line_and_the_vm_stays_stopped(fake_compu
     assert api.get_instance("us-west1-b", "s-1").status == "RUNNING"
 
 
-def test_a_zone_that_stays_full_and_no_other_zone_is_one_error(fake_compute, tmp_path):  # noqa: F811
+def test_a_full_zone_without_another_is_one_error_and_up_never_moves_a_stopped_cluster(fake_compute, tmp_path):  # noqa: F811
     # A preempted VM that cannot start within capacity_tries, and tfcluster.zones lists no other zone:
     # the cluster cannot move (failover.move_or_fail), so one error, nothing removed, the VM stopped.
+    import dataclasses
+
     from tfcluster import config
     from tfcluster.backends import get_backend
     from tfcluster.errors import ClusterError
@@ -93,6 +95,13 @@ def test_a_zone_that_stays_full_and_no_other_zone_is_one_error(fake_compute, tmp
                     "zone us-west1-b has no capacity for default-1 right now (ZONE_RESOURCE_POOL_EXHAUSTED); trying "
                     "again in 1 s (start 2 of 2)",
                     "starting 1 stopped VM(s): default-1; the hypervisor deadline (12 h, STOP) is set again first"]
+    assert fake_compute.state.instances["default-1"]["status"] == "TERMINATED" and cluster.zone == "us-west1-b"
+    # `up` on the stopped cluster (Backend.refresh): one start, one line, no wait and no move even
+    # with another zone listed: its disks may hold what the user put there (docs/google-cloud.md).
+    settings = dataclasses.replace(settings, zones=("us-west1-b", "us-west1-a"))
+    with pytest.raises(NoCapacity, match=r"^zone us-west1-b has no capacity for default-1 right now "
+                                         r"\(ZONE_RESOURCE_POOL_EXHAUSTED, not a quota\); try again later"):
+        get_backend("gcp", StateStore(settings), announce=said.append).refresh(cluster, settings)
     assert fake_compute.state.instances["default-1"]["status"] == "TERMINATED" and cluster.zone == "us-west1-b"
     assert not [r for r in fake_compute.state.requests if r["method"] == "DELETE"]
 
