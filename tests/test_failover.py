@@ -122,7 +122,8 @@ def test_zone_auto_is_the_offered_zones_with_quota_cheapest_first(world):
     state.accelerators.update({"us-central1-a": ["nvidia-l4"], "europe-west4-a": ["nvidia-l4"],
                                "asia-east1-a": ["nvidia-l4"], "us-west1-b": ["nvidia-l4"]})
     state.region_quotas.update({"us-central1": {"NVIDIA_L4_GPUS": (2.0, 0.0)},
-                                "europe-west4": {"NVIDIA_L4_GPUS": (8.0, 3.0)}, "asia-east1": {"NVIDIA_L4_GPUS": (9.0, 0.0)}})
+                                "europe-west4": {"NVIDIA_L4_GPUS": (8.0, 3.0)},
+                                "asia-east1": {"NVIDIA_L4_GPUS": (9.0, 0.0)}})
     state.region_quotas["us-west1"]["NVIDIA_L4_GPUS"] = (4.0, 1.0)
     world.billing.catalog.disabled_projects.clear()  # Prices per region (tests/world/billing.py).
     said = []

@@ -68,7 +68,7 @@ def test_a_zone_without_capacity_is_one_line_and_the_vm_stays_stopped(fake_compu
     assert api.get_instance("us-west1-b", "s-1").status == "RUNNING"
 
 
-def test_a_full_zone_without_another_is_one_error_and_up_never_moves_a_stopped_cluster(fake_compute, tmp_path):  # noqa: F811
+def test_a_full_zone_and_no_other_is_one_error_and_up_never_moves(fake_compute, tmp_path):  # noqa: F811
     # A preempted VM that cannot start within capacity_tries, and tfcluster.zones lists no other zone:
     # the cluster cannot move (failover.move_or_fail), so one error, nothing removed, the VM stopped.
     import dataclasses
