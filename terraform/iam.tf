@@ -1,24 +1,36 @@
-# The VMs' identity: only what training and the idle watchdog need, nothing project-wide.
+# The VMs' identities: one service account per VM, so that the watchdog's delete permission,
+# granted on each instance to that instance's account alone, lets a VM delete itself and no other
+# (Compute checks an instance's IAM policy for the caller's own principal:
+# https://cloud.google.com/compute/docs/access/iam). Only what training and the idle watchdog need,
+# nothing project-wide. account_id must be 6 to 30 characters, [a-z][-a-z0-9]*[a-z0-9]
+# (https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/create): with
+# cluster_name at most 21 (variables.tf) and workers at most 64, "<name>-vm-63" is at most 27.
+# A project holds 100 service accounts unless its quota was raised
+# (https://cloud.google.com/iam/quotas): a cluster uses one per worker.
 resource "google_service_account" "vm" {
-  account_id   = "${var.cluster_name}-vm"
-  display_name = "tfcluster ${var.cluster_name} VMs"
-  description  = "Runs the tfcluster VMs of ${var.cluster_name}: objects in its bucket, and get/stop/delete of its own instances."
+  count        = var.workers
+  account_id   = "${var.cluster_name}-vm-${count.index}"
+  display_name = "tfcluster ${var.cluster_name} VM ${count.index}"
+  description  = "Runs VM ${count.index} of tfcluster ${var.cluster_name}: objects in its bucket, and deleting its own instance."
 }
 
 # Read and write objects in the cluster bucket only (data, checkpoints, models, TensorBoard).
+# Every VM's account: each VM writes its own checkpoints and logs.
 resource "google_storage_bucket_iam_member" "vm_objects" {
+  count  = var.workers
   bucket = google_storage_bucket.cluster.name
   role   = "roles/storage.objectAdmin"
-  member = "serviceAccount:${google_service_account.vm.email}"
+  member = "serviceAccount:${google_service_account.vm[count.index].email}"
 }
 
 # TensorFlow's gs:// client reads the bucket itself (storage.buckets.get) before it creates the
 # first folder of a run, which objectAdmin does not include; legacyBucketReader adds just that and
 # storage.objects.list (IAM roles for Cloud Storage). On this bucket only, nothing project-wide.
 resource "google_storage_bucket_iam_member" "vm_bucket_reader" {
+  count  = var.workers
   bucket = google_storage_bucket.cluster.name
   role   = "roles/storage.legacyBucketReader"
-  member = "serviceAccount:${google_service_account.vm.email}"
+  member = "serviceAccount:${google_service_account.vm[count.index].email}"
 }
 
 # Just what the idle watchdog calls on its own VM.
@@ -31,11 +43,12 @@ resource "google_project_iam_custom_role" "watchdog" {
   permissions = ["compute.instances.delete"]
 }
 
-# Granted on each instance, so a VM can stop or delete only the cluster's own VMs.
+# Granted on instance i to account i alone: a VM may delete itself, and its token is refused (403)
+# on every other instance, its siblings included.
 resource "google_compute_instance_iam_member" "watchdog" {
   count         = var.workers
   zone          = var.zone
   instance_name = google_compute_instance.worker[count.index].name
   role          = google_project_iam_custom_role.watchdog.id
-  member        = "serviceAccount:${google_service_account.vm.email}"
+  member        = "serviceAccount:${google_service_account.vm[count.index].email}"
 }

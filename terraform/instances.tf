@@ -52,7 +52,8 @@ resource "google_compute_instance" "worker" {
   }
 
   service_account {
-    email = google_service_account.vm.email
+    # Its own account (iam.tf): its token can delete this instance and no other.
+    email = google_service_account.vm[count.index].email
     # Access is governed by the service account's IAM grants above, not by scopes.
     scopes = ["cloud-platform"]
   }

@@ -15,9 +15,9 @@ output "bucket" {
   value       = google_storage_bucket.cluster.name
 }
 
-output "service_account" {
-  description = "Email of the VMs' service account."
-  value       = google_service_account.vm.email
+output "service_accounts" {
+  description = "Email of each VM's own service account, in worker order."
+  value       = google_service_account.vm[*].email
 }
 
 output "labels" {

@@ -1,5 +1,5 @@
 # The cluster's container registry: `invoke image build` pushes the trainer image here and every
-# VM pulls it (`train --image`, `up --image`). Private: only the VMs' service account may read.
+# VM pulls it (`train --image`, `up --image`). Private: only the VMs' service accounts may read.
 # Destroying it deletes every image in it (repositories.delete "deletes a repository and all of
 # its contents"), and the provider's deletion_policy defaults to "DELETE": so `invoke down` looks
 # first and, when images are there and --delete-bucket was not given, takes the repository out of
@@ -14,13 +14,14 @@ resource "google_artifact_registry_repository" "images" {
   labels        = local.labels
 }
 
-# Pull only (artifactregistry.reader), on this repository only, never project-wide.
+# Pull only (artifactregistry.reader), on this repository only, never project-wide; every VM's account.
 resource "google_artifact_registry_repository_iam_member" "vm_reader" {
+  count      = var.workers
   project    = google_artifact_registry_repository.images.project
   location   = google_artifact_registry_repository.images.location
   repository = google_artifact_registry_repository.images.name
   role       = "roles/artifactregistry.reader"
-  member     = "serviceAccount:${google_service_account.vm.email}"
+  member     = "serviceAccount:${google_service_account.vm[count.index].email}"
 }
 
 output "registry" {

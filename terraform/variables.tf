@@ -21,7 +21,7 @@ variable "cluster_name" {
   type        = string
   validation {
     condition     = can(regex("^[a-z][a-z0-9-]{1,19}[a-z0-9]$", var.cluster_name))
-    error_message = "cluster_name must be 3 to 21 lowercase letters, digits and hyphens, starting with a letter and not ending with a hyphen (it names the service account and the network tag)."
+    error_message = "cluster_name must be 3 to 21 lowercase letters, digits and hyphens, starting with a letter and not ending with a hyphen (it names the VMs' service accounts and the network tag)."
   }
 }
 

@@ -32,6 +32,12 @@ class GuestWrite:
     value: str
 
 
+def token_answer(access_token: str) -> str:
+    """instance/service-accounts/default/token's body
+    (https://cloud.google.com/compute/docs/access/authenticate-workloads#applications)."""
+    return json.dumps({"access_token": access_token, "expires_in": 3599, "token_type": "Bearer"})
+
+
 class _QuietServer(ThreadingHTTPServer):
     def handle_error(self, request, client_address):
         """A client that hangs up mid-answer (curl timing out at a halt) is not a server error."""

@@ -27,14 +27,33 @@ from tests.fake_operations import advance
 from tests.hostlab import available
 from tests.imagelab import ensure_dockerd
 from tests.world.booted import BRIDGE, EXTERNAL, BootedMachines
-from tests.world.names import VM_TOKEN
+from tests.world.compute_auth import account_of
+from tests.world.names import token_for
 from tests.world.provider import mirror
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("debootstrap") is None or available() is not None,
                                 reason="needs root, debootstrap, Docker and network namespaces (.ci/run installs them)")
 TF_VERSION = "2.21.0"
-VM_EMAIL = "default-vm@demo-project.iam.gserviceaccount.com"
 SCRIPTS = Path(__file__).parent / "scripts"
+# Run on a VM: instances.delete of the instance named by argv[1], as the watchdog makes it
+# (startup/watchdog.py), with the token this VM's metadata server hands it; prints its account's
+# e-mail and Compute's answer.
+DELETE_AS_THIS_VM = """
+import json, sys, urllib.error, urllib.request
+account = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/"
+def metadata(key):
+    request = urllib.request.Request(account + key, headers={"Metadata-Flavor": "Google"})
+    return urllib.request.urlopen(request, timeout=10).read().decode()
+print("EMAIL", metadata("email"))
+token = json.loads(metadata("token"))["access_token"]
+request = urllib.request.Request("https://compute.googleapis.com/compute/v1/projects/demo-project/zones/"
+                                 "us-west1-b/instances/" + sys.argv[1], method="DELETE",
+                                 headers={"Authorization": "Bearer " + token})
+try:
+    print("STATUS", urllib.request.urlopen(request, timeout=30).status)
+except urllib.error.HTTPError as error:
+    print("STATUS", error.code, json.loads(error.read())["error"]["message"])
+"""
 
 
 @pytest.fixture
@@ -43,7 +62,6 @@ def booted(tmp_path, world, synthetic_data):
     if reason:
         pytest.skip(reason)
     machines = BootedMachines(world, tmp_path / "booted")
-    machines.metadata.tokens[VM_EMAIL] = VM_TOKEN
     cli = Cli(tmp_path / "state", synthetic_data)
     cli.env.update(mirror.build(tmp_path / "providers"))
     cli.env.update({"INVOKE_TFCLUSTER_BACKEND": "gcp", "INVOKE_TFCLUSTER_PROJECT": world.compute.state.project,
@@ -156,7 +174,8 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
     assert any(n.startswith(prefix + "model/") and n.endswith("model.keras") for n in stored), stored
     # Every object of the run but the launcher's throughput figures came from the VMs' identity.
     writers = {name: token for token, name in world.storage_proxy.object_writes if name.startswith(prefix)}
-    assert {n for n, t in writers.items() if t != VM_TOKEN} <= {n for n in writers if "/throughput/" in n}
+    vm_tokens = {token_for(account_of(record)) for record in first.values()}  # Each VM's own account's.
+    assert {n for n, t in writers.items() if t not in vm_tokens} <= {n for n in writers if "/throughput/" in n}
     pulled = cli.run("pull", timeout=180)
     assert pulled.returncode == 0, pulled.stderr
     served = run_dir / "output" / "model" / "1"
@@ -245,6 +264,16 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
         hung.communicate(timeout=30)
     assert {name: record["metadata"]["tfcluster-stall-minutes"] for name, record in instances(world).items()} == \
         {name: "1" for name in names}
+    # Each VM runs as its own service account: from inside VM 0, the token its metadata server hands
+    # it deletes no sibling. Compute refuses the DELETE of VM 1 (403) and VM 1 stays.
+    accounts = {name: account_of(record) for name, record in first.items()}
+    assert accounts == {name: f"default-vm-{i}@demo-project.iam.gserviceaccount.com" for i, name in enumerate(names)}
+    sibling = machines.exec(names[0], "/opt/tfcluster/venv/bin/python", "-c", DELETE_AS_THIS_VM, names[1]).stdout
+    assert sibling.splitlines() == [f"EMAIL {accounts[names[0]]}", "STATUS 403 Required 'compute.instances.delete' "
+                                    f"permission for 'projects/demo-project/zones/us-west1-b/instances/{names[1]}'"], \
+        sibling
+    assert instances(world)[names[1]]["status"] == "RUNNING"
+    tried = len(world.compute.state.requests)
     cli.env["INVOKE_TFCLUSTER_IDLE_ACTION"] = "delete"
     assert cli.run("idle", "--minutes", "1", timeout=120).returncode == 0
     last_progress = {name: max(e["time"] for e in events_of(on_vm(machines, name, log)) if e["event"] == "progress")
@@ -255,18 +284,23 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
         return not instances(world)
 
     wait_for(deleted, 400, 2, "the VMs of the stalled run to delete themselves")
-    deletes = {r["path"].rsplit("/", 1)[1]: r for r in world.compute.state.requests
+    deletes = {r["path"].rsplit("/", 1)[1]: r for r in world.compute.state.requests[tried:]
                if r["method"] == "DELETE" and "/instances/" in r["path"]}
-    assert {name: r["authorization"] for name, r in deletes.items()} == {name: f"Bearer {VM_TOKEN}" for name in names}
+    # Each deleted itself, with its own account's token.
+    assert {name: r["authorization"] for name, r in deletes.items()} == \
+        {name: f"Bearer {token_for(accounts[name])}" for name in names}
     stall, idle, poll = 60, 60, 30  # --stall-minutes 1, idle 1 minute, startup.sh's watchdog poll.
     for name in names:  # Not while it made progress; then within limit + idle + one poll (+ the request).
         assert stall + idle - 1 <= deletes[name]["at"] - last_progress[name] <= stall + idle + poll + 15, \
             (name, deletes[name]["at"] - last_progress[name])
     assert not machines.vms
 
-    # ---- down: everything that bills goes, the bucket stays.
+    # ---- down: everything that bills goes, every VM's service account too, the bucket stays.
+    assert cluster_resources(world)["service accounts"] == sorted(accounts.values())
     down = cli.run("down", timeout=600)
     assert down.returncode == 0, down.stdout + down.stderr
+    assert "verified through IAM: no service account of the cluster's VMs (default-vm-N@demo-project." \
+        "iam.gserviceaccount.com) and no watchdog role is left" in down.stdout
     assert cluster_resources(world) == project_before
     assert bucket in [b.name for b in gcs.client("demo-project").list_buckets()]
     assert not machines.vms

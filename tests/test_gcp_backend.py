@@ -17,7 +17,8 @@ from tests.fake_compute import stop_instance
 from tests.hostlab import SUBNET, HostLab, available
 from tests.world.compute_resources import gpu_quota_exceeded
 from tests.world.machines import LabMachines
-from tests.world.names import VM_MEMBER, VM_TOKEN
+from tests.world.compute_auth import account_of
+from tests.world.names import token_for
 from tests.world.provider import mirror
 from tfcluster.backends import gcp
 from tfcluster.errors import ConfigError, HostErrors
@@ -120,11 +121,12 @@ def test_host_key_comes_from_guest_attributes(fake_compute):
 def test_outputs_parse_and_cost_estimate():
     raw = {"instances": {"sensitive": False, "type": "tuple", "value": [
         {"name": "d-0", "zone": "projects/p/zones/us-west1-b", "internal_ip": "10.128.0.2", "external_ip": "34.1.2.3"}]},
-        "bucket": {"value": "p-d-a1b2c3"}, "service_account": {"value": "d-vm@p.iam.gserviceaccount.com"},
+        "bucket": {"value": "p-d-a1b2c3"}, "service_accounts": {"value": ["d-vm-0@p.iam.gserviceaccount.com"]},
         "labels": {"value": {"tfcluster-cluster": "d"}}}
     outputs = gcp.TerraformOutputs.parse(raw)
     assert outputs.instances == [gcp.GcpInstance("d-0", "us-west1-b", "10.128.0.2", "34.1.2.3")]
     assert outputs.bucket == "p-d-a1b2c3"
+    assert outputs.service_accounts == ["d-vm-0@p.iam.gserviceaccount.com"]
     cost = gcp.hourly_cost("n1-standard-8", "nvidia-tesla-t4", 1, 100, 3, spot=False)
     prices = json.loads(gcp.PRICES.read_text())
     vm = 8 * prices["n1_vcpu_hour"] + 30 * prices["n1_memory_gib_hour"]
@@ -192,14 +194,16 @@ def terraform_log(cli, cluster: str = "default") -> list[list[str]]:
     return [line[2:].split()[2:] for line in log.read_text().splitlines() if line.startswith("$ ")]
 
 
-def vm_deletes(cli, name: str) -> int:
-    """instances.delete as the watchdog on a VM makes it (startup/watchdog.py): the VM's token."""
+def vm_deletes(cli, name: str, by: str) -> int:
+    """instances.delete of ``name`` as the watchdog on VM ``by`` makes it (startup/watchdog.py):
+    with the token of ``by``'s own service account, as its metadata server hands it."""
     import ssl
     import urllib.error
     import urllib.request
 
     url = f"https://compute.googleapis.com/compute/v1/projects/demo-project/zones/us-west1-b/instances/{name}"
-    request = urllib.request.Request(url, method="DELETE", headers={"Authorization": f"Bearer {VM_TOKEN}"})
+    token = token_for(account_of(cli.compute.state.instances[by]))
+    request = urllib.request.Request(url, method="DELETE", headers={"Authorization": f"Bearer {token}"})
     try:
         with urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context(
                 cafile=cli.env["REQUESTS_CA_BUNDLE"])) as response:
@@ -241,12 +245,17 @@ def test_up_status_down(gcp_cli, world):
     assert bucket.location == "US"
     # Both of iam.tf's grants on the bucket hold: terraform applies them at once, and each is a
     # read-modify-write of the one policy (a lost one is a VM that cannot write its checkpoints).
+    # Each VM runs as its own service account, and each account holds both.
+    members = [f"serviceAccount:{account_of(world.compute.state.instances[f'default-{i}'])}" for i in range(2)]
+    assert members == [f"serviceAccount:default-vm-{i}@demo-project.iam.gserviceaccount.com" for i in range(2)]
     policy = world.storage_proxy.policies[bucket_name]
-    assert sorted(b["role"] for b in policy if VM_MEMBER in b["members"]) == [
-        "roles/storage.legacyBucketReader", "roles/storage.objectAdmin"]
+    for member in members:
+        assert sorted(b["role"] for b in policy if member in b["members"]) == [
+            "roles/storage.legacyBucketReader", "roles/storage.objectAdmin"]
     # And the VMs may pull from the cluster's registry, by a binding on that repository alone.
     registry_policy = world.artifacts.state.policies["projects/demo-project/locations/us-west1/repositories/default-images"]
-    assert [b["role"] for b in registry_policy if VM_MEMBER in b["members"]] == ["roles/artifactregistry.reader"]
+    for member in members:
+        assert [b["role"] for b in registry_policy if member in b["members"]] == ["roles/artifactregistry.reader"]
     assert [h["host_key"] for h in state["hosts"]] == [h.host_key_public for h in gcp_cli.lab.hosts]
     assert [h["instance"] for h in state["hosts"]] == ["default-0", "default-1"]
     key = Path(state["ssh_key"])
@@ -291,7 +300,7 @@ def test_down_reports_an_instance_that_survived_destroy(gcp_cli):
     # state rm`): destroy leaves them, and `down` finds each by its own API.
     workdir = gcp_cli.state_dir / "gcp" / "default"
     for address in ("google_compute_instance_iam_member.watchdog[1]", "google_compute_instance.worker[1]",
-                    "google_service_account.vm", "google_project_iam_custom_role.watchdog"):
+                    "google_service_account.vm[1]", "google_project_iam_custom_role.watchdog"):
         forgot = subprocess.run([mirror.TERRAFORM, f"-chdir={workdir}", "state", "rm", address], env=gcp_cli.env,
                                 capture_output=True, text=True)
         assert forgot.returncode == 0, forgot.stderr
@@ -299,18 +308,19 @@ def test_down_reports_an_instance_that_survived_destroy(gcp_cli):
     [role] = [name for name in state.custom_roles if "/roles/tfclusterWatchdog_default_" in name]
     down = gcp_cli.run("down", timeout=120)
     assert down.returncode == 2
+    # VM 1's own account is found by listing, VM 0's went with the destroy.
     assert ("still there after destroy: instance default-1, disk default-1, service account "
-            f"default-vm@demo-project.iam.gserviceaccount.com, custom role {role}; delete them") in down.stderr
+            f"default-vm-1@demo-project.iam.gserviceaccount.com, custom role {role}; delete them") in down.stderr
     assert gcp_cli.cluster() is not None  # Kept, so `down` can be retried.
     state.instances.pop("default-1")
     state.others["disks"] = set()
-    state.service_accounts.pop("default-vm@demo-project.iam.gserviceaccount.com")
+    state.service_accounts.pop("default-vm-1@demo-project.iam.gserviceaccount.com")
     state.custom_roles.pop(role)
     state.deleted_roles.add(role)
     again = gcp_cli.run("down", timeout=120)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "verified through IAM: service account default-vm@demo-project.iam.gserviceaccount.com and the " \
-        "watchdog's custom role are gone" in again.stdout
+    assert "verified through IAM: no service account of the cluster's VMs (default-vm-N@demo-project." \
+        "iam.gserviceaccount.com) and no watchdog role is left" in again.stdout
 
 
 @needs_hosts
@@ -482,11 +492,13 @@ def test_deleted_vm_is_shown_skipped_and_recreated(gcp_cli, tmp_path):
     assert up.returncode == 0, up.stdout + up.stderr
     assert "✓ credentials: operator@example.com (application default credentials)" in up.stdout
     state = gcp_cli.compute.state
-    # The idle action `delete` runs on default-1 with the VM's own token (its service account):
-    # iam.tf's binding on the instance allows it; on a VM of the project outside the cluster it is refused.
+    # The idle action `delete` runs on default-1 with the VM's own token (its own service account):
+    # iam.tf's binding on the instance allows it; on its sibling default-0, whose binding names
+    # default-0's account alone, and on a VM of the project outside the cluster it is refused.
     state.instances["other-0"] = {"zone": "us-west1-b", "labels": {}, "status": "RUNNING", "guest": {}}
-    assert vm_deletes(gcp_cli, "other-0") == 403
-    assert vm_deletes(gcp_cli, "default-1") == 200
+    assert vm_deletes(gcp_cli, "other-0", by="default-1") == 403
+    assert vm_deletes(gcp_cli, "default-0", by="default-1") == 403
+    assert vm_deletes(gcp_cli, "default-1", by="default-1") == 200
     wait_for(lambda: advance(state) or "default-1" not in state.instances, 10, what="default-1 deleted")
     state.instances.pop("other-0")
     status = gcp_cli.run("status")

@@ -386,8 +386,7 @@ def test_gcp_image_build_pushes_to_the_cluster_registry_and_up_pre_pulls(tmp_pat
     try:
         daemon = registrylab.PrivateDaemon(tmp_path / "dockerd", addresses, ca, subnet, f"treg{NET}")
         started.append(daemon)
-        from tests.world.compute_auth import OPERATOR, OPERATOR_TOKEN
-        from tests.world.names import VM_MEMBER
+        from tests.world.compute_auth import OPERATOR, OPERATOR_TOKEN, account_of
 
         accepted = registrylab.TokenRegistry(
             tmp_path / "registry", accepting, addresses[accepting], cert, key, world.compute.state.tokens.get,
@@ -410,6 +409,8 @@ def test_gcp_image_build_pushes_to_the_cluster_registry_and_up_pre_pulls(tmp_pat
         assert signed_in.returncode == 0, signed_in.stderr
         up = cli.run("up", timeout=180)
         assert up.returncode == 0, up.stdout + up.stderr
+        # The VM's own service account (terraform makes it again, by the same name, at each up).
+        vm = f"serviceAccount:{account_of(world.compute.state.instances['default-0'])}"
         registry = "us-west1-docker.pkg.dev/demo-project/default-images"
         assert cli.cluster()["registry"] == registry
 
@@ -452,7 +453,7 @@ def test_gcp_image_build_pushes_to_the_cluster_registry_and_up_pre_pulls(tmp_pat
         assert daemon.docker("rmi", reference).returncode == 0
         # A VM whose service account may not read the repository (an IAM deny policy here): the
         # pull is refused with Artifact Registry's own words, on the named VM.
-        accepted.denied.add(VM_MEMBER)
+        accepted.denied.add(vm)
         denied = cli.run("up", "--image", reference, timeout=300)
         assert denied.returncode != 0 and "Traceback" not in denied.stderr
         assert 'Permission "artifactregistry.repositories.downloadArtifacts" denied on resource ' \
@@ -460,7 +461,7 @@ def test_gcp_image_build_pushes_to_the_cluster_registry_and_up_pre_pulls(tmp_pat
         assert "worker-0" in denied.stderr
         assert "reusing registry us-west1-docker.pkg.dev/demo-project/default-images kept by an earlier `down`" \
             in denied.stdout, denied.stdout + denied.stderr
-        assert any(r.startswith(f"{VM_MEMBER}: ") for r in accepted.refusals)
+        assert any(r.startswith(f"{vm}: ") for r in accepted.refusals)
         accepted.denied.clear()
         pulled = cli.run("up", "--image", reference, timeout=300)
         assert pulled.returncode == 2 and f"image {reference} has no python3 on its PATH" in pulled.stderr

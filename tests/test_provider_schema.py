@@ -103,12 +103,12 @@ PLANTS = [
         ("google_storage_bucket.cluster", "labels", "is an argument, not a block")]),
     ("network.tf", '"google_compute_firewall" "tf_between_members"', '"google_compute_firewal" "tf_between_members"', [
         ("google_compute_firewal.tf_between_members", "google_compute_firewal", "has no resource type")]),
-    ("outputs.tf", "google_service_account.vm.email", "google_service_account.vm.emial", [
-        ("output.service_account", "google_service_account.vm.emial", "has no attribute emial")]),
+    ("outputs.tf", "google_service_account.vm[*].email", "google_service_account.vm[*].emial", [
+        ("output.service_accounts", "google_service_account.vm[*].emial", "has no attribute emial")]),
     ("outputs.tf", "access_config[0].nat_ip", "access_config[0].nat_ipp", [
         ("output.instances", "vm.network_interface[0].access_config[0].nat_ipp", "has no attribute nat_ipp")]),
-    ("iam.tf", '"vm_objects" {\n  bucket = google_storage_bucket.cluster.name',
-     '"vm_objects" {\n  bucket = google_storage_bucket.clustr.name', [
+    ("iam.tf", '"vm_objects" {\n  count  = var.workers\n  bucket = google_storage_bucket.cluster.name',
+     '"vm_objects" {\n  count  = var.workers\n  bucket = google_storage_bucket.clustr.name', [
         ("google_storage_bucket_iam_member.vm_objects", "google_storage_bucket.clustr.name",
          "undeclared resource google_storage_bucket.clustr")]),
 ]

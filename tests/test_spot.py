@@ -136,7 +136,8 @@ from tests.fake_compute import preempt_instance  # noqa: E402
 from tests.fake_metadata import FakeMetadataServer  # noqa: E402
 from tests.hostlab import BRIDGE, SUBNET, HostLab, available  # noqa: E402
 from tests.test_gcp_backend import bucket_of, make_gcp_cli  # noqa: E402
-from tests.world.names import STORAGE_NAMES, VM_TOKEN  # noqa: E402
+from tests.world.machines import AccountMetadata  # noqa: E402
+from tests.world.names import STORAGE_NAMES  # noqa: E402
 
 needs_hosts = pytest.mark.skipif(available() is not None, reason=f"test hosts: {available()}")
 # Each VM's metadata server (a VM sees only its own); the new external address a start gives.
@@ -243,13 +244,12 @@ def spot_cli_in(tmp_path: Path, world, synthetic_data: Path, workers: int = 3):
         world.storage_proxy.listen(storage_address, 443, world.tls_context)
         world.storage_proxy.listen(storage_address, 80, None)
         for index, host in enumerate(lab.hosts):
-            servers.append(FakeMetadataServer({
-                # https://cloud.google.com/compute/docs/access/authenticate-workloads#applications
-                "instance/service-accounts/default/token": json.dumps(
-                    {"access_token": VM_TOKEN, "expires_in": 3599, "token_type": "Bearer"}),
-                "instance/service-accounts/default/email": "default-vm@demo-project.iam.gserviceaccount.com",
+            # Its service account and token: those of the instance it plays, as Compute holds it.
+            servers.append(AccountMetadata({
                 "project/project-id": "demo-project", "instance/zone": "projects/1/zones/us-west1-b",
-                "instance/name": f"default-{index}", **CALM}, bind=(METADATA[index], 80)))
+                "instance/name": f"default-{index}", **CALM},
+                lambda client, name=f"default-{index}": world.compute.state.instances.get(name),
+                bind=(METADATA[index], 80)))
             # Each VM reaches its own metadata server: its hosts file, written in place (ip netns
             # exec bind-mounts this very file over /etc/hosts).
             with open(f"/etc/netns/{host.netns}/hosts", "w") as hosts:

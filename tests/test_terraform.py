@@ -107,7 +107,8 @@ def test_hypervisor_deadline_and_vm_hardening():
     assert metadata["ssh-keys"] == "${var.ssh_user}:${var.ssh_public_key}"
     for key in ("tfcluster-idle-minutes", "tfcluster-idle-action", "startup-script", "tfcluster-watchdog"):
         assert key in metadata
-    assert one(worker["service_account"])["email"] == "${google_service_account.vm.email}"
+    # Each VM runs as its own service account (iam.tf: one per VM).
+    assert one(worker["service_account"])["email"] == "${google_service_account.vm[count.index].email}"
     image = parse("variables.tf")
     default_image = [b for b in image["variable"] if "image" in b][0]["image"]["default"]
     assert re.search(r"common-cu129-ubuntu-2204-nvidia-580-v\d{8}$", default_image)
@@ -156,20 +157,31 @@ def test_service_account_has_no_primitive_roles():
     calls = set(re.findall(r'method="(GET|POST|DELETE)"', source))
     assert "/instances/{name}" in source and calls == {"DELETE"}
     assert role["permissions"] == ["compute.instances.delete"]
+    # One account per VM; the delete on instance i is granted to account i alone, so a VM's token
+    # is refused on its siblings (the booted scenario shows the 403 from inside VM 0).
+    accounts = resources("google_service_account")
+    assert list(accounts) == ["vm"] and accounts["vm"]["count"] == "${var.workers}"
+    assert accounts["vm"]["account_id"] == "${var.cluster_name}-vm-${count.index}"
     grant = resources("google_compute_instance_iam_member")["watchdog"]
+    assert grant["count"] == "${var.workers}"
     assert grant["instance_name"] == "${google_compute_instance.worker[count.index].name}"
+    assert grant["member"] == "serviceAccount:${google_service_account.vm[count.index].email}"
     objects = resources("google_storage_bucket_iam_member")["vm_objects"]
     assert objects["role"] == "roles/storage.objectAdmin"
     reader = resources("google_storage_bucket_iam_member")["vm_bucket_reader"]
     assert reader["role"] == "roles/storage.legacyBucketReader"  # buckets.get: tests/test_gcs_iam.py
     assert objects["bucket"] == "${google_storage_bucket.cluster.name}"
+    for binding in (objects, reader):  # Every VM's account.
+        assert binding["count"] == "${var.workers}"
+        assert binding["member"] == "serviceAccount:${google_service_account.vm[count.index].email}"
 
 
 def test_outputs_the_python_side_reads():
     outputs = {}
     for block in parse("outputs.tf")["output"]:
         outputs.update(block)
-    assert {"instances", "bucket", "service_account", "labels"} <= set(outputs)
+    assert {"instances", "bucket", "service_accounts", "labels"} <= set(outputs)
+    assert outputs["service_accounts"]["value"] == "${google_service_account.vm[*].email}"
     instances = outputs["instances"]["value"]
     for field in ("name", "zone", "internal_ip", "external_ip"):
         assert field in instances
@@ -198,7 +210,8 @@ def test_registry_is_the_clusters_own_and_the_vms_may_only_read_it():
     grants = resources("google_artifact_registry_repository_iam_member")
     assert list(grants) == ["vm_reader"]
     assert grants["vm_reader"]["role"] == "roles/artifactregistry.reader"
-    assert grants["vm_reader"]["member"] == "serviceAccount:${google_service_account.vm.email}"
+    assert grants["vm_reader"]["count"] == "${var.workers}"  # Every VM's own account.
+    assert grants["vm_reader"]["member"] == "serviceAccount:${google_service_account.vm[count.index].email}"
     assert grants["vm_reader"]["repository"] == "${google_artifact_registry_repository.images.name}"
     outputs = {}
     for block in parse("registry.tf")["output"]:

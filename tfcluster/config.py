@@ -23,9 +23,9 @@ TERMINATION_ACTIONS = ("STOP", "DELETE")
 KERAS_VERSIONS = ("2", "3")
 ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
-# On Google Cloud the name also makes the VM service account id "<name>-vm", which must be 6 to 30
-# characters matching [a-z][-a-z0-9]*[a-z0-9] (IAM: projects.serviceAccounts.create, accountId), and
-# the network tag "tfcluster-<name>", which must end with a letter or digit (RFC 1035 labels:
+# On Google Cloud the name also makes each VM's service account id "<name>-vm-<index>" (index < 64,
+# so at most 27 characters), which must be 6 to 30 characters matching [a-z][-a-z0-9]*[a-z0-9] (IAM:
+# projects.serviceAccounts.create, accountId), and the network tag "tfcluster-<name>", which must end with a letter or digit (RFC 1035 labels:
 # https://cloud.google.com/vpc/docs/add-remove-network-tags). terraform/variables.tf validates
 # cluster_name with this same pattern; tests/test_config.py checks that the two agree.
 GCP_CLUSTER_NAME = r"^[a-z][a-z0-9-]{1,19}[a-z0-9]$"

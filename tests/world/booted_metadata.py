@@ -11,34 +11,33 @@ What it serves, from https://cloud.google.com/compute/docs/metadata/predefined-m
   numeric-project-id, network-interfaces/0/ip and access-configs/0/external-ip;
 - instance/maintenance-event ("NONE", or the record's "maintenance_event") and instance/preempted
   ("FALSE"/"TRUE");
-- instance/service-accounts/default/email and /token: the instance's service account and its
-  access token (https://cloud.google.com/compute/docs/access/authenticate-workloads#applications);
-  an instance without a service account has no such path (404);
+- instance/service-accounts/default/email and /token: the instance's own service account
+  (serviceAccounts[0].email, as Compute stores it) and that account's access token
+  (compute_auth.token_for: each VM its own identity;
+  https://cloud.google.com/compute/docs/access/authenticate-workloads#applications); an instance
+  without a service account has no such path (404);
 - instance/guest-attributes/NS/KEY: read and written in the record's guest attributes, which
   getGuestAttributes serves to the operator.
 """
 
 from __future__ import annotations
 
-import json
 import time
 
-from tests.fake_metadata import GUEST, FakeMetadataServer, GuestWrite
+from tests.fake_metadata import GUEST, FakeMetadataServer, GuestWrite, token_answer
+from tests.world.compute_auth import account_of, token_for
 
 
 class InstanceMetadata(FakeMetadataServer):
     def __init__(self, state, name_at, bind: tuple[str, int]):
         # The Compute stand-in's state; name_at(address) -> instance name or None.
         self.state, self.name_at = state, name_at
-        # Access token of each service-account email (VM_TOKEN for the clusters' own).
-        self.tokens: dict[str, str] = {}
         # Every guest-attribute write, as (instance name, GuestWrite), in arrival order.
         self.named_writes: list[tuple[str, GuestWrite]] = []
         super().__init__({}, bind=bind)
 
     def _fixed(self, name: str, record: dict) -> dict[str, str]:
         interface = (record.get("body", {}).get("networkInterfaces") or [{}])[0]
-        accounts = record.get("body", {}).get("serviceAccounts") or []
         values = {
             "instance/id": record.get("id", ""), "instance/name": name,
             "instance/hostname": f"{name}.{record['zone']}.c.{self.state.project}.internal",
@@ -50,12 +49,10 @@ class InstanceMetadata(FakeMetadataServer):
         }
         if record.get("external_ip") and interface.get("accessConfigs"):
             values["instance/network-interfaces/0/access-configs/0/external-ip"] = record["external_ip"]
-        if accounts:
-            email = accounts[0]["email"]
+        email = account_of(record)
+        if email:
             values["instance/service-accounts/default/email"] = email
-            if email in self.tokens:
-                values["instance/service-accounts/default/token"] = json.dumps(
-                    {"access_token": self.tokens[email], "expires_in": 3599, "token_type": "Bearer"})
+            values["instance/service-accounts/default/token"] = token_answer(token_for(email))
         return values
 
     def read(self, client: str, path: str) -> str | None:

@@ -8,6 +8,18 @@
   permission, less ``state.missing_permissions``), or a VM's service account, which holds only
   what the bindings on an instance grant it (instances.setIamPolicy, as iam.tf's
   google_compute_instance_iam_member makes them): terraform/ grants nothing project-wide.
+  A request on an instance is allowed when a binding of THAT instance's policy names the caller's
+  own principal with a role holding the method's permission; a binding for another member, or on
+  another instance, grants the caller nothing ("you can grant roles on individual instances";
+  https://cloud.google.com/compute/docs/access/iam,
+  https://cloud.google.com/compute/docs/access/granting-access-to-resources,
+  https://cloud.google.com/compute/docs/reference/rest/v1/instances/setIamPolicy), and a refusal is
+  403 PERMISSION_DENIED naming the permission.
+- A service account's token is ``token_for(email)``: what the metadata server of an instance that
+  runs as that account hands its guest (tests/world/names.py, the metadata worlds), valid while the
+  account exists: IAM (tests/world/iam_api.py) issues it at projects.serviceAccounts.create and
+  revokes it at delete, since a deleted account's applications lose access
+  (https://cloud.google.com/iam/docs/service-accounts-delete-undelete).
 - Over a rate limit, or with the API disabled, Compute refuses before anything else (rate_limited,
   service_disabled; sources in their docstrings and tests/fake_compute.py's).
 - A role's permissions: the custom roles created through iam.googleapis.com (tests/world/iam_api.py),
@@ -39,6 +51,20 @@ INSTANCE_METHODS = [
     ("GET", "/getIamPolicy", "compute.instances.getIamPolicy"),
     ("POST", "/setIamPolicy", "compute.instances.setIamPolicy"),
 ]
+
+
+def token_for(email: str) -> str:
+    """The access token of service account ``email``: one per account, so that each VM's calls are
+    its own principal's (``state.tokens`` resolves it while the account exists)."""
+    return f"ya29.sa-{email}"
+
+
+def account_of(record: dict | None) -> str | None:
+    """The service account an instance runs as: serviceAccounts[0].email of the body it was
+    inserted with (https://cloud.google.com/compute/docs/reference/rest/v1/instances, serviceAccounts:
+    "only one service account per VM instance is supported"), None without one."""
+    accounts = ((record or {}).get("body") or {}).get("serviceAccounts") or []
+    return accounts[0].get("email") if accounts else None
 
 
 def _refuse(code: int, reason: str, message: str) -> tuple[int, dict]:

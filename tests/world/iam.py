@@ -72,7 +72,7 @@ def needed(method: str, path: str) -> set[str] | None:
 
 
 def vm_bucket_roles(terraform_dir: Path) -> list[str]:
-    """The roles terraform/ grants the VM service account on the cluster bucket."""
+    """The roles terraform/ grants every VM's service account on the cluster bucket."""
     import hcl2
     from hcl2 import SerializationOptions
 
@@ -84,7 +84,7 @@ def vm_bucket_roles(terraform_dir: Path) -> list[str]:
         for block in parsed.get("resource", []):
             for name, body in block.get("google_storage_bucket_iam_member", {}).items():
                 member = str(body.get("member", ""))
-                if "google_service_account.vm.email" in member:
+                if re.search(r"google_service_account\.vm\[count\.index\]\.email", member):
                     roles.append(str(body["role"]))
     return roles
 

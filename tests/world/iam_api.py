@@ -3,7 +3,9 @@ stand-in's server (the world points iam.googleapis.com at it: tests/world/names.
 
 From the IAM reference (https://cloud.google.com/iam/docs/reference/rest):
 - projects.serviceAccounts.create {accountId, serviceAccount} makes ACCOUNT@PROJECT.iam.gserviceaccount.com;
-  an existing id answers 409 ALREADY_EXISTS; get/delete by email, 404 NOT_FOUND when missing.
+  an existing id answers 409 ALREADY_EXISTS; get/delete by email, 404 NOT_FOUND when missing;
+  list pages through the project's accounts. An account's access token (what a VM running as it
+  gets from its metadata server) is valid from create to delete (compute_auth.token_for).
 - projects.roles.create {roleId, role: {title, description, includedPermissions, stage}} makes
   projects/P/roles/ID; delete marks it deleted, and the id stays reserved: "you can't create a new
   role with the same ID until the deletion process is complete" (up to 44 days,
@@ -16,9 +18,22 @@ from __future__ import annotations
 
 import re
 
+from tests.world.compute_auth import token_for
+
 
 def _error(code: int, status: str, message: str) -> tuple[int, dict]:
     return code, {"error": {"code": code, "status": status, "message": message}}
+
+
+def create_account(state, project: str, account_id: str, fields: dict) -> dict:
+    """A new service account ACCOUNT@PROJECT.iam.gserviceaccount.com, and the access token its
+    VMs get from their metadata server (compute_auth.token_for), which Google now resolves to it."""
+    email = f"{account_id}@{project}.iam.gserviceaccount.com"
+    accounts = state.service_accounts
+    accounts[email] = {"name": f"projects/{project}/serviceAccounts/{email}", "email": email,
+                       "uniqueId": str(100000000000000000000 + len(accounts)), **fields}
+    state.tokens[token_for(email)] = f"serviceAccount:{email}"
+    return accounts[email]
 
 
 def route(state, method: str, path: str, body: dict | None, query: dict | None = None) -> tuple[int, dict] | None:
@@ -30,13 +45,23 @@ def route(state, method: str, path: str, body: dict | None, query: dict | None =
             if email in accounts:
                 return _error(409, "ALREADY_EXISTS", f"Service account {body['accountId']} already exists within project "
                                                      f"projects/{match['project']}.")
-            accounts[email] = {"name": f"projects/{match['project']}/serviceAccounts/{email}", "email": email,
-                               "uniqueId": str(100000000000000000000 + len(accounts)), **(body.get("serviceAccount") or {})}
-            return 200, accounts[email]
+            return 200, create_account(state, match["project"], body["accountId"], body.get("serviceAccount") or {})
+        if method == "GET" and not match["email"]:
+            # projects.serviceAccounts.list: every account of the project, a page at a time
+            # (pageSize, default 20, at most 100; nextPageToken while more remain):
+            # https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/list.
+            listed = sorted(accounts)
+            size = min(int((query or {}).get("pageSize", ["20"])[0]), 100)
+            start = int((query or {}).get("pageToken", ["0"])[0] or 0)
+            page = {"accounts": [accounts[e] for e in listed[start:start + size]]}
+            if start + size < len(listed):
+                page["nextPageToken"] = str(start + size)
+            return 200, page
         if match["email"] not in accounts:
             return _error(404, "NOT_FOUND", f"Unknown service account {match['email']}")
         if method == "DELETE":
             accounts.pop(match["email"])
+            state.tokens.pop(token_for(match["email"]), None)  # Its applications lose access.
             return 200, {}
         return 200, accounts[match["email"]]
     match = re.fullmatch(r"/v1/projects/(?P<project>[^/]+)/roles(?:/(?P<id>[^/]+))?", path)

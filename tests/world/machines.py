@@ -13,11 +13,34 @@ are written only when the metadata sets enable-guest-attributes=TRUE
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
-from tests.fake_metadata import FakeMetadataServer
+from tests.fake_metadata import FakeMetadataServer, token_answer
 from tests.hostlab import SUBNET, VM_LOGIN, HostLab
+from tests.world.compute_auth import account_of, token_for
+
+ACCOUNT_PATHS = ("instance/service-accounts/default/email", "instance/service-accounts/default/token")
+
+
+class AccountMetadata(FakeMetadataServer):
+    """A metadata server whose service-account paths answer, for the machine at the client's
+    address, from its instance as Compute holds it: instance/service-accounts/default/email is the
+    account it runs as, /token that account's access token (token_for); an instance without a
+    service account has neither (404)
+    (https://cloud.google.com/compute/docs/access/authenticate-workloads#applications).
+    ``instance_at(client address)`` -> the instance's Compute record, or None."""
+
+    def __init__(self, values: dict[str, str], instance_at, bind: tuple[str, int]):
+        self.instance_at = instance_at
+        super().__init__(values, bind=bind)
+
+    def read(self, client: str, path: str) -> str | None:
+        if path not in ACCOUNT_PATHS:
+            return super().read(client, path)
+        email = account_of(self.instance_at(client))
+        if email is None:
+            return None
+        return email if path.endswith("/email") else token_answer(token_for(email))
 
 
 @dataclass
@@ -29,14 +52,13 @@ class LabMachines:
     published_keys: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        # The metadata server the VMs reach as metadata.google.internal (the lab's /etc/hosts),
-        # with their service account's token (tests/world/names.py VM_TOKEN): what `docker login`
-        # on a VM signs in with. One for the lab: every VM here has the same service account.
-        from tests.world.names import VM_TOKEN
-
+        # The metadata server the VMs reach as metadata.google.internal (the lab's /etc/hosts):
+        # one for the lab, answering each host as the instance it last played, with that
+        # instance's own service account and its token: what `docker login` on a VM signs in with.
+        # Address of a host -> the Compute record of the instance it plays.
+        self.playing: dict[str, dict] = {}
         if self.lab.vm_login:
-            self.metadata = FakeMetadataServer({"instance/service-accounts/default/token": json.dumps(
-                {"access_token": VM_TOKEN, "expires_in": 3599, "token_type": "Bearer"})}, bind=(f"{SUBNET}.1", 80))
+            self.metadata = AccountMetadata({}, self.playing.get, bind=(f"{SUBNET}.1", 80))
             self.lab.closers.append(self.metadata.close)
 
     def host_for(self, name: str):
@@ -46,6 +68,7 @@ class LabMachines:
         """FakeCompute.on_insert: give the new VM its machine, and boot it."""
         host = self.host_for(name)
         record["internal_ip"] = record["external_ip"] = host.address
+        self.playing[host.address] = record
         metadata = record.get("metadata", {})
         user_key = metadata.get("ssh-keys", "").split(":", 1)
         if len(user_key) == 2:

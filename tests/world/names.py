@@ -7,8 +7,9 @@
 - Cloud Storage (www.googleapis.com, storage.googleapis.com): gcp-storage-emulator behind an
   IAM-checking HTTP proxy (tests/world/storage.py) on <storage address>:443 with TLS, and on :80
   plain, since the emulator's resumable-upload answers name http://www.googleapis.com/upload/...
-  (../shared/notes/tf-gcs-emulator.md). The VMs' token is their service account: it gets only the
-  permissions of the roles bound to it on each bucket (by the provider stand-in's setIamPolicy).
+  (../shared/notes/tf-gcs-emulator.md). A VM's token is its own service account's
+  (token_for(email)): it gets only the permissions of the roles bound to that account on each
+  bucket (by the provider stand-in's setIamPolicy).
 - Cloud Billing Catalog (cloudbilling.googleapis.com): tests/world/billing.py over HTTPS on
   <billing address>:443. As in most real projects, the Cloud Billing API starts disabled in the
   world's project (estimates then come from the dated table); tests enable it to see catalog prices.
@@ -29,20 +30,21 @@ import contextlib
 import os
 import socket
 import ssl
+from collections.abc import Mapping
 from pathlib import Path
 
 from tests.fake_artifact_registry import FakeArtifactRegistry, FakeArtifactRegistryServer
 from tests.fake_compute import FakeCompute, FakeComputeServer
+from tests.world import compute_auth
 from tests.world.billing import Catalog, CatalogServer
 from tests.world.storage import IamStorageProxy
 from tests.world.checkip import CHECKIP_NAMES, CheckIpServer
 from tests.world.project_apis import PROJECT_NAMES, ProjectApis, ProjectApisServer
 from tests.world.tls import GOOGLE_NAMES, make_certificates, operator_key, service_account_key
 
-# The access token the metadata server hands the VMs (their service account's identity).
-VM_TOKEN = "ya29.vm-service-account"
-# Whose token it is: the service account terraform/iam.tf makes for the cluster "default".
-VM_MEMBER = "serviceAccount:default-vm@demo-project.iam.gserviceaccount.com"
+# The access token of a service account: what the metadata server hands an instance that runs as
+# it, valid while IAM holds the account (tests/world/compute_auth.py, iam_api.py).
+token_for = compute_auth.token_for
 
 COMPUTE_NAMES = ("compute.googleapis.com", "oauth2.googleapis.com", "iamcredentials.googleapis.com",
                  "iam.googleapis.com")
@@ -70,6 +72,27 @@ def _emulator_accepts_empty_objects() -> None:
     objects._media_upload = media_upload  # objects.insert looks it up by name on each call.
 
 
+class AccountTokens(Mapping):
+    """token -> "serviceAccount:EMAIL" for the service accounts Google knows now: the live view of
+    Compute's ``state.tokens`` that Cloud Storage's front door reads (one identity system for
+    every API; the operator's token is not among them)."""
+
+    def __init__(self, tokens: dict[str, str]):
+        self.tokens = tokens
+
+    def __getitem__(self, token: str) -> str:
+        member = self.tokens[token]
+        if not member.startswith("serviceAccount:"):
+            raise KeyError(token)
+        return member
+
+    def __iter__(self):
+        return (token for token, member in list(self.tokens.items()) if member.startswith("serviceAccount:"))
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class GoogleWorld:
     """The stand-ins, their certificates and a service-account key, under ``root``."""
 
@@ -87,7 +110,6 @@ class GoogleWorld:
         self.credentials = service_account_key(root / "operator-key.json", project)
         self.compute = FakeComputeServer(compute or FakeCompute(project=project),
                                          tls=(self.compute_address, str(cert), str(key)))
-        self.compute.state.tokens[VM_TOKEN] = VM_MEMBER  # The metadata server's token on the VMs.
         self.compute.state.jwt_keys.update(operator_key(self.credentials))
         from gcp_storage_emulator.server import create_server
 
@@ -103,7 +125,7 @@ class GoogleWorld:
         self.tls_context = context
         self.storage_proxy = IamStorageProxy(
             [(self.storage_address, 443, context), (self.storage_address, 80, None)], ("127.0.0.1", port),
-            principals={VM_TOKEN: VM_MEMBER})
+            principals=AccountTokens(self.compute.state.tokens))
         self.hosts = root / "hosts"
         self.hosts.write_text("127.0.0.1 localhost\n::1 localhost\n"
                               f"{self.compute_address} {' '.join(COMPUTE_NAMES)}\n"

@@ -2,7 +2,7 @@
 checks each request's permission for the caller's identity, as Google's IAM would.
 
 Identities are told apart by their bearer token (what a real front end resolves to a principal):
-tokens listed in ``principals`` are that member (the VMs' service account); any other token is the
+tokens listed in ``principals`` are that member (a VM's own service account); any other token is the
 operator, who owns the project. A request without a token is refused with 401 (a private bucket:
 https://cloud.google.com/storage/docs/json_api/v1/status-codes#401-unauthorized, reason
 "required"). A principal's permissions are those of the roles bound to it in the policy of the
@@ -18,6 +18,7 @@ import json
 import re
 import ssl
 import threading
+from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -54,7 +55,7 @@ def written_object(method: str, target: str, body: bytes) -> str | None:
 
 class IamStorageProxy:
     def __init__(self, listens: list[tuple[str, int, ssl.SSLContext | None]], upstream: tuple[str, int],
-                 principals: dict[str, str]):
+                 principals: Mapping[str, str]):
         # Bearer token -> the member it is, e.g. "serviceAccount:x@p.iam.gserviceaccount.com"
         # (any other token: the project owner).
         self.principals = principals

@@ -381,10 +381,10 @@ class GcpBackend(SshBackend):
         self._announce(f"verified through the Compute API (label {LABEL}={cluster.name} and network "
                        f"{cluster.name}-net): nothing left that bills by the hour")
         if iam.unchecked:
-            self._announce(f"could not check that the service account and custom role are gone: {iam.unchecked}")
+            self._announce(f"could not check that the service accounts and custom role are gone: {iam.unchecked}")
         else:
-            self._announce(f"verified through IAM: service account {service_account_email(cluster.project, cluster.name)} "
-                           "and the watchdog's custom role are gone")
+            self._announce("verified through IAM: no service account of the cluster's VMs ("
+                           f"{service_account_email(cluster.project, cluster.name, 'N')}) and no watchdog role is left")
         for line in kept:
             self._announce(line)
 

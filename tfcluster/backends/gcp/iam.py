@@ -1,10 +1,12 @@
-"""What `down` proves gone in IAM: the VMs' service account and the watchdog's custom role.
+"""What `down` proves gone in IAM: the VMs' service accounts and the watchdog's custom role.
 
-Neither bills, but both outlive a destroy that lost track of them (an interrupted apply, a
-`terraform state rm`), and each is found by the exact name terraform/iam.tf gives it:
-- the service account CLUSTER-vm@PROJECT.iam.gserviceaccount.com: projects.serviceAccounts.get
-  answers 404 NOT_FOUND once it is deleted
-  (https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/get);
+None bills, but each outlives a destroy that lost track of it (an interrupted apply, a
+`terraform state rm`), and each is found by the name terraform/iam.tf gives it:
+- one service account per VM, CLUSTER-vm-INDEX@PROJECT.iam.gserviceaccount.com (and CLUSTER-vm@,
+  the one account of clusters made before VMs had their own): projects.serviceAccounts.list, every
+  page, lists the project's accounts, and a deleted one is no longer listed
+  (https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/list). Listing
+  rather than a get per index finds an account whatever the cluster's size was when it was made;
 - the custom role tfclusterWatchdog_CLUSTER_<6 hex> (iam.tf: the cluster name with "-" as "_", then
   random_id.suffix.hex, three bytes): projects.roles.list leaves out deleted roles unless
   showDeleted is set, and a deleted role stays readable with `deleted: true` for 7 days
@@ -28,8 +30,15 @@ class IamLeftovers:
     unchecked: str | None = None
 
 
-def service_account_email(project: str, cluster: str) -> str:
-    return f"{cluster}-vm@{project}.iam.gserviceaccount.com"
+def service_account_email(project: str, cluster: str, index: int | str) -> str:
+    """VM ``index``'s own service account (terraform/iam.tf, google_service_account.vm[index]);
+    an index of "N" names them all in a message."""
+    return f"{cluster}-vm-{index}@{project}.iam.gserviceaccount.com"
+
+
+def service_account_pattern(project: str, cluster: str) -> re.Pattern:
+    """Every VM account of the cluster, and the single account of clusters made before per-VM ones."""
+    return re.compile(rf"{re.escape(cluster)}-vm(?:-[0-9]+)?@{re.escape(project)}\.iam\.gserviceaccount\.com")
 
 
 def watchdog_role_pattern(cluster: str) -> re.Pattern:
@@ -37,35 +46,44 @@ def watchdog_role_pattern(cluster: str) -> re.Pattern:
 
 
 def iam_leftovers(project: str, cluster: str, credentials) -> IamLeftovers:
-    """The cluster's service account and custom role if they still exist; never raises for a
+    """The cluster's service accounts and custom role if they still exist; never raises for a
     refusal, since `down` must finish: the reason comes back in ``unchecked``."""
     import requests
     from google.auth.transport.requests import AuthorizedSession
 
     session = AuthorizedSession(credentials)
-    email = service_account_email(project, cluster)
     found = []
     try:
-        account = session.get(f"{IAM}/projects/{project}/serviceAccounts/{email}", timeout=30)
-        if account.status_code == 200:
-            found.append(f"service account {email}")
-        elif account.status_code != 404:
-            return IamLeftovers(found, _reason(account))
+        accounts = service_account_pattern(project, cluster)
+        for page in _pages(session, f"{IAM}/projects/{project}/serviceAccounts"):
+            if isinstance(page, str):
+                return IamLeftovers(found, page)
+            found += [f"service account {account['email']}" for account in page.get("accounts", [])
+                      if accounts.fullmatch(account.get("email", ""))]
         pattern = watchdog_role_pattern(cluster)
-        page = ""
-        while True:
-            listed = session.get(f"{IAM}/projects/{project}/roles", params={"pageToken": page} if page else {},
-                                 timeout=30)
-            if listed.status_code != 200:
-                return IamLeftovers(found, _reason(listed))
-            body = listed.json()
-            found += [f"custom role {role['name']}" for role in body.get("roles", [])
+        for page in _pages(session, f"{IAM}/projects/{project}/roles"):
+            if isinstance(page, str):
+                return IamLeftovers(found, page)
+            found += [f"custom role {role['name']}" for role in page.get("roles", [])
                       if pattern.fullmatch(role["name"]) and not role.get("deleted")]
-            page = body.get("nextPageToken", "")
-            if not page:
-                return IamLeftovers(found)
+        return IamLeftovers(found)
     except requests.RequestException as error:
         return IamLeftovers(found, f"IAM did not answer ({type(error).__name__})")
+
+
+def _pages(session, url: str):
+    """Each page of an IAM list (pageToken / nextPageToken), or the reason it could not be read."""
+    page = ""
+    while True:
+        listed = session.get(url, params={"pageToken": page} if page else {}, timeout=30)
+        if listed.status_code != 200:
+            yield _reason(listed)
+            return
+        body = listed.json()
+        yield body
+        page = body.get("nextPageToken", "")
+        if not page:
+            return
 
 
 def _reason(response) -> str:

@@ -15,7 +15,7 @@ from typing import Callable
 SERVICES = {
     "compute.googleapis.com": "VMs, network, firewall, quotas",
     "storage.googleapis.com": "the cluster's bucket",
-    "iam.googleapis.com": "the VMs' service account and the watchdog's custom role",
+    "iam.googleapis.com": "the VMs' service accounts and the watchdog's custom role",
     "artifactregistry.googleapis.com": "the cluster's image registry",
     "cloudresourcemanager.googleapis.com": "permission checks and the provider's project lookups",
 }
@@ -49,6 +49,8 @@ PERMISSIONS = {
     "storage.buckets.delete": (STORAGE, "down"),
     "iam.serviceAccounts.create": (SA_ADMIN, "up"),
     "iam.serviceAccounts.delete": (SA_ADMIN, "down"),
+    # `down` lists the project's accounts to prove none of the cluster's VMs' is left (iam.py).
+    "iam.serviceAccounts.list": (SA_ADMIN, "down"),
     # Attaching the service account to the VMs (https://cloud.google.com/iam/docs/service-accounts-actas).
     "iam.serviceAccounts.actAs": (SA_USER, "up"),
     "iam.roles.create": (ROLE_ADMIN, "up"),

@@ -107,8 +107,8 @@ class TerraformOutputs:
     instances: list[GcpInstance]
     # Cluster bucket name.
     bucket: str
-    # The VMs' service account email.
-    service_account: str
+    # Each VM's own service account email, in worker order (terraform/iam.tf: one per VM).
+    service_accounts: list[str]
     # Labels on every VM.
     labels: dict[str, str]
     # The cluster's Artifact Registry path, LOCATION-docker.pkg.dev/PROJECT/REPO ("" if none).
@@ -122,7 +122,7 @@ class TerraformOutputs:
             instances = [GcpInstance(name=vm["name"], zone=vm["zone"].rsplit("/", 1)[-1],
                                      internal_ip=vm["internal_ip"], external_ip=vm["external_ip"])
                          for vm in value["instances"]]
-            return cls(instances, value["bucket"], value["service_account"], dict(value.get("labels", {})),
+            return cls(instances, value["bucket"], list(value["service_accounts"]), dict(value.get("labels", {})),
                        str(value.get("registry", "")))
         except (KeyError, TypeError) as error:
             raise ClusterError(f"terraform outputs are incomplete ({error}); run `invoke up` again") from None
