@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -112,10 +113,17 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
 
     status = cli.run("status")
     assert status.returncode == 0 and "succeeded" in status.stdout
+    # The cost ledger on own hosts: the same figures, hours and no prices, in the summary, `status`,
+    # `down` and `invoke costs` (which outlives the cluster).
+    assert "(own hosts: no prices)" in result.stdout
+    assert "spent so far (since the first `up`, across restarts): " in status.stdout
 
     down = cli.run("down")
     assert down.returncode == 0 and "no worker process is left" in down.stdout
     assert cli.cluster() is None
+    assert "final cost of cluster default: " in down.stdout and "VM-hours" in down.stdout
+    costs = cli.run("costs")
+    assert costs.returncode == 0 and re.search(r"default .*down .*VM-hours", costs.stdout), costs.stdout
     assert (run_dir / "output" / "model" / "model.keras").exists()  # Results outlive the cluster.
 
 
