@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.test_gcp_backend import fake_compute, gcp_cli, needs_hosts  # noqa: F401 - the gcp world's CLI fixtures.
+from tests.test_gcp_backend import bucket_of, fake_compute, gcp_cli, needs_hosts  # noqa: F401 - the gcp world's CLI fixtures.
 from tests.world.billing import AMERICAS, FAMILY_PRICES, GPU_PRICES, compute_skus, sku
 from tfcluster import gpus
 from tfcluster.backends.gcp import cost, pricing
@@ -192,6 +192,8 @@ def test_up_and_status_show_spot_next_to_on_demand_and_the_ledger_equals_compute
     from tests.fake_compute import preempt_instance
 
     state = world.compute.state
+    # A MiB in the bucket: each look (`status`, `down`) samples it, until `down` (then nothing).
+    bucket_of(gcp_cli.storage, gcp_cli.cluster()["bucket"]).blob("runs/r/ckpt").upload_from_string(b"z" * 2**20)
     # Compute keeps only the last start and stop of each VM: the test notes each as it happens.
     started = {name: [_stamp(state.instances[name]["started"])] for name in ("default-0", "default-1")}
     preempt_instance(state, "default-1")
@@ -226,9 +228,14 @@ def test_up_and_status_show_spot_next_to_on_demand_and_the_ledger_equals_compute
     figures = ledger.Ledger(gcp_cli.state_dir, "default").figures()
     assert {name: hours * 3600 for name, hours in figures.per_instance.items()} == pytest.approx(running, abs=1e-3)
     assert figures.stopped_disk_hours * 3600 == pytest.approx(idle, abs=1e-3)
-    assert figures.cost_usd == pytest.approx(expected, abs=1e-9) and not figures.open
+    assert figures.cost_usd - figures.storage_usd == pytest.approx(expected, abs=1e-9) and not figures.open
+    samples = book.storage()
+    held = [(a.at, b.at) for a, b in zip(samples, samples[1:]) if a.bucket_bytes == 2**20]
+    assert samples[-1].bucket_bytes == 0 and len(held) >= 3  # Three `status`, then `down`'s last look.
+    assert figures.bucket_gib_hours == pytest.approx(sum(b - a for a, b in held) / 3600 / 2**10)
+    assert figures.storage_usd == pytest.approx(figures.bucket_gib_hours * table["standard_storage_gib_month"] / 730)
     assert figures.spot_saving_usd == pytest.approx(sum(running.values()) / 3600 * (od - vm - gpu), abs=1e-9)
-    assert f"final cost of cluster default: ${expected:.2f} (" in down.stdout, down.stdout
+    assert f"final cost of cluster default: ${expected + figures.storage_usd:.2f} (" in down.stdout, down.stdout
     assert f"prices of {table['date']}: tfcluster's table" in down.stdout
     assert sorted((e.instance, e.kind, e.source) for e in book.events() if e != planted) == [
         ("default-0", "delete", "own operation"), ("default-0", "start", "own operation"),
@@ -239,7 +246,7 @@ def test_up_and_status_show_spot_next_to_on_demand_and_the_ledger_equals_compute
     costs = gcp_cli.run("costs")
     assert costs.returncode == 0, costs.stdout + costs.stderr
     row = next(line for line in costs.stdout.splitlines() if "default" in line and "down" in line)
-    assert f"${expected:.2f}" in row, costs.stdout
+    assert f"${figures.cost_usd:.2f}" in row, costs.stdout
 
 
 def test_the_disk_is_priced_by_its_type():
@@ -255,7 +262,7 @@ def test_the_disk_is_priced_by_its_type():
 
 from tfcluster import ledger  # noqa: E402
 from tfcluster.backends.gcp import ledger_events  # noqa: E402
-from tfcluster.ledger import Event, Prices  # noqa: E402
+from tfcluster.ledger import Event, Prices, Storage  # noqa: E402
 
 # One VM an hour, in USD: on-demand and Spot, split as cost.Estimate splits it.
 RATES_OD = {"vm": 0.4, "gpu": 0.35, "disk": 0.01}
@@ -266,9 +273,14 @@ H = 3600.0
 def test_the_ledger_sums_running_and_stopped_spells_at_the_prices_in_use(tmp_path):
     book = ledger.Ledger(tmp_path, "c1")
     book.note_prices(Prices(at=0, on_demand=RATES_OD, spot=RATES_SPOT, spot_in_use=True, gpu_count=2, workers=2,
-                            date="2026-10-15", source="tfcluster's table"))
+                            date="2026-10-15", source="tfcluster's table", bucket_gib_hour=0.002,
+                            registry_gib_hour=0.01))
     book.note_prices(Prices(at=5, on_demand=RATES_OD, spot=RATES_SPOT, spot_in_use=True, gpu_count=2, workers=2,
-                            date="2026-10-15", source="tfcluster's table"))  # The same rates: not written again.
+                            date="2026-10-15", source="tfcluster's table", bucket_gib_hour=0.002,
+                            registry_gib_hour=0.01))  # The same rates: not written again.
+    # The bucket held 1 GiB from the start, 3 GiB and the registry 0.5 GiB from 2 h, nothing after `down`.
+    for sample in (Storage(0, 2**30, 0), Storage(2 * H, 3 * 2**30, 2**29), Storage(5 * H, 0, 0)):
+        book.note_storage(sample)
     own, seen, op = ledger.OWN, ledger.OBSERVED, ledger.COMPUTE_OPERATION
     book.append([Event(0, "a", "start", own), Event(0, "b", "start", own),
                  Event(2 * H, "b", "preempted", op, "run-1"), Event(2.5 * H, "b", "start", own, "run-1"),
@@ -280,15 +292,19 @@ def test_the_ledger_sums_running_and_stopped_spells_at_the_prices_in_use(tmp_pat
     # a: ran 0-4 h, stood stopped 4-5 h; b: ran 0-2 h and 2.5-5 h, stopped 2-2.5 h.
     assert figures.vm_hours == pytest.approx(4 + 4.5) and figures.gpu_hours == pytest.approx(2 * 8.5)
     assert figures.stopped_disk_hours == pytest.approx(1.5) and not figures.open
-    spot = 8.5 * (0.12 + 0.105 + 0.01) + 1.5 * 0.01
-    od = 8.5 * (0.4 + 0.35 + 0.01) + 1.5 * 0.01
+    assert (figures.bucket_gib_hours, figures.registry_gib_hours) == pytest.approx((1 * 2 + 3 * 3, 0.5 * 3))
+    stored = 11 * 0.002 + 1.5 * 0.01
+    spot = 8.5 * (0.12 + 0.105 + 0.01) + 1.5 * 0.01 + stored
+    od = 8.5 * (0.4 + 0.35 + 0.01) + 1.5 * 0.01 + stored
     assert figures.cost_usd == pytest.approx(spot) and figures.spot_saving_usd == pytest.approx(od - spot)
     assert ledger.cluster_spent_usd(tmp_path, "c1", now=9 * H) == pytest.approx(spot)
     assert figures.words() == (f"${spot:.2f} (8.50 VM-hours, 17.00 GPU-hours, 1.50 stopped-disk hours; "
-                               f"Spot saved ${od - spot:.2f} against on-demand)")
+                               f"Spot saved ${od - spot:.2f} against on-demand; storage ${stored:.2f}: bucket "
+                               "11.00 GiB-hours, registry 1.50 GiB-hours)")
     # A run's window, with 30 s of steps redone on its 2 VMs.
     run = book.figures(start=1 * H, end=3 * H, now=9 * H, redone_seconds=30)
     assert run.vm_hours == pytest.approx(2 + 1 + 0.5) and run.stopped_disk_hours == pytest.approx(0.5)
+    assert run.bucket_gib_hours == pytest.approx(1 * 1 + 3 * 1)
     assert run.redone_usd == pytest.approx(2 * 30 / H * (0.12 + 0.105 + 0.01))
     # Still billing: a spell open at ``now``; a cut last line (a crash mid-write) is skipped.
     book.append([Event(10 * H, "a", "start", own)])

@@ -4,9 +4,10 @@ figures computed from it.
     <state_dir>/ledger/<cluster>.jsonl    one JSON object a line, appended, never rewritten
 
 Outside ``clusters/`` (removed by `down`), so `invoke costs` still lists a cluster that is gone.
-Two kinds of line: ``{"type": "event", ...}`` (Event: a machine started, stopped, was preempted,
-was seen halted, was deleted) and ``{"type": "prices", ...}`` (Prices: the hourly rates in use, with
-their source and date, appended whenever they change). Figures (Figures) are computed from the
+Three kinds of line: ``{"type": "event", ...}`` (Event: a machine started, stopped, was preempted,
+was seen halted, was deleted), ``{"type": "prices", ...}`` (Prices: the hourly rates in use, with
+their source and date, appended whenever they change) and ``{"type": "storage", ...}`` (Storage: what
+the bucket and the registry held when looked at). Figures (Figures) are computed from the
 lines, never stored. A cloud backend records its events with Compute's own timestamps
 (tfcluster/backends/gcp/ledger_events.py); Compute keeps only the last start and stop of a VM, so
 this file is the only full history.
@@ -68,6 +69,9 @@ class Prices:
     # The day the prices are of, and where they came from (the catalog, or tfcluster's table).
     date: str
     source: str
+    # USD per GiB-hour of the bucket (Standard storage) and of the registry (Artifact Registry).
+    bucket_gib_hour: float = 0.0
+    registry_gib_hour: float = 0.0
 
     @property
     def in_use(self) -> dict:
@@ -77,6 +81,17 @@ class Prices:
         return other is not None and (self.on_demand, self.spot, self.spot_in_use, self.gpu_count, self.workers,
                                       self.date) == (other.on_demand, other.spot, other.spot_in_use,
                                                      other.gpu_count, other.workers, other.date)
+
+
+@dataclass(frozen=True)
+class Storage:
+    """What the cluster's bucket and registry held when looked at; it holds until the next look."""
+
+    # When (epoch seconds).
+    at: float
+    # Bytes in the bucket (old versions included) and in the registry's images.
+    bucket_bytes: int
+    registry_bytes: int
 
 
 @dataclass
@@ -90,6 +105,9 @@ class Figures:
     stopped_disk_hours: float = 0.0
     # Machine-hours of work done again after preemptions (resumed checkpoint to the step reached).
     redone_hours: float = 0.0
+    # GiB-hours stored in the bucket and in the registry.
+    bucket_gib_hours: float = 0.0
+    registry_gib_hours: float = 0.0
     # Whether a machine still bills (started, or stopped with its disk, and not deleted).
     open: bool = False
     # The prices in use (None: own hosts, hours only).
@@ -98,7 +116,16 @@ class Figures:
     per_instance: dict = field(default_factory=dict)
 
     def _usd(self, rates: dict) -> float:
-        return self.vm_hours * (rates["vm"] + rates["gpu"] + rates["disk"]) + self.stopped_disk_hours * rates["disk"]
+        return (self.vm_hours * (rates["vm"] + rates["gpu"] + rates["disk"]) + self.stopped_disk_hours * rates["disk"]
+                + self.storage_usd)
+
+    @property
+    def storage_usd(self) -> float:
+        """The bucket and the registry (the same whatever the VMs' provisioning model)."""
+        if self.prices is None:
+            return 0.0
+        return (self.bucket_gib_hours * self.prices.bucket_gib_hour
+                + self.registry_gib_hours * self.prices.registry_gib_hour)
 
     @property
     def cost_usd(self) -> float | None:
@@ -133,6 +160,9 @@ class Figures:
         text = f"${self.cost_usd:.2f} ({hours}"
         if self.prices.spot_in_use:
             text += f"; Spot saved ${self.spot_saving_usd:.2f} against on-demand"
+        if self.bucket_gib_hours or self.registry_gib_hours:
+            text += (f"; storage ${self.storage_usd:.2f}: bucket {self.bucket_gib_hours:.2f} GiB-hours, "
+                     f"registry {self.registry_gib_hours:.2f} GiB-hours")
         if self.redone_hours:
             text += f"; ${self.redone_usd:.2f} of it work redone after preemptions"
         return text + ")"
@@ -174,6 +204,14 @@ class Ledger:
                  for line in self._lines() if line.get("type") == "prices"]
         return found[-1] if found else None
 
+    def storage(self) -> list[Storage]:
+        fields = {f.name for f in dataclasses.fields(Storage)}
+        return sorted((Storage(**{k: v for k, v in line.items() if k in fields})
+                       for line in self._lines() if line.get("type") == "storage"), key=lambda s: s.at)
+
+    def note_storage(self, storage: Storage) -> None:
+        self._append([{"type": "storage", **dataclasses.asdict(storage)}])
+
     def instances(self) -> set[str]:
         return {event.instance for event in self.events()}
 
@@ -211,6 +249,11 @@ class Ledger:
                 figures.per_instance[instance] = figures.per_instance.get(instance, 0.0) + hours
             else:
                 figures.stopped_disk_hours += hours
+        samples = self.storage()
+        for sample, after in zip(samples, samples[1:] + [None]):
+            hours = max(0.0, min(after.at if after else now, high) - max(sample.at, low)) / 3600
+            figures.bucket_gib_hours += sample.bucket_bytes / 2**30 * hours
+            figures.registry_gib_hours += sample.registry_bytes / 2**30 * hours
         workers = prices.workers if prices else len(figures.per_instance) or 1
         figures.gpu_hours = figures.vm_hours * (prices.gpu_count if prices else 0)
         figures.redone_hours = redone_seconds / 3600 * workers

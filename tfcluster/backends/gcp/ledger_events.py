@@ -22,8 +22,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from tfcluster import ledger
+from tfcluster.backends.gcp.cost import PRICES
 from tfcluster.ledger import (COMPUTE_OPERATION, DELETE, HALTS, OBSERVED, OWN, PREEMPTED, START, STOP,
-                              TERMINATED_SEEN, Event, Ledger, Prices)
+                              TERMINATED_SEEN, Event, Ledger, Prices, Storage)
 
 # A preemption's operation starts the stop; the instance is TERMINATED within 30 s of it (the
 # Spot page's shutdown period). A stop this close after the operation is that preemption.
@@ -134,7 +135,20 @@ class GcpSpend:
             preempted = operations(api, cluster.zone, "compute.instances.preempted", known)
             deleted = operations(api, cluster.zone, "delete", known)
             book.append(observe(book.events(), seen, preempted, deleted, own, run, now))
+            book.note_storage(self._spend_storage(cluster, now, gone=own == DELETE))
             return disagreements(book.events(), seen)
+
+    def _spend_storage(self, cluster, now: float, gone: bool) -> Storage:
+        """What the bucket and the registry hold now; nothing once `down` is done (what it kept is
+        no longer the cluster's: `down` names it with its monthly cost)."""
+        from tfcluster.backends.gcp.registry import repository_usage
+        from tfcluster.backends.gcp.teardown import bucket_usage
+
+        if gone:
+            return Storage(now, 0, 0)
+        bucket = bucket_usage(cluster.project, cluster.bucket) if cluster.bucket else None
+        images = repository_usage(cluster) if cluster.registry else None
+        return Storage(now, bucket.size if bucket else 0, images.size if images else 0)
 
     def _spend_prices(self, cluster, settings, now: float) -> Prices | None:
         """The rates of the VMs Terraform made (its variables); None once they are gone with `down`."""
@@ -145,6 +159,9 @@ class GcpSpend:
         quote = self._quote(settings, cluster.project, cluster.zone, len(cluster.hosts),
                             bool(applied.get("spot", settings.spot)), applied)
         part = lambda e: {"vm": e.vm, "gpu": e.gpu, "disk": e.disk}  # noqa: E731
+        table = json.loads(PRICES.read_text())  # Storage: the table's rates, as `down` prices what it keeps.
         return Prices(at=now, on_demand=part(quote.on_demand), spot=part(quote.spot), spot_in_use=quote.spot_in_use,
                       gpu_count=int(applied.get("gpu_count", settings.gpu_count)), workers=len(cluster.hosts),
-                      date=quote.date, source=quote.source.split("; catalog unavailable")[0])
+                      date=quote.date, source=quote.source.split("; catalog unavailable")[0],
+                      bucket_gib_hour=table["standard_storage_gib_month"] / 730,
+                      registry_gib_hour=table["artifact_registry"]["storage_gib_month"] / 730)
