@@ -31,6 +31,9 @@ from tfcluster.ledger import (COMPUTE_OPERATION, DELETE, HALTS, OBSERVED, OWN, P
 PREEMPTION_SLACK_SECONDS = 120.0
 # Two timestamps of one event as Compute and the ledger hold them (milliseconds in RFC 3339).
 SAME_SECONDS = 1.0
+# How often `status` and a run's end look at the bucket and the registry again (listing a bucket
+# of checkpoints takes a while); `up` and `down` always do.
+STORAGE_SAMPLE_SECONDS = 600.0
 # The statuses of a VM that stands halted (https://cloud.google.com/compute/docs/instances/instance-life-cycle).
 HALTED = ("TERMINATED", "STOPPED", "SUSPENDED")
 
@@ -135,7 +138,9 @@ class GcpSpend:
             preempted = operations(api, cluster.zone, "compute.instances.preempted", known)
             deleted = operations(api, cluster.zone, "delete", known)
             book.append(observe(book.events(), seen, preempted, deleted, own, run, now))
-            book.note_storage(self._spend_storage(cluster, now, gone=own == DELETE))
+            samples = book.storage()
+            if own in (START, DELETE) or not samples or now - samples[-1].at >= STORAGE_SAMPLE_SECONDS:
+                book.note_storage(self._spend_storage(cluster, now, gone=own == DELETE))
             return disagreements(book.events(), seen)
 
     def _spend_storage(self, cluster, now: float, gone: bool) -> Storage:
