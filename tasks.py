@@ -144,6 +144,13 @@ def status(c, cluster: Optional[str] = None):
     commands.status(_settings(c, cluster=cluster))
 
 
+@task
+@_user_errors
+def costs(c):
+    """List what every cluster and run has cost (from the cost ledger, kept after `down`)."""
+    commands.costs(_settings(c))
+
+
 @task(help={"worker": "only this worker's log (0 = chief)",
             "follow": "keep streaming until the run ends (re-attaches to a running job)",
             "run": "a run id (default: the latest)", "cluster": "cluster name (default: default)"})
@@ -258,5 +265,5 @@ def image(c, action, dockerfile: str = "Dockerfile", tag: Optional[str] = None,
     commands.build_image(_settings(c, cluster=cluster, registry=registry), dockerfile, tag, context)
 
 
-ns = Collection(check, offers, up, train, tune, status, logs, stop, down, data, idle, pull, tensorboard, image)
+ns = Collection(check, offers, up, train, tune, status, costs, logs, stop, down, data, idle, pull, tensorboard, image)
 ns.configure({"tfcluster": config.DEFAULTS})

@@ -32,6 +32,10 @@ Behaviours modelled, with their sources:
 - A start in a zone without capacity ends DONE with error.errors[].code ZONE_RESOURCE_POOL_EXHAUSTED,
   httpErrorStatusCode 503 (https://cloud.google.com/compute/docs/troubleshooting/troubleshooting-resource-availability);
   the instance stays TERMINATED.
+- An instance's creationTimestamp, lastStartTimestamp and lastStopTimestamp are RFC 3339 "[Output
+  Only]" fields of the instance (https://cloud.google.com/compute/docs/reference/rest/v1/instances):
+  set when it is made, at each start and at each stop (ours, a halt inside the guest, a preemption);
+  only the last start and the last stop are kept, and an instance never stopped has no lastStopTimestamp.
 - A Spot VM's preemption (https://cloud.google.com/compute/docs/instances/spot): the instance is
   stopped (TERMINATED, STOP semantics as stop_instance) and a DONE operation with operationType
   compute.instances.preempted is listed by zoneOperations.list with
@@ -55,7 +59,8 @@ BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 from tests.world import compute_auth, compute_resources, iam_api  # noqa: E402
 from tests.world import images as world_images  # noqa: E402
 from tests.world.http import send_json  # noqa: E402
-from tests.fake_operations import advance, capacity_error, new_operation, preempt_instance, start_effect  # noqa: E402
+from tests.fake_operations import (_now_iso, advance, capacity_error, new_operation, preempt_instance,  # noqa: E402
+                                   start_effect)
 
 __all__ = ["FakeCompute", "FakeComputeServer", "preempt_instance", "stop_instance"]
 
@@ -156,6 +161,7 @@ def _instance_json(state: FakeCompute, name: str, zone: str) -> dict:
             "labels": instance.get("labels", {}), "zone": f"projects/{state.project}/zones/{zone}",
             "creationTimestamp": instance.get("created", "2026-11-22T05:00:00.000-08:00"),
             "lastStartTimestamp": instance.get("started", "2026-11-22T05:00:00.000-08:00"),
+            **({"lastStopTimestamp": instance["stopped"]} if instance.get("stopped") else {}),
             "networkInterfaces": [{"kind": "compute#networkInterface", "name": "nic0",
                                    "networkIP": instance.get("internal_ip", ""), "accessConfigs": access}],
             "scheduling": scheduling,
@@ -180,6 +186,7 @@ def stop_instance(state: FakeCompute, name: str) -> None:
         instance = state.instances[name]
         instance["status"] = "TERMINATED"  # Its time limit stays; only the termination timestamp goes.
         instance["external_ip"] = None  # An ephemeral address is released.
+        instance["stopped"] = _now_iso()  # lastStopTimestamp (the module docstring).
 
 
 def stop_effect(state: FakeCompute, name: str):
@@ -312,7 +319,8 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
             items.append({"kind": "compute#instance", "name": name, "status": instance["status"],
                           "labels": instance.get("labels", {}), "zone": f"projects/{state.project}/zones/{match['zone']}",
                           "creationTimestamp": instance.get("created", "2026-11-22T05:00:00.000-08:00"),
-                          "lastStartTimestamp": instance.get("started", "2026-11-22T05:00:00.000-08:00")})
+                          "lastStartTimestamp": instance.get("started", "2026-11-22T05:00:00.000-08:00"),
+                          **({"lastStopTimestamp": instance["stopped"]} if instance.get("stopped") else {})})
         return 200, {"kind": "compute#instanceList", "items": items}
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)"
                          "(?P<verb>/setMetadata|/start|/stop|/setScheduling|/resume)?", path)

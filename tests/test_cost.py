@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tests.test_gcp_backend import fake_compute, gcp_cli, needs_hosts  # noqa: F401 - the gcp world's CLI fixtures.
+from tests.test_gcp_backend import bucket_of, fake_compute, gcp_cli, needs_hosts  # noqa: F401 - the gcp world's CLI fixtures.
 from tests.world.billing import AMERICAS, FAMILY_PRICES, GPU_PRICES, compute_skus, sku
 from tfcluster import gpus
 from tfcluster.backends.gcp import cost, pricing
@@ -33,6 +33,11 @@ def skus_of(records: list[dict]):
     from google.cloud import billing_v1
 
     return [billing_v1.Sku.from_json(json.dumps(record)) for record in records]
+
+
+def _stamp(text: str) -> float:
+    """An RFC 3339 timestamp of Compute's, in epoch seconds."""
+    return datetime.fromisoformat(text).timestamp()
 
 
 def per_vm(rates: pricing.Rates, gpu: str = "nvidia-tesla-t4") -> float:
@@ -148,7 +153,7 @@ def test_quote_uses_the_catalog_once_a_day_and_the_table_when_it_cannot(world, t
 
 
 @needs_hosts
-def test_up_and_status_show_spot_next_to_on_demand(gcp_cli, world):  # noqa: F811
+def test_up_and_status_show_spot_next_to_on_demand_and_the_ledger_equals_compute_times_prices(gcp_cli, world):  # noqa: F811
     catalog = world.billing.catalog
     catalog.disabled_projects.clear()
     gcp_cli.env["INVOKE_TFCLUSTER_SPOT"] = "true"
@@ -182,6 +187,67 @@ def test_up_and_status_show_spot_next_to_on_demand(gcp_cli, world):  # noqa: F81
             "catalog unavailable: Google rate-limited the catalog (429), try again in a minute") in status.stdout
     assert status.stderr == "" and "RUNNING" in status.stdout
 
+    # The cost ledger (Spend): a preemption, a restart and `down`, against Compute's timestamps.
+    # The prices in use are now the table's (the catalog's refusal is remembered for an hour).
+    from tests.fake_compute import preempt_instance
+
+    state = world.compute.state
+    # A MiB in the bucket: `up` looks again (`status` only every 10 minutes), and `down` ends it.
+    bucket_of(gcp_cli.storage, gcp_cli.cluster()["bucket"]).blob("runs/r/ckpt").upload_from_string(b"z" * 2**20)
+    # Compute keeps only the last start and stop of each VM: the test notes each as it happens.
+    started = {name: [_stamp(state.instances[name]["started"])] for name in ("default-0", "default-1")}
+    preempt_instance(state, "default-1")
+    stopped = _stamp(state.instances["default-1"]["stopped"])
+    status = gcp_cli.run("status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert "spent so far (since the first `up`, across restarts): $" in status.stdout, status.stdout
+    assert "disagree" not in status.stdout
+    again = gcp_cli.run("up", timeout=180)  # Starts the preempted VM.
+    assert again.returncode == 0, again.stdout + again.stderr
+    started["default-1"].append(_stamp(state.instances["default-1"]["started"]))
+    # A ledger line that contradicts Compute (a start it never made) is named by `status`.
+    book = ledger.Ledger(gcp_cli.state_dir, "default")
+    planted = Event(time.time(), "default-0", "start", ledger.OBSERVED)
+    book.append([planted])
+    status = gcp_cli.run("status")
+    assert "! ledger and Compute disagree: default-0: the ledger's last start is " in status.stdout, status.stdout
+    down = gcp_cli.run("down", timeout=180)
+    assert down.returncode == 0, down.stdout + down.stderr
+    deleted = {entry["json"]["targetLink"].rsplit("/", 1)[-1]: _stamp(entry["json"]["endTime"])
+               for entry in state.operations.values() if entry["json"]["operationType"] == "delete"}
+
+    # Compute's timestamps x the prices in use: the table's Spot rates, named.
+    on_demand_rates, spot_rates = cost.table_rates(table)
+    vm, gpu = 8 * spot_rates.vcpu_hour + 30 * spot_rates.memory_gib_hour, spot_rates.gpu_hour["nvidia-tesla-t4"]
+    disk = 100 * table["pd_balanced_gib_month"] / 730
+    running = {"default-0": deleted["default-0"] - started["default-0"][0],
+               "default-1": (stopped - started["default-1"][0]) + (deleted["default-1"] - started["default-1"][1])}
+    idle = started["default-1"][1] - stopped
+    expected = sum(running.values()) / 3600 * (vm + gpu + disk) + idle / 3600 * disk
+    od = (8 * on_demand_rates.vcpu_hour + 30 * on_demand_rates.memory_gib_hour + on_demand_rates.gpu_hour["nvidia-tesla-t4"])
+    figures = ledger.Ledger(gcp_cli.state_dir, "default").figures()
+    assert {name: hours * 3600 for name, hours in figures.per_instance.items()} == pytest.approx(running, abs=1e-3)
+    assert figures.stopped_disk_hours * 3600 == pytest.approx(idle, abs=1e-3)
+    assert figures.cost_usd - figures.storage_usd == pytest.approx(expected, abs=1e-9) and not figures.open
+    samples = book.storage()
+    held = [(a.at, b.at) for a, b in zip(samples, samples[1:]) if a.bucket_bytes == 2**20]
+    assert samples[-1].bucket_bytes == 0 and len(held) == 1  # From the second `up` to `down`.
+    assert figures.bucket_gib_hours == pytest.approx(sum(b - a for a, b in held) / 3600 / 2**10)
+    assert figures.storage_usd == pytest.approx(figures.bucket_gib_hours * table["standard_storage_gib_month"] / 730)
+    assert figures.spot_saving_usd == pytest.approx(sum(running.values()) / 3600 * (od - vm - gpu), abs=1e-9)
+    assert f"final cost of cluster default: ${expected + figures.storage_usd:.2f} (" in down.stdout, down.stdout
+    assert f"prices of {table['date']}: tfcluster's table" in down.stdout
+    assert sorted((e.instance, e.kind, e.source) for e in book.events() if e != planted) == [
+        ("default-0", "delete", "own operation"), ("default-0", "start", "own operation"),
+        ("default-1", "delete", "own operation"), ("default-1", "preempted", "compute operation"),
+        ("default-1", "start", "own operation"), ("default-1", "start", "own operation")]
+
+    # It survives `down`: `invoke costs` lists the cluster, gone, at the same figure.
+    costs = gcp_cli.run("costs")
+    assert costs.returncode == 0, costs.stdout + costs.stderr
+    row = next(line for line in costs.stdout.splitlines() if "default" in line and "down" in line)
+    assert f"${figures.cost_usd:.2f}" in row, costs.stdout
+
 
 def test_the_disk_is_priced_by_its_type():
     """pd-balanced by default; a pd-ssd or pd-standard boot disk (boot_disk_type) at its own monthly rate."""
@@ -190,3 +256,92 @@ def test_the_disk_is_priced_by_its_type():
     disks = {kind: cost._estimate(on_demand, table, "a2-highgpu-1g", "nvidia-tesla-a100", 1, 100, 1, kind).disk
              for kind in ("pd-balanced", "pd-ssd", "pd-standard")}
     assert disks == pytest.approx({"pd-balanced": 10 / 730, "pd-ssd": 17 / 730, "pd-standard": 4 / 730})
+
+
+# ---------------------------------------------------------------- the cost ledger (Spend)
+
+from tfcluster import ledger  # noqa: E402
+from tfcluster.backends.gcp import ledger_events  # noqa: E402
+from tfcluster.ledger import Event, Prices, Storage  # noqa: E402
+
+# One VM an hour, in USD: on-demand and Spot, split as cost.Estimate splits it.
+RATES_OD = {"vm": 0.4, "gpu": 0.35, "disk": 0.01}
+RATES_SPOT = {"vm": 0.12, "gpu": 0.105, "disk": 0.01}
+H = 3600.0
+
+
+def test_the_ledger_sums_running_and_stopped_spells_at_the_prices_in_use(tmp_path):
+    book = ledger.Ledger(tmp_path, "c1")
+    book.note_prices(Prices(at=0, on_demand=RATES_OD, spot=RATES_SPOT, spot_in_use=True, gpu_count=2, workers=2,
+                            date="2026-10-15", source="tfcluster's table", bucket_gib_hour=0.002,
+                            registry_gib_hour=0.01))
+    book.note_prices(Prices(at=5, on_demand=RATES_OD, spot=RATES_SPOT, spot_in_use=True, gpu_count=2, workers=2,
+                            date="2026-10-15", source="tfcluster's table", bucket_gib_hour=0.002,
+                            registry_gib_hour=0.01))  # The same rates: not written again.
+    # The bucket held 1 GiB from the start, 3 GiB and the registry 0.5 GiB from 2 h, nothing after `down`.
+    for sample in (Storage(0, 2**30, 0), Storage(2 * H, 3 * 2**30, 2**29), Storage(5 * H, 0, 0)):
+        book.note_storage(sample)
+    own, seen, op = ledger.OWN, ledger.OBSERVED, ledger.COMPUTE_OPERATION
+    book.append([Event(0, "a", "start", own), Event(0, "b", "start", own),
+                 Event(2 * H, "b", "preempted", op, "run-1"), Event(2.5 * H, "b", "start", own, "run-1"),
+                 Event(3 * H, "b", "start", seen),  # A start while running changes nothing.
+                 Event(4 * H, "a", "terminated_seen", seen), Event(5 * H, "a", "delete", own),
+                 Event(5 * H, "b", "delete", own)])
+    assert len([line for line in book.path.read_text().splitlines() if '"prices"' in line]) == 1
+    figures = book.figures(now=9 * H)
+    # a: ran 0-4 h, stood stopped 4-5 h; b: ran 0-2 h and 2.5-5 h, stopped 2-2.5 h.
+    assert figures.vm_hours == pytest.approx(4 + 4.5) and figures.gpu_hours == pytest.approx(2 * 8.5)
+    assert figures.stopped_disk_hours == pytest.approx(1.5) and not figures.open
+    assert (figures.bucket_gib_hours, figures.registry_gib_hours) == pytest.approx((1 * 2 + 3 * 3, 0.5 * 3))
+    stored = 11 * 0.002 + 1.5 * 0.01
+    spot = 8.5 * (0.12 + 0.105 + 0.01) + 1.5 * 0.01 + stored
+    od = 8.5 * (0.4 + 0.35 + 0.01) + 1.5 * 0.01 + stored
+    assert figures.cost_usd == pytest.approx(spot) and figures.spot_saving_usd == pytest.approx(od - spot)
+    assert ledger.cluster_spent_usd(tmp_path, "c1", now=9 * H) == pytest.approx(spot)
+    assert figures.words() == (f"${spot:.2f} (8.50 VM-hours, 17.00 GPU-hours, 1.50 stopped-disk hours; "
+                               f"Spot saved ${od - spot:.2f} against on-demand; storage ${stored:.2f}: bucket "
+                               "11.00 GiB-hours, registry 1.50 GiB-hours)")
+    # A run's window, with 30 s of steps redone on its 2 VMs.
+    run = book.figures(start=1 * H, end=3 * H, now=9 * H, redone_seconds=30)
+    assert run.vm_hours == pytest.approx(2 + 1 + 0.5) and run.stopped_disk_hours == pytest.approx(0.5)
+    assert run.bucket_gib_hours == pytest.approx(1 * 1 + 3 * 1)
+    assert run.redone_usd == pytest.approx(2 * 30 / H * (0.12 + 0.105 + 0.01))
+    # Still billing: a spell open at ``now``; a cut last line (a crash mid-write) is skipped.
+    book.append([Event(10 * H, "a", "start", own)])
+    with book.path.open("a") as handle:
+        handle.write('{"type": "event", "at": 11')
+    assert book.figures(now=12 * H).vm_hours == pytest.approx(8.5 + 2) and book.figures(now=12 * H).open
+    # Own hosts: hours, no prices.
+    local = ledger.Ledger(tmp_path, "mine")
+    local.append([Event(0, "worker-0", "start", own), Event(H, "worker-0", "delete", own)])
+    assert local.figures().words() == "1.00 VM-hours, 0.00 stopped-disk hours (own hosts: no prices)"
+    assert ledger.cluster_spent_usd(tmp_path, "mine") == 0.0
+    assert [b.cluster for b in ledger.ledgers(tmp_path)] == ["c1", "mine"]
+    # Redone work: the chief's steps went back from 14 to 11 at a restart: steps 11-14 again.
+    assert ledger.redone_seconds([(0, 2), (1, 14), (5, 11), (6, 20)], 0.5) == 4 * 0.5
+
+
+def test_compute_timestamps_become_events_once_each_with_their_source():
+    seen = {"a": ledger_events.Seen("RUNNING", last_start=100.0, last_stop=None),
+            "b": ledger_events.Seen("TERMINATED", last_start=100.0, last_stop=500.0)}
+    preempted = [("b", 499.6, "operation-p")]  # Its stop, at lastStopTimestamp, is this preemption.
+    first = ledger_events.observe([], seen, preempted, [], own="start", run="", now=600.0)
+    assert sorted((e.instance, e.kind, e.at, e.source) for e in first) == [
+        ("a", "start", 100.0, "own operation"), ("b", "preempted", 500.0, "compute operation"),
+        ("b", "start", 100.0, "own operation")]
+    assert ledger_events.observe(first, seen, preempted, [], own="", run="", now=700.0) == []
+    assert ledger_events.disagreements(first, seen) == []
+    # Restarted, stopped by the watchdog (seen TERMINATED, no operation), then one deleted.
+    seen = {"a": ledger_events.Seen("TERMINATED", last_start=100.0, last_stop=900.0),
+            "b": ledger_events.Seen("RUNNING", last_start=800.0, last_stop=500.0)}
+    later = ledger_events.observe(first, seen, preempted, [], own="", run="r", now=1000.0)
+    assert sorted((e.instance, e.kind, e.at, e.source, e.run) for e in later) == [
+        ("a", "terminated_seen", 900.0, "observed", "r"), ("b", "start", 800.0, "observed", "r")]
+    gone = ledger_events.observe(first + later, {}, preempted, [("a", 1200.0, "operation-d")], own="delete",
+                                 run="", now=1300.0)
+    assert sorted((e.instance, e.kind, e.at, e.detail) for e in gone) == [
+        ("a", "delete", 1200.0, "operation-d"), ("b", "delete", 1300.0, "not listed")]
+    # A ledger whose last start is not Compute's is named.
+    wrong = first + later + [Event(950.0, "b", "start", ledger.OBSERVED)]
+    [line] = ledger_events.disagreements(wrong, seen)
+    assert line.startswith("b: the ledger's last start is ") and "Compute's lastStartTimestamp" in line

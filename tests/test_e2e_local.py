@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -112,10 +113,18 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
 
     status = cli.run("status")
     assert status.returncode == 0 and "succeeded" in status.stdout
+    # The cost ledger on own hosts: the same figures, hours and no prices, in the summary, `status`,
+    # `down` and `invoke costs` (which outlives the cluster).
+    assert "(own hosts: no prices)" in result.stdout
+    assert "spent so far (since the first `up`, across restarts): " in status.stdout
 
     down = cli.run("down")
     assert down.returncode == 0 and "no worker process is left" in down.stdout
     assert cli.cluster() is None
+    hours = re.search(r"final cost of cluster default: ([\d.]+) VM-hours", down.stdout)
+    assert hours and float(hours[1]) > 0, down.stdout  # 3 workers from `up` to `down`.
+    costs = cli.run("costs")
+    assert costs.returncode == 0 and re.search(r"default .*down .*VM-hours", costs.stdout), costs.stdout
     assert (run_dir / "output" / "model" / "model.keras").exists()  # Results outlive the cluster.
 
 

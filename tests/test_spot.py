@@ -138,6 +138,7 @@ from tests.hostlab import BRIDGE, SUBNET, HostLab, available  # noqa: E402
 from tests.test_gcp_backend import bucket_of, make_gcp_cli  # noqa: E402
 from tests.world.machines import AccountMetadata  # noqa: E402
 from tests.world.names import STORAGE_NAMES  # noqa: E402
+from tfcluster.ledger import Ledger  # noqa: E402
 
 needs_hosts = pytest.mark.skipif(available() is not None, reason=f"test hosts: {available()}")
 # Each VM's metadata server (a VM sees only its own); the new external address a start gives.
@@ -319,6 +320,14 @@ def test_a_preempted_worker_comes_back_and_the_same_run_resumes(spot, world, tmp
     reached = max(e["step"] for e in events_of(before) if e["event"] == "step" and e["epoch"] == 2)
     resumed = next(e for e in events_of(after) if e["event"] == "first_step")
     assert resumed["epoch"] == 2 and 0 <= reached - (resumed["step"] - 1) < EVERY + 2  # Steps are reported every 2.
+    # The cost ledger: the preemption (Compute's operation) and the restart (ours) carry the run's id,
+    # and the run's cost in the summary prices those redone steps at the chief's median step time.
+    redone = (reached - (resumed["step"] - 1)) * run["summary"]["throughput"]["median_step_seconds"]
+    assert run["summary"]["redone_seconds"] == pytest.approx(redone, rel=0.01)
+    events = [e for e in Ledger(spot.state_dir, "default").events() if e.run == run["run_id"]]
+    assert [(e.instance, e.kind, e.source) for e in events] == [
+        ("default-1", "preempted", "compute operation"), ("default-1", "start", "own operation")]
+    assert "of it work redone after preemptions" in output and "prices of " in output
     # The VM came back on a new external address, which the cluster record now holds.
     assert spot.cluster()["hosts"][1]["ssh_address"] == NEW_IP[1]
     assert world.compute.state.instances["default-1"]["status"] == "RUNNING"

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 
-from tests.fake_operations import capacity_error, new_operation
+from tests.fake_operations import _now_iso, capacity_error, new_operation
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 # What exists in this world (a small part of Google's catalogue, enough for terraform/'s choices):
@@ -239,6 +239,9 @@ def _insert_instance(state, project: str, zone: str, body: dict) -> tuple[int, d
     def boot() -> None:
         if callable(state.on_insert):
             state.on_insert(name, record)
+        # creationTimestamp and lastStartTimestamp: the instance runs from its creation
+        # (tests/fake_compute.py's docstring).
+        record["created"] = record["started"] = _now_iso()
         record["status"] = "RUNNING"
 
     return 200, new_operation(state, project, zone, "insert", name, state.other_seconds, apply=boot)

@@ -5,10 +5,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from tfcluster import ledger
 from tfcluster.backends import docker
 from tfcluster.config import Settings
 from tfcluster.errors import ClusterError
@@ -168,6 +170,20 @@ class Backend:
 
     def vm_rows(self, cluster: ClusterState, settings: Settings) -> list[VmRow]:
         """One row per cloud VM with its state and cost so far. Default: no VMs that bill."""
+        return []
+
+    def spend_sync(self, cluster: ClusterState, settings: Settings, book: ledger.Ledger, own: str = "",
+                   run: str = "") -> list[str]:
+        """Append to ``book`` (tfcluster/ledger.py) the machines' starts and stops it lacks, and the
+        prices in use; return where it disagrees with the cloud's own record (one line each). ``own``:
+        what tfcluster itself just did (ledger.START at `up`, ledger.DELETE at `down`); ``run``: the run
+        active. Default (own hosts, this machine): each host counts from `up` to `down`, on this
+        machine's clock, with no prices."""
+        if own in (ledger.START, ledger.DELETE):
+            now = time.time()
+            running = {name for name, _, _, still in ledger.spells_of(book.events(), now) if still}
+            book.append([ledger.Event(now, host.name, own, ledger.OWN, run, f"invoke {'up' if own == ledger.START else 'down'}")
+                         for host in cluster.hosts if (own == ledger.START) != (host.name in running)])
         return []
 
     def set_idle(self, cluster: ClusterState, idle_minutes: int, action: str) -> None:

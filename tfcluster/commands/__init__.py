@@ -3,6 +3,7 @@
 check: the prerequisites of up. offers: the zones that offer a GPU, priced. cluster: up, status, idle, down. train: a new run (attempts: its live loop; maintenance: an attempt ended by host maintenance;
 run_summary: the table it ends with). runs: logs, stop.
 tune: a hyperparameter search (tune_loop: its live loop; tune_plans: its processes and trials).
+spend: the cost ledger in status, down and the run summary, and costs.
 results: data, pull, tensorboard. image: image build. common: what they share. Commands may import launch,
 backends, state, config, errors, tfconfig, ui and trainer.events; nothing imports commands
 but tasks.py. They raise TfClusterError subclasses for anything the user can fix.
@@ -15,8 +16,9 @@ from tfcluster.commands.image import build_image
 from tfcluster.commands.offers import offers
 from tfcluster.commands.results import data, pull, tensorboard_logdir
 from tfcluster.commands.runs import logs, stop
+from tfcluster.commands.spend import costs
 from tfcluster.commands.train import TrainRequest, ensure_synthetic_data, resume, train
 from tfcluster.commands.tune import TuneRequest, tune
 
-__all__ = ["TrainRequest", "TuneRequest", "tune", "build_image", "check", "data", "down", "ensure_synthetic_data", "idle", "logs", "offers", "pull", "resume", "run_state",
+__all__ = ["TrainRequest", "TuneRequest", "tune", "build_image", "check", "costs", "data", "down", "ensure_synthetic_data", "idle", "logs", "offers", "pull", "resume", "run_state",
            "status", "stop", "tensorboard_logdir", "train", "up"]

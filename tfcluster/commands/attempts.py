@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from rich.status import Status
 
-from tfcluster import launch, stall, tflog, throughput, ui
-from tfcluster.commands import maintenance, restage, run_summary
+from tfcluster import launch, ledger, stall, tflog, throughput, ui
+from tfcluster.commands import maintenance, restage, run_summary, spend
 from tfcluster.commands.common import console
 from tfcluster.config import Settings
 from tfcluster.backends.base import Preemption
@@ -119,7 +119,8 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
         throughput.tensorboard_scalars(run.summary["throughput"], run.summary["scaling"]))
     if tensorboard is not None:
         tensorboard = _publish_throughput(store, run, tensorboard)
-    run_summary.print_summary(run, progress, time.time() - started, tensorboard)
+    run_summary.print_summary(run, progress, time.time() - started, tensorboard,
+                              spend.run_cost(store, backend, settings, run))
     if failure is not None and failure.stall is not None:
         hung = plans[failure.stall.worker]
         raise TrainingFailed(f"run {run.run_id} failed: it stalled, {hung.name} ({hung.task}) made no progress "
@@ -202,6 +203,7 @@ def _bring_back(settings: Settings, store: StateStore, backend, run: RunRecord, 
         _finish(settings, store, run, "failed", progress, started)
         raise TrainingFailed(f"run {run.run_id} failed: {error}; no worker process is left running; resume "
                              f"it later with `invoke train --resume {run.run_id}`") from None
+    spend.sync(store, backend, cluster, settings, own=ledger.START, run=run.run_id)  # The halts and starts.
     for item in records:
         if item["attempt"] == attempt:
             item.setdefault("restarted_at", time.time())
@@ -354,9 +356,16 @@ def _finish(settings: Settings, store, run: RunRecord, outcome: str, progress: l
         "wall_seconds": round(run.ended_at - started, 2),
         "preemptions": list(progress.preemptions),
         "maintenance": list(progress.maintenance),
+        "redone_seconds": _redone(progress),
         **_speed(settings, store, run, progress),
     }
     store.save_run(run)
+
+
+def _redone(progress: launch.Progress) -> float:
+    """Seconds of the chief's steps done again after restarts (the cost ledger prices them)."""
+    chief = progress.throughput.clocks.get(0)
+    return round(ledger.redone_seconds(chief.samples, chief.median_step_seconds), 2) if chief else 0.0
 
 
 def _publish_throughput(store: StateStore, run: RunRecord, local_dir) -> str:

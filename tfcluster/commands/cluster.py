@@ -6,10 +6,11 @@ import dataclasses
 import shlex
 import time
 
-from tfcluster import tfconfig, ui
+from tfcluster import ledger, tfconfig, ui
 from tfcluster.backends import Backend
 from tfcluster.commands.common import (backend_for_cluster, backend_named, console,
                                        require_cluster, run_state, run_statuses)
+from tfcluster.commands import spend
 from tfcluster.commands.runs import report_preemptions, stop_active_run
 from tfcluster.commands.tune_plans import read_book
 from tfcluster.config import Settings, parse_int
@@ -32,6 +33,7 @@ def up(settings: Settings) -> ClusterState:
         backend = backend_named(existing.backend, store)
         backend.refresh(existing, settings)
         store.save_cluster(existing)  # Addresses and host keys may have changed.
+        spend.sync(store, backend, existing, settings, own=ledger.START)
         console.print(f"Cluster [bold]{existing.name}[/] is already up: {existing.workers} "
                       f"{existing.backend} workers. Nothing re-created.")
         _pre_pull(store, backend, existing, settings.image)
@@ -40,6 +42,7 @@ def up(settings: Settings) -> ClusterState:
                         f"with {settings.workers} workers..."):
         cluster = backend_named(settings.backend, store).up(settings, None)
         store.save_cluster(cluster)
+        spend.sync(store, backend_named(cluster.backend, store), cluster, settings, own=ledger.START)
     console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is up: {cluster.workers} "
                   f"{cluster.backend} workers ({', '.join(h.endpoint for h in cluster.hosts)}).")
     _pre_pull(store, backend_named(cluster.backend, store), cluster, settings.image)
@@ -81,6 +84,8 @@ def status(settings: Settings) -> dict:
         for row in rows:
             vms.add_row(row.name, row.status, ui.duration(row.uptime_seconds), f"${row.cost_so_far:.2f}")
         console.print(vms)
+    if cluster.status == "up":
+        spend.print_status(store, backend, cluster, settings)
     _print_watchdog(backend, cluster)
     run = store.latest_run()
     if run is None:
@@ -196,8 +201,10 @@ def down(settings: Settings, keep: bool = False, delete_bucket: bool = False) ->
         raise ClusterError(f"could not end {len(leftovers)} process(es) of cluster '{cluster.name}': "
                            f"{'; '.join(leftovers)}; kill them by hand, then run `invoke down` again")
     _remove_containers(backend, reachable)
+    spend.sync(store, backend, cluster, settings)  # The last starts and stops, while Compute still lists the VMs.
     backend.teardown(reachable, keep, delete_bucket)
     store.remove_cluster()
+    spend.print_final(store, backend, cluster, settings)
     for record in cluster.hosts:
         if record.name in gone:
             _print_left_on_host(cluster, record, gone[record.name])

@@ -10,7 +10,8 @@ from tfcluster.commands.common import console
 from tfcluster.state import RunRecord
 
 
-def print_summary(run: RunRecord, progress: launch.Progress, wall: float, tensorboard=None) -> None:
+def print_summary(run: RunRecord, progress: launch.Progress, wall: float, tensorboard=None,
+                  cost: str | None = None) -> None:
     _print_throughput(run.summary["throughput"])
     table = ui.table(f"Run {run.run_id}: {run.outcome}", ["", ""])
     table.show_header = False
@@ -55,6 +56,8 @@ def print_summary(run: RunRecord, progress: launch.Progress, wall: float, tensor
     if progress.saved_model_path:
         table.add_row("SavedModel", progress.saved_model_path)
     table.add_row("wall time", ui.duration(wall))
+    if cost:
+        table.add_row("cost", cost)
     console.print(table)
     if progress.signatures:
         console.print(f"Signatures of {progress.saved_model_path}:", soft_wrap=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tfcluster.backends.base import Finding, Preemption, VmRow
 from tfcluster.backends.gcp import check as prerequisites
-from tfcluster.backends.gcp import docker_login, failover, vm_control
+from tfcluster.backends.gcp import docker_login, failover, ledger_events, vm_control
 from tfcluster.backends.gcp.address import detect_operator_cidr
 from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
                                             wait_ready)
@@ -51,7 +51,7 @@ def generate_cluster_key(path: Path, comment: str) -> str:
     return line
 
 
-class GcpBackend(SshBackend):
+class GcpBackend(ledger_events.GcpSpend, SshBackend):
     """Terraform-provisioned GPU VMs reached with the cluster's own SSH key and pinned host keys."""
 
     name = "gcp"
