@@ -98,6 +98,9 @@ class Settings:
     boot_grace_minutes: int = 45
     # gcp: hypervisor deadline (hours after each start) and what it does (STOP or DELETE).
     max_run_hours: int = 12
+    # gcp: the cluster's budget in USD (`up --budget`): the hypervisor deadline stops the VMs before
+    # they bill past it (tfcluster/backends/gcp/budget.py); 0 = none.
+    budget: float = 0.0
     termination_action: str = "STOP"
     # gcp: let `down` delete a bucket that still holds objects.
     bucket_force_destroy: bool = False
@@ -139,6 +142,17 @@ MAX_BOOT_DISK_GB = 2000
 
 def _flag_hint(key: str) -> str:
     return f"invoke.yaml (tfcluster.{key}), INVOKE_TFCLUSTER_{key.upper()} or --{key.replace('_', '-')}"
+
+
+def parse_usd(key: str, value: Any) -> float:
+    """An amount of US dollars >= 0 (0: none) from a flag, YAML or env value, or a ConfigError naming the key."""
+    try:
+        number = float(str(value if value is not None else 0).strip().lstrip("$"))
+    except ValueError:
+        number = -1.0
+    if isinstance(value, bool) or not 0 <= number <= 1e6:
+        raise ConfigError(f"{key} must be an amount of US dollars such as 25 or 7.50, 0 for none (got {value!r})")
+    return number
 
 
 def parse_int(key: str, value: Any, minimum: int) -> int:
@@ -320,6 +334,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         idle_action=idle_action,
         boot_grace_minutes=boot_grace_minutes,
         max_run_hours=max_run_hours,
+        budget=parse_usd("budget", values["budget"]),
         termination_action=termination,
         bucket_force_destroy=parse_bool("bucket_force_destroy", values["bucket_force_destroy"]),
         bucket_retention_days=bucket_retention_days,
