@@ -536,7 +536,8 @@ class Watchdog:
         self._save("state.json", {"boot_id": self.tracker.boot_id, "idle_since": self.tracker.idle_since,
                                   "then_done": self.then_done, "budget_done": self.budget_done})
         self._publish({**asdict(decision), "idle_minutes": settings.idle_minutes, "action": settings.action,
-                       "probes": list(settings.probes), "updated_at": time.time(), "then_stop": ended})
+                       "probes": list(settings.probes), "updated_at": time.time(), "then_stop": ended,
+                       "budget_end": end, "budget_ran_out": spent})
         if ended:
             self.halt(f"{ended}; --then stop")
         elif spent:
