@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import tfcluster.gpus as gpu_table
 from tfcluster.errors import ConfigError
+from tfcluster.money import parse_usd
 
 BACKENDS = ("local", "ssh", "gcp")
 IDLE_ACTIONS = ("stop", "delete")
@@ -98,8 +99,7 @@ class Settings:
     boot_grace_minutes: int = 45
     # gcp: hypervisor deadline (hours after each start) and what it does (STOP or DELETE).
     max_run_hours: int = 12
-    # gcp: the cluster's budget in USD (`up --budget`): the hypervisor deadline stops the VMs before
-    # they bill past it (tfcluster/backends/gcp/budget.py); 0 = none.
+    # gcp: the cluster's cap in USD (`up --budget`; the deadline of tfcluster/backends/gcp/budget.py); 0 = none.
     budget: float = 0.0
     termination_action: str = "STOP"
     # gcp: let `down` delete a bucket that still holds objects.
@@ -142,17 +142,6 @@ MAX_BOOT_DISK_GB = 2000
 
 def _flag_hint(key: str) -> str:
     return f"invoke.yaml (tfcluster.{key}), INVOKE_TFCLUSTER_{key.upper()} or --{key.replace('_', '-')}"
-
-
-def parse_usd(key: str, value: Any) -> float:
-    """An amount of US dollars >= 0 (0: none) from a flag, YAML or env value, or a ConfigError naming the key."""
-    try:
-        number = float(str(value if value is not None else 0).strip().lstrip("$"))
-    except ValueError:
-        number = -1.0
-    if isinstance(value, bool) or not 0 <= number <= 1e6:
-        raise ConfigError(f"{key} must be an amount of US dollars such as 25 or 7.50, 0 for none (got {value!r})")
-    return number
 
 
 def parse_int(key: str, value: Any, minimum: int) -> int:
@@ -333,8 +322,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         idle_minutes=idle_minutes,
         idle_action=idle_action,
         boot_grace_minutes=boot_grace_minutes,
-        max_run_hours=max_run_hours,
-        budget=parse_usd("budget", values["budget"]),
+        max_run_hours=max_run_hours, budget=parse_usd("budget", values["budget"]),
         termination_action=termination,
         bucket_force_destroy=parse_bool("bucket_force_destroy", values["bucket_force_destroy"]),
         bucket_retention_days=bucket_retention_days,

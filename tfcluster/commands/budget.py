@@ -18,6 +18,7 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from tfcluster.money import usd
 from tfcluster.steptime import StepClock
 
 # Steps the run makes before its cost is projected (the median needs a few intervals).
@@ -85,8 +86,3 @@ class RunBudget:
                         f"{usd(self.usd)}; the largest run that fits is {fit} steps{epochs}; the run is stopped and "
                         f"its last backup kept: `invoke train --resume {self.run_id}` continues it")
         return None
-
-
-def usd(amount: float) -> str:
-    """Dollars to the cent, or to a hundredth of a cent below ten cents (a short run's cost)."""
-    return f"${amount:.2f}" if amount >= 0.1 else f"${amount:.4f}"

@@ -17,8 +17,9 @@ from tfcluster.commands.attempts import clock, run_attempts
 from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
                                        stop_processes)
 from tfcluster.commands.budget import RunBudget
-from tfcluster.config import Settings, parse_image, parse_int, parse_usd
+from tfcluster.config import Settings, parse_image, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError, TrainingFailed
+from tfcluster.money import parse_usd
 from tfcluster.state import ClusterState, RunRecord, StateStore
 
 
