@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -226,9 +227,10 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     backend.set_budget_end(cluster, budget.end_time if budget else None)  # Halts the VMs then, laptop or not.
     try:
         return _run(settings, store, backend, run, plans, request, limit, then, retries, budget)
-    finally:
-        if budget is not None:
-            backend.set_budget_end(cluster, None)  # The launcher is here to the end: no halt is left armed.
+    finally:  # The launcher saw the run end: no halt is left armed (best effort: --then down took the VMs).
+        if budget is not None and (still := store.load_cluster()) is not None:
+            with contextlib.suppress(TfClusterError):
+                backend.set_budget_end(still, None)
 
 
 def _run(settings: Settings, store: StateStore, backend, run: RunRecord, plans, request: TrainRequest,
