@@ -51,6 +51,7 @@ def _user_errors(body):
             "idle_minutes": "idle watchdog: minutes before acting, 0 = off (default 30)",
             "idle_action": "idle watchdog: stop or delete (default stop)",
             "max_run_hours": "gcp: hypervisor deadline in hours (default 12)",
+            "budget": "gcp: cap the cluster at USD: each VM's hypervisor deadline is set so it cannot bill past it",
             "image": "container image the workers run in; pulled on every host now",
             "boot_image": "gcp: VM boot image, projects/P/global/images/NAME or .../family/FAMILY"})
 @_user_errors
@@ -62,7 +63,7 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        gpu_count: Optional[int] = None, machine_type: Optional[str] = None, spot: bool = False,
        operator_cidr: Optional[str] = None, idle_minutes: Optional[int] = None,
        idle_action: Optional[str] = None, max_run_hours: Optional[int] = None,
-       image: Optional[str] = None, boot_image: Optional[str] = None):
+       image: Optional[str] = None, boot_image: Optional[str] = None, budget: Optional[str] = None):
     """Create the cluster. Idempotent: running it twice changes nothing."""
     install_watchdog = True if idle_minutes is not None and (backend or c.config.tfcluster.backend) == "ssh" else None
     if hosts and workers is None and backend in (None, "ssh"):
@@ -74,7 +75,7 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
                           machine_type=machine_type, spot=spot or None, operator_cidr=operator_cidr,
                           idle_minutes=idle_minutes, idle_action=idle_action,
                           max_run_hours=max_run_hours, install_watchdog=install_watchdog, image=image,
-                          boot_image=boot_image))
+                          boot_image=boot_image, budget=budget))
 
 
 @task(help={
@@ -93,6 +94,8 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
                      "20 median steps, or 30 min and 3 x the longest gap between a script's lines); 0 = off",
     "then": "stop (gcp): halt the VMs, down: remove the cluster, when the run ends, succeeded or failed "
             "(not after Ctrl-C); with the laptop gone each VM halts itself",
+    "budget": "cap the run at USD (gcp): after 20 steps a run projected over it stops, backed up, and exits 2; "
+              "the VMs halt at the budget's end time, laptop or not",
     "resume": "bring back run RUN (e.g. after a preemption while no launcher ran): restart its stopped "
               "VMs and resume it from its backup",
 })
@@ -101,7 +104,7 @@ def train(c, workers: Optional[int] = None, script: Optional[str] = None,
           project: Optional[str] = None, retries: Optional[int] = None, dry_run: bool = False,
           keras: Optional[str] = None, verbose: bool = False, cluster: Optional[str] = None,
           image: Optional[str] = None, resume: Optional[str] = None, stall_minutes: Optional[int] = None,
-          then: Optional[str] = None):
+          then: Optional[str] = None, budget: Optional[str] = None):
     """Train on the cluster; arguments after `--` go to the trainer (e.g. -- --epochs 5)."""
     settings = _settings(c, cluster=cluster, keras=keras)
     if resume:
@@ -113,7 +116,7 @@ def train(c, workers: Optional[int] = None, script: Optional[str] = None,
     commands.train(settings, commands.TrainRequest(
         workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
         retries=retries, dry_run=dry_run, keras=keras, verbose=verbose, image=image,
-        stall_minutes=stall_minutes, then=then))
+        stall_minutes=stall_minutes, then=then, budget=budget))
 
 
 @task(help={

@@ -29,7 +29,9 @@ Every poll (at most 60 s apart) it reads its settings afresh, so a change from t
 - ``idle_minutes = 0`` disables it (the hypervisor deadline, max_run_duration, still applies);
 - ``then_stop`` (`train --then stop|down`) halts the machine as soon as that run's end is recorded
   here, laptop or not: its newest attempt's exit file (the launcher's wrapper writes it) reads 0,
-  or any code on the last attempt the launcher allows. Once per run: a restarted VM stays up.
+  or any code on the last attempt the launcher allows. Once per run: a restarted VM stays up;
+- ``budget_end`` (`train --budget`) halts the machine at that Unix time, laptop or not. Once per
+  end time, as ``then_stop``.
 
 A failing probe is logged and read as "no activity seen": a broken probe must not keep a
 forgotten VM billing forever. Nothing a probe or a settings source does can kill the loop.
@@ -79,6 +81,8 @@ class Settings:
     # `train --then stop|down`: {"run": id, "folder": the run's folder on this machine,
     # "last_attempt": N}; the machine halts when that run's end is recorded (None: no such run).
     then_stop: dict | None = None
+    # `train --budget`: the Unix time the run's budget runs out; the machine halts then (None: none).
+    budget_end: float | None = None
 
 
 def parse_settings(raw: dict) -> Settings:
@@ -116,6 +120,8 @@ def parse_settings(raw: dict) -> Settings:
                 and int(then.get("last_attempt", 0)) >= 1):
             raise ValueError(f"then_stop must name a run, its folder and its last attempt (got {raw['then_stop']!r})")
         settings.then_stop = then
+    if raw.get("budget_end") not in (None, ""):
+        settings.budget_end = float(raw["budget_end"])
     return settings
 
 
@@ -386,6 +392,7 @@ class Gce:
             "boot_grace_minutes": self.attribute("tfcluster-boot-grace-minutes"),
             "stall_minutes": self.attribute("tfcluster-stall-minutes"),
             "then_stop": self.attribute("tfcluster-then-stop"),
+            "budget_end": self.attribute("tfcluster-budget-end"),
         })
 
     def delete_self(self) -> str:
@@ -429,6 +436,7 @@ class Watchdog:
         self.tracker = IdleTracker(clock, saved.get("boot_id", ""), saved.get("idle_since"))
         # The run whose end this machine already halted for (--then stop acts once per run).
         self.then_done: str | None = saved.get("then_done")
+        self.budget_done: float | None = saved.get("budget_done")  # The budget end it halted for.
         self.settings = Settings()
         # Why the last delete was refused, shown by `invoke status` (None: no refusal).
         self.refused: str | None = None
@@ -454,7 +462,7 @@ class Watchdog:
                 return self.gce.settings()
             raw = json.loads(Path(self.args.config).read_text())
             return parse_settings({key: raw.get(key) for key in ("idle_minutes", "action", "probes", "gpu_threshold",
-                                                                  "stall_minutes", "then_stop")})
+                                                                  "stall_minutes", "then_stop", "budget_end")})
         except Exception as error:  # noqa: BLE001 - keep the last good settings
             self.log(f"cannot read settings ({type(error).__name__}: {error}); keeping the last good ones")
             return self.settings
@@ -521,12 +529,19 @@ class Watchdog:
         ended = run_ended(then) if then and then["run"] != self.then_done else None
         if ended:
             self.then_done = then["run"]
+        end = settings.budget_end
+        spent = end is not None and end != self.budget_done and self.tracker.clock() >= end
+        if spent:
+            self.budget_done = end
         self._save("state.json", {"boot_id": self.tracker.boot_id, "idle_since": self.tracker.idle_since,
-                                  "then_done": self.then_done})
+                                  "then_done": self.then_done, "budget_done": self.budget_done})
         self._publish({**asdict(decision), "idle_minutes": settings.idle_minutes, "action": settings.action,
-                       "probes": list(settings.probes), "updated_at": time.time(), "then_stop": ended})
+                       "probes": list(settings.probes), "updated_at": time.time(), "then_stop": ended,
+                       "budget_end": end, "budget_ran_out": spent})
         if ended:
             self.halt(f"{ended}; --then stop")
+        elif spent:
+            self.halt(f"the run's --budget ran out at {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(end))}")
         elif decision.act:
             self.act(decision)
         return decision

@@ -32,9 +32,10 @@ resource "google_compute_instance" "worker" {
     provisioning_model          = var.spot ? "SPOT" : "STANDARD"
     preemptible                 = var.spot
     instance_termination_action = var.termination_action
-    # The hypervisor's hard deadline: stops (or deletes) the VM even if nobody is watching.
+    # The hypervisor's hard deadline: stops (or deletes) the VM even if nobody is watching; sooner
+    # when the cluster's budget runs out first (tfcluster/backends/gcp/budget.py).
     max_run_duration {
-      seconds = var.max_run_hours * 3600
+      seconds = var.budget_run_seconds > 0 ? min(var.budget_run_seconds, var.max_run_hours * 3600) : var.max_run_hours * 3600
     }
   }
 
@@ -87,6 +88,7 @@ resource "google_compute_instance" "worker" {
       metadata["tfcluster-idle-action"],
       metadata["tfcluster-stall-minutes"],
       metadata["tfcluster-then-stop"],
+      metadata["tfcluster-budget-end"],
     ]
   }
 

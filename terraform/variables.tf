@@ -213,6 +213,16 @@ variable "max_run_hours" {
   }
 }
 
+variable "budget_run_seconds" {
+  description = "Budget deadline: when set (tfcluster computes it from `up --budget` and the prices), the VMs' max_run_duration is this many seconds if sooner than max_run_hours; 0 means no budget."
+  type        = number
+  default     = 0
+  validation {
+    condition     = var.budget_run_seconds == 0 || (var.budget_run_seconds >= 30 && var.budget_run_seconds == floor(var.budget_run_seconds))
+    error_message = "budget_run_seconds must be 0 (no budget) or a whole number of seconds, at least 30."
+  }
+}
+
 variable "termination_action" {
   description = "What the hypervisor deadline does: STOP or DELETE."
   type        = string

@@ -5,19 +5,22 @@ own defaults (the `tfcluster` login the guest agent makes from ssh-keys, /opt/tf
 ~/.tfcluster-remote). Nothing is overridden but the world around it.
 
 One cluster of 2 VMs lives through one ordered scenario (each step needs the one before):
-up -> train on gs:// -> pull -> idle stop -> up again (restart) -> train again with --then stop (a
-worker killed and resumed, the laptop gone: each VM halts itself at the run's end) -> up -> a run
-hangs and the laptop goes: the VMs delete themselves once it is past its stall limit and idle -> down.
+up -> train on gs:// -> pull -> a run with --budget, the laptop gone: each VM halts itself at the
+budget's end time -> up again (restart) -> train again with --then stop (a worker killed and resumed,
+the laptop gone: each VM halts itself at the run's end) -> up -> a run hangs and the laptop goes: the
+VMs delete themselves once it is past its stall limit and idle -> down.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -186,14 +189,33 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
         "['probabilities'].shape)")], capture_output=True, text=True, timeout=180)
     assert "PRED (2, 4)" in predict.stdout, predict.stdout + predict.stderr[-2000:]
 
-    # ---- idle stop: every VM halts itself and Compute shows it TERMINATED.
+    # ---- a run's budget, and the laptop goes: the budget's end time (in each VM's metadata) arrives
+    # while the run still makes progress, and each VM's watchdog halts its VM: Compute shows it TERMINATED.
     stamp = f"/opt/tfcluster/venv/.installed-tensorflow-{TF_VERSION}-tuner"
     stamp_mtime = machines.exec("default-0", "stat", "-c", "%Y", stamp).stdout
-    idle = cli.run("idle", "--minutes", "1", timeout=120)
-    assert idle.returncode == 0, idle.stdout + idle.stderr
+    rate = float(re.search(r"\(in use\): \$([0-9.]+)/hour", up.stdout).group(1))
+    steady = cli.state_dir.parent / "steady.py"
+    steady.write_text("import time\nimport tfcluster\nfor step in range(1, 100000):\n"
+                      "    tfcluster.progress(step)\n    time.sleep(1)\n")
+    capped = cli.popen("train", "--script", str(steady), "--budget", f"{rate * 75 / 3600:.6f}")  # 75 s.
+    try:
+        capped_dir = wait_for(lambda: cli.runs() and cli.runs()[-1].name != run["run_id"] and cli.runs()[-1],
+                              60, what="the capped run's folder")
+        capped_log = f"/home/tfcluster/.tfcluster-remote/default/runs/{capped_dir.name}/worker-0/worker-0.log"
+        wait_for(lambda: '"progress"' in on_vm(machines, "default-0", capped_log), 120, 1, "the capped run's steps")
+    finally:
+        capped.kill()  # The laptop goes away; the run goes on, busy.
+        capped.communicate(timeout=30)
+    ends = {record["metadata"]["tfcluster-budget-end"] for record in instances(world).values()}
+    end = float(next(iter(ends)))
+    assert len(ends) == 1 and end > time.time(), (ends, time.time())
     wait_for(lambda: all(r["status"] == "TERMINATED" for r in instances(world).values()), 300, 2,
-             "the watchdogs to stop the idle VMs")
+             "the watchdogs to halt the VMs at the run's budget end time")
+    assert end - 1 <= time.time() <= end + 30 + 30  # At the end time, within a poll (startup.sh's 30 s).
     assert not any(machines.running(name) for name in names)
+    for name in names:  # What each watchdog published just before it halted.
+        last = json.loads(machines.metadata.history(name, "tfcluster/watchdog")[-1])
+        assert last["budget_end"] == end and last["budget_ran_out"] is True, last
 
     # ---- up again: the same VMs start, on new external addresses, with their deadline, and
     # their host keys are published again (guest attributes did not survive the stop) and accepted.
@@ -218,8 +240,8 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
     # the backup. Then the laptop goes away: each VM halts itself once the run's end is recorded on it.
     launcher = cli.popen("train", "--retries", "1", "--then", "stop", "--", "--epochs", "3")
     try:
-        run_dir = wait_for(lambda: cli.runs() and cli.runs()[-1].name != run["run_id"] and cli.runs()[-1],
-                           60, what="the second run's folder")
+        run_dir = wait_for(lambda: cli.runs() and cli.runs()[-1].name not in (run["run_id"], capped_dir.name)
+                           and cli.runs()[-1], 60, what="the third run's folder")
         remote = f"/home/tfcluster/.tfcluster-remote/default/runs/{run_dir.name}"
         chief_log = f"{remote}/worker-0/worker-0.log"
 
@@ -242,9 +264,9 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
     assert cli.run("up", timeout=900).returncode == 0  # Back up; the same run's end does not halt them again.
     attempt_2 = on_vm(machines, "default-0", chief_log).split("attempt 2 on", 1)[1]
     assert next(e for e in events_of(attempt_2) if e["event"] == "first_step")["epoch"] > 1  # From the backup.
-    for name in names:  # Each watchdog remembers the run it halted for (state on the boot disk).
+    for name in names:  # Each watchdog remembers the run and the budget end it halted for (boot disk).
         state = json.loads(machines.exec(name, "cat", "/var/lib/tfcluster/state.json").stdout)
-        assert state["then_done"] == run_dir.name
+        assert state["then_done"] == run_dir.name and state["budget_done"] == end
 
     # ---- a run that hangs, and the laptop goes: each VM's watchdog counts the run as idle once its
     # last progress is older than --stall-minutes (handed to the VMs through their metadata), then

@@ -7,6 +7,7 @@ import json
 import re
 import subprocess
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -411,6 +412,26 @@ def test_missing_terraform_and_credentials(tmp_path, synthetic_data, fake_comput
     assert "gpu must be one of t4, v100, l4, a100, a100-80gb, h100 (got 'a200')" in bad_gpu.stderr
 
 
+# 300 steps of 20 ms reported with their total; the chief backs up every 5 steps (and would resume from it).
+BUDGET_SCRIPT = """
+import json, os, time
+from pathlib import Path
+backup = Path("budget-backup.json").resolve()
+chief = os.environ["TFCLUSTER_WORKER_INDEX"] == "0"
+start = json.loads(backup.read_text())["step"] if backup.exists() else 0
+print("STEPS", os.environ["TFCLUSTER_WORKER_INDEX"], flush=True)
+if chief:
+    print("BACKUP", backup, flush=True)
+for step in range(start + 1, 301):
+    time.sleep(0.02)
+    if chief and step % 5 == 0:
+        backup.write_text(json.dumps({"step": step}))
+    print("TFCLUSTER_EVENT " + json.dumps({"event": "progress", "step": step, "total": 300, "time": time.time()}),
+          flush=True)
+print("DONE", step, flush=True)
+"""
+
+
 @needs_hosts
 def test_idle_control_status_and_restart_of_stopped_vms(gcp_cli):
     assert gcp_cli.run("up", timeout=180).returncode == 0
@@ -451,13 +472,22 @@ def test_idle_control_status_and_restart_of_stopped_vms(gcp_cli):
     assert all(vm["max_run_seconds"] == 12 * 3600 for vm in instances.values())
     calls_before = terraform_calls(gcp_cli)
     mark = len(gcp_cli.compute.state.requests)
-    again = gcp_cli.run("up", timeout=120)
+    # With the cluster's budget (`up --budget`): each VM's deadline is what the budget buys at the cluster's
+    # rate (spent: none counted, the VMs stopped with no stop time known), never more than max_run_hours.
+    again = gcp_cli.run("up", "--budget", "4", timeout=120)
     assert again.returncode == 0, again.stdout + again.stderr
-    assert "starting 2 stopped VM(s): default-0, default-1; the hypervisor deadline (12 h, STOP) is set again " \
-        "first" in again.stdout
+    status = gcp_cli.run("status")
+    rate = float(re.search(r"\(in use\): \$([0-9.]+)/hour", status.stdout).group(1))  # As `up` prints it.
+    seconds = instances["default-0"]["max_run_seconds"]
+    assert abs(seconds - 4 / rate * 3600) < 0.01 * seconds and seconds < 12 * 3600, (seconds, rate)
+    assert f"starting 2 stopped VM(s): default-0, default-1; the hypervisor deadline ({seconds / 3600:.4g} h, STOP) " \
+        "is set again first" in again.stdout
     assert terraform_calls(gcp_cli) == calls_before  # Nothing re-created, no apply that could stop VMs.
     assert all(vm["status"] == "RUNNING" for vm in instances.values())
-    assert all(vm["max_run_seconds"] == 12 * 3600 and vm["termination_action"] == "STOP" for vm in instances.values())
+    assert all(vm["max_run_seconds"] == seconds and vm["termination_action"] == "STOP" for vm in instances.values())
+    # Kept in the tfvars, for a VM re-created by a targeted apply.
+    assert json.loads((gcp_cli.state_dir / "gcp" / "default" / "terraform.tfvars.json").read_text())[
+        "budget_run_seconds"] == seconds
     for index in (0, 1):
         verbs = [r["path"].rsplit("/", 1)[1] for r in gcp_cli.compute.state.requests[mark:]
                  if f"/instances/default-{index}/" in r["path"] and r["method"] == "POST"]
@@ -468,16 +498,35 @@ def test_idle_control_status_and_restart_of_stopped_vms(gcp_cli):
         assert vm["guest"]["tfcluster/ready"] == vm["metadata"]["tfcluster-boot-nonce"] + ":ok"
     assert [h["ssh_address"] for h in gcp_cli.cluster()["hosts"]] == new_ips
     assert all(vm["metadata"]["tfcluster-idle-minutes"] == "30" for vm in instances.values())  # --off undone.
-    status = gcp_cli.run("status")
-    # A fresh 12 h hypervisor deadline (the stop cleared the old one), for both VMs: within the hour
-    # however slow the machine. (The watchdog column has its own "(in ...)".)
-    fresh = re.findall(r"\(in (?:11h\d\dm|12h00m)", status.stdout)
+    # A fresh hypervisor deadline (the stop cleared the old one), the budget's 2.7 h, for both VMs. (The
+    # watchdog column has its own "(in ...)".)
+    fresh = re.findall(r"\(in 2h(?:3\d|4\d)m", status.stdout)
     assert status.returncode == 0 and len(fresh) == 2, status.stdout
     assert "unreachable" not in status.stdout
-    script = gcp_cli.state_dir.parent / "hello.py"
-    script.write_text("print('HELLO')\n")
-    train = gcp_cli.run("train", "--script", str(script), timeout=120)  # Over SSH to the new addresses.
-    assert train.returncode == 0 and train.stdout.count("HELLO") == 2, train.stdout + train.stderr
+    # A run's budget (`train --budget`): after 20 steps the projection is over it, so the run stops, its
+    # backup kept, with exit 2 and one line.
+    steps = gcp_cli.state_dir.parent / "steps.py"
+    steps.write_text(BUDGET_SCRIPT)
+    over = gcp_cli.run("train", "--script", str(steps), "--budget", "0.002", timeout=120)  # Over SSH, new addresses.
+    lines = over.stderr.strip().splitlines()
+    assert over.returncode == 2 and len(lines) == 1 and "STEPS 1" in over.stdout, over.stdout + over.stderr
+    run_id = gcp_cli.latest_run()[1]["run_id"]
+    assert re.fullmatch(
+        rf"error: run {run_id} projected at \$[0-9.]+ at step (\d+) \(median step 0\.0\d+ s × \d+ steps left × "
+        rf"\${rate:.2f}/h \+ \$[0-9.]+ spent\) is over --budget \$0\.0020; the largest run that fits is \d+ "
+        rf"steps; the run is stopped and its last backup kept: `invoke train --resume {run_id}` continues it",
+        lines[0]), lines[0]
+    projected_at = int(re.search(r"at step (\d+)", lines[0]).group(1))
+    assert 20 <= projected_at < 100 and gcp_cli.latest_run()[1]["outcome"] == "stopped"
+    # The budget's end time reached each VM's metadata for the run, and was cleared at its end.
+    ends = {int(item["value"]) for r in gcp_cli.compute.state.requests if r["path"].endswith("/setMetadata")
+            for item in (r["body"] or {}).get("items", []) if item["key"] == "tfcluster-budget-end" and item["value"]}
+    assert len(ends) == 1 and abs(ends.pop() - time.time() - 0.002 / rate * 3600) < 60, ends
+    assert all(vm["metadata"]["tfcluster-budget-end"] == "" for vm in instances.values())
+    # Its backup (in the chief's run folder) is there, from at or after the projection, for `train --resume`
+    # (which tests/test_spot.py exercises on a run whose VM was preempted).
+    backup = Path(re.search(r"BACKUP (\S+)", over.stdout).group(1))
+    assert json.loads(backup.read_text())["step"] >= projected_at - 5
 
 
 @needs_hosts

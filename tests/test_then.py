@@ -54,3 +54,16 @@ def test_then_stop_is_refused_where_the_machines_are_not_tfclusters_to_halt(cli,
         "error: --then stop halts cloud VMs, and the local backend's machines are not tfcluster's to halt; use "
         "--then down to remove the cluster when the run ends"], result.stderr
     assert cli.runs() == []  # Nothing started.
+
+
+def test_budget_is_refused_where_there_are_no_prices_and_names_a_bad_amount(cli):
+    """`train --budget` needs the backend's prices: the local backend has none (docs/cost-guards.md#budgets)."""
+    assert cli.run("up", "--workers", "1").returncode == 0
+    for args, message in [(["--budget", "5"], "error: --budget needs the cluster's prices, and the local backend "
+                           "has none (tfcluster does not bill its machines by the hour); drop --budget, or cap the "
+                           "time with --stall-minutes"),
+                          (["--budget", "five"], "error: --budget must be an amount of US dollars such as 25 or 7.50, "
+                           "0 for none (got 'five')")]:
+        result = cli.run("train", *args)
+        assert result.returncode == 2 and result.stderr.strip().splitlines() == [message], result.stderr
+    assert cli.runs() == []  # Nothing started.

@@ -238,3 +238,28 @@ def test_then_stop_refuses_a_setting_without_run_folder_and_attempt(raw):
         watchdog.parse_settings({"then_stop": raw})
     assert watchdog.parse_settings({"then_stop": '{"run": "r", "folder": "/x", "last_attempt": 1}'}).then_stop == \
         {"run": "r", "folder": "/x", "last_attempt": 1}
+
+
+def test_budget_end_halts_the_machine_once_at_that_time(tmp_path, capsys):
+    """`train --budget`: the run's budget end time (re-read each poll) halts the machine even while
+    its job is busy, once: a machine started again later stays up."""
+    config, acted = tmp_path / "config.json", tmp_path / "acted"
+    config.write_text(json.dumps({"idle_minutes": 0, "probes": "jobs", "budget_end": 2000.0}))
+    args = watchdog.parse_args(["--config", str(config), "--state-dir", str(tmp_path / "state"),
+                                "--action-command", f"echo $TFCLUSTER_IDLE_ACTION >> {acted}"])
+    clock = Clock(1990.0)
+    dog = watchdog.Watchdog(args, clock)
+    dog.poll_once()
+    assert not acted.exists()  # Before the end time: nothing.
+    clock.now = 2000.0
+    dog.poll_once()
+    assert acted.read_text() == "stop\n"
+    assert "the run's --budget ran out at 1970-01-01T00:33:20Z: halting" in capsys.readouterr().out
+    status = json.loads((tmp_path / "state" / "status.json").read_text())  # Published before the halt.
+    assert status["budget_end"] == 2000.0 and status["budget_ran_out"] is True
+    clock.now = 2100.0
+    watchdog.Watchdog(args, clock).poll_once()  # Started again (state read back): once per end time.
+    assert acted.read_text() == "stop\n"
+    config.write_text(json.dumps({"idle_minutes": 0, "probes": "jobs", "budget_end": 2050.0}))
+    dog.poll_once()  # A new run's budget, already over: halts again.
+    assert acted.read_text() == "stop\nstop\n"

@@ -16,9 +16,12 @@ import time as _time
 __version__ = "0.1.0"
 
 
-def progress(step: int) -> None:
+def progress(step: int, total=None) -> None:
     """Report that training reached global ``step`` (call it every step or every few; it prints one
-    line, the protocol of trainer/events.py)."""
+    line, the protocol of trainer/events.py); ``total``, the run's steps, lets `train --budget`
+    project its cost."""
     record = {"event": "progress", "step": int(step), "time": round(_time.time(), 3)}
+    if total:
+        record["total"] = int(total)
     _sys.stdout.write("TFCLUSTER_EVENT " + _json.dumps(record, sort_keys=True) + "\n")
     _sys.stdout.flush()

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import tfcluster.gpus as gpu_table
 from tfcluster.errors import ConfigError
+from tfcluster.money import parse_usd
 
 BACKENDS = ("local", "ssh", "gcp")
 IDLE_ACTIONS = ("stop", "delete")
@@ -98,6 +99,8 @@ class Settings:
     boot_grace_minutes: int = 45
     # gcp: hypervisor deadline (hours after each start) and what it does (STOP or DELETE).
     max_run_hours: int = 12
+    # gcp: the cluster's cap in USD (`up --budget`; the deadline of tfcluster/backends/gcp/budget.py); 0 = none.
+    budget: float = 0.0
     termination_action: str = "STOP"
     # gcp: let `down` delete a bucket that still holds objects.
     bucket_force_destroy: bool = False
@@ -321,7 +324,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         idle_minutes=idle_minutes,
         idle_action=idle_action,
         boot_grace_minutes=boot_grace_minutes,
-        max_run_hours=max_run_hours,
+        max_run_hours=max_run_hours, budget=parse_usd("budget", values["budget"]),
         termination_action=termination,
         bucket_force_destroy=parse_bool("bucket_force_destroy", values["bucket_force_destroy"]),
         bucket_retention_days=bucket_retention_days,

@@ -300,10 +300,11 @@ def run_figures(state_dir: Path, cluster: str, run, now: float | None = None) ->
                                               float(run.summary.get("redone_seconds") or 0.0))
 
 
-def cluster_spent_usd(state_dir: Path, cluster: str, now: float | None = None) -> float:
+def cluster_spent_usd(state_dir: Path, cluster: str, now: float | None = None, since: float | None = None) -> float:
     """What ``cluster`` has cost so far (every machine-hour since its first `up`, across restarts),
-    at the prices in use; 0.0 when it has no prices (own hosts) or no ledger yet."""
-    return Ledger(state_dir, cluster).figures(now=now).cost_usd or 0.0
+    at the prices in use; 0.0 when it has no prices (own hosts) or no ledger yet. ``since``: the
+    cluster's creation, so an earlier cluster of the same name (gone with `down`) is not counted."""
+    return Ledger(state_dir, cluster).figures(start=since, now=now).cost_usd or 0.0
 
 
 def ledgers(state_dir: Path) -> list[Ledger]:

@@ -195,6 +195,15 @@ class Backend:
         watchdog, which counts a run stalled past that limit as idle, so the limit holds with the
         laptop gone. Default: nothing to tell, these machines have no watchdog."""
 
+    def hourly_rate(self, cluster: ClusterState, settings) -> float | None:
+        """The whole cluster's USD per hour while it runs, for `train --budget`; None: this backend
+        has no prices (its machines are not billed by the hour through tfcluster)."""
+        return None
+
+    def set_budget_end(self, cluster: ClusterState, end: float | None) -> None:
+        """Hand a run's budget end time (epoch seconds; None: no budget) to every machine's watchdog,
+        which halts its machine then, laptop or not. Default: nothing to tell (no prices, no watchdog)."""
+
     def watchdog_status(self, cluster: ClusterState) -> dict[str, dict | None]:
         """Per worker name: the watchdog's last status, None where none is installed.
         Default: empty, meaning this backend has no watchdog at all."""

@@ -27,10 +27,12 @@ def clock(at: float) -> str:
 
 def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
                  plans: list[launch.WorkerPlan], verbose: bool = False, first_attempt: int = 1,
-                 earlier: list[dict] | None = None, stall_limit: stall.StallLimit | None = None) -> RunRecord:
+                 earlier: list[dict] | None = None, stall_limit: stall.StallLimit | None = None,
+                 budget=None) -> RunRecord:
     """``verbose`` prints every worker line; otherwise TensorFlow's known noise is folded.
     ``first_attempt`` > 1 continues a run (`train --resume`); ``earlier``: its preemptions so far.
-    ``stall_limit``: when an attempt counts as stalled (tfcluster/stall.py; default: its defaults)."""
+    ``stall_limit``: when an attempt counts as stalled (tfcluster/stall.py; default: its defaults).
+    ``budget``: the run's --budget (tfcluster/commands/budget.py RunBudget), or None."""
     stall_limit = stall_limit or stall.StallLimit()
     stalls: list[dict] = []  # Each stall handled, for run.json.
     progress = launch.Progress()
@@ -54,7 +56,9 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
                               "resuming from the last checkpoint[/]")
                 backend.before_retry([plan.host for plan in plans], run.run_id)
             attempt_started = time.time()
-            failure = _one_attempt(settings, plans, attempt, progress, interrupted.is_set, verbose, stall_limit)
+            failure = _one_attempt(settings, plans, attempt, progress,
+                                   lambda: interrupted.is_set() or bool(budget and budget.refusal), verbose,
+                                   stall_limit, budget)
             if failure is None or failure.interrupted:
                 break
             if failure.stall is not None:
@@ -84,6 +88,11 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
             launch.stop_attempt(plans, attempt, settings.stop_grace_seconds)
             if interrupted.is_set():
                 break
+        if budget is not None and budget.refusal and not interrupted.is_set():
+            console.print("[yellow]Over --budget: stopping every worker (the last backup stays)...[/]")
+            launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
+            _finish(settings, store, run, "stopped", progress, started)
+            raise TfClusterError(budget.refusal)  # Exit 2: the run is refused, not failed.
         if interrupted.is_set():
             console.print("\n[yellow]Interrupted: stopping every worker...[/]")
             launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
@@ -213,7 +222,7 @@ def _bring_back(settings: Settings, store: StateStore, backend, run: RunRecord, 
 
 
 def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progress, should_stop,
-                 verbose: bool, stall_limit: stall.StallLimit):
+                 verbose: bool, stall_limit: stall.StallLimit, budget=None):
     waiting = Status(f"Starting {len(plans)} workers (attempt {attempt})...", console=console)
     waiting.start()
     spinning = True
@@ -238,6 +247,9 @@ def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progr
         progress.update(plan, event, attempt)
         if plan.index != 0:
             return
+        note = budget.observe(event) if budget is not None else None
+        if note:
+            console.print(f"[yellow]{note}[/]", soft_wrap=True)
         kind = event["event"]
         if kind == "first_step" and spinning:
             waiting.stop()

@@ -34,17 +34,20 @@ def _runs(state_dir: Path, cluster: str) -> list[RunRecord]:
     return sorted(runs, key=lambda run: run.started_at)
 
 
-def cluster_figures(state_dir: Path, cluster: str, now: float | None = None) -> ledger.Figures:
-    """The cluster's figures since its first `up`, with the work its runs redid after preemptions."""
-    redone = sum(float(run.summary.get("redone_seconds") or 0.0) for run in _runs(state_dir, cluster))
-    return ledger.Ledger(state_dir, cluster).figures(now=now, redone_seconds=redone)
+def cluster_figures(state_dir: Path, cluster: str, now: float | None = None,
+                    since: float | None = None) -> ledger.Figures:
+    """The cluster's figures since its first `up` (``since``: its creation, which leaves out an
+    earlier cluster of the same name), with the work its runs redid after preemptions."""
+    redone = sum(float(run.summary.get("redone_seconds") or 0.0) for run in _runs(state_dir, cluster)
+                 if since is None or run.started_at >= since)
+    return ledger.Ledger(state_dir, cluster).figures(start=since, now=now, redone_seconds=redone)
 
 
 def print_status(store: StateStore, backend, cluster: ClusterState, settings) -> None:
     """`status`: the cluster's spend so far, which a restart does not reset, and any disagreement."""
     latest = store.latest_run()
     disagree = sync(store, backend, cluster, settings, run=latest.run_id if latest and latest.outcome is None else "")
-    figures = cluster_figures(store.root, cluster.name)
+    figures = cluster_figures(store.root, cluster.name, since=cluster.created_at)
     console.print(f"spent so far (since the first `up`, across restarts): {figures.words()}", soft_wrap=True,
                   markup=False)
     if figures.prices:
@@ -57,7 +60,7 @@ def print_status(store: StateStore, backend, cluster: ClusterState, settings) ->
 def print_final(store: StateStore, backend, cluster: ClusterState, settings) -> None:
     """`down`: the deletions recorded, then the cluster's final cost."""
     sync(store, backend, cluster, settings, own=ledger.DELETE)
-    figures = cluster_figures(store.root, cluster.name)
+    figures = cluster_figures(store.root, cluster.name, since=cluster.created_at)
     console.print(f"final cost of cluster {cluster.name}: {figures.words()}", soft_wrap=True, markup=False)
     if figures.prices:
         console.print(figures.source(), soft_wrap=True, markup=False)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -17,8 +18,10 @@ from tfcluster.commands import restage
 from tfcluster.commands.attempts import clock, run_attempts
 from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
                                        stop_processes)
+from tfcluster.commands.budget import RunBudget
 from tfcluster.config import Settings, parse_image, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError, TrainingFailed
+from tfcluster.money import parse_usd
 from tfcluster.state import ClusterState, RunRecord, StateStore
 
 
@@ -46,6 +49,8 @@ class TrainRequest:
     stall_minutes: int | None = None
     # --then: what to do with the cluster when the run ends, succeeded or failed ("down"; None: keep it).
     then: str | None = None
+    # --budget: the run's cap in USD (None or 0: none; tfcluster/commands/budget.py).
+    budget: float | str | None = None
 
 
 # --then stop halts the VMs (disks stay; `invoke up` starts them again); --then down removes the cluster.
@@ -140,6 +145,11 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     script, project = _script_and_project(request)
     keras_env = _keras_env(settings, request, script)
     backend = backend_for_cluster(store, cluster)
+    usd = parse_usd("--budget", request.budget)
+    rate = backend.hourly_rate(cluster, settings) if usd else None
+    if usd and rate is None:
+        raise ConfigError(f"--budget needs the cluster's prices, and the {cluster.backend} backend has none (tfcluster "
+                          "does not bill its machines by the hour); drop --budget, or cap the time with --stall-minutes")
     if then == "stop" and not backend.can_halt_machines:
         raise ConfigError(f"--then stop halts cloud VMs, and the {cluster.backend} backend's machines are not "
                           "tfcluster's to halt; use --then down to remove the cluster when the run ends")
@@ -217,14 +227,28 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
                                                                  "payload": restage.saved(payload),
                                                                  "stall_minutes": limit.minutes}))
     backend.set_stall_minutes(cluster, limit.minutes)  # The watchdogs hold it with the laptop gone.
+    budget = RunBudget(run_id, usd, rate, time.time()) if usd else None
+    backend.set_budget_end(cluster, budget.end_time if budget else None)  # Halts the VMs then, laptop or not.
+    try:
+        return _run(settings, store, backend, run, plans, request, limit, then, retries, budget)
+    finally:  # The launcher saw the run end: no halt is left armed (best effort: --then down took the VMs).
+        if budget is not None and (still := store.load_cluster()) is not None:
+            with contextlib.suppress(TfClusterError):
+                backend.set_budget_end(still, None)
+
+
+def _run(settings: Settings, store: StateStore, backend, run: RunRecord, plans, request: TrainRequest,
+         limit: stall.StallLimit, then: str | None, retries: int, budget: RunBudget | None) -> RunRecord:
+    cluster = store.load_cluster()
     if then is None:
-        return run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit)
+        return run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit,
+                            budget=budget)
     run.summary = {"then": then}  # Known to `status` while the run goes on, laptop or not.
     store.save_run(run)
     if backend.can_halt_machines:  # Each VM halts itself at the run's end if this launcher is gone.
-        backend.arm_then_stop(cluster, run_id, last_attempt=retries + 1)
+        backend.arm_then_stop(cluster, run.run_id, last_attempt=retries + 1)
     try:
-        run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit)
+        run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit, budget=budget)
     except TrainingFailed:
         if run.outcome == "stopped":
             raise  # Ctrl-C: the user is here and decides.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tfcluster.backends.base import Finding, Preemption, VmRow
 from tfcluster.backends.gcp import check as prerequisites
-from tfcluster.backends.gcp import docker_login, failover, ledger_events, vm_control
+from tfcluster.backends.gcp import budget, docker_login, failover, ledger_events, vm_control
 from tfcluster.backends.gcp.address import detect_operator_cidr
 from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
                                             wait_ready)
@@ -51,7 +51,7 @@ def generate_cluster_key(path: Path, comment: str) -> str:
     return line
 
 
-class GcpBackend(ledger_events.GcpSpend, SshBackend):
+class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
     """Terraform-provisioned GPU VMs reached with the cluster's own SSH key and pinned host keys."""
 
     name = "gcp"
@@ -71,6 +71,7 @@ class GcpBackend(ledger_events.GcpSpend, SshBackend):
             "ssh_public_key": public_key, "idle_minutes": settings.idle_minutes,
             "idle_action": settings.idle_action, "boot_grace_minutes": settings.boot_grace_minutes,
             "max_run_hours": settings.max_run_hours, "bucket_retention_days": settings.bucket_retention_days,
+            "budget_run_seconds": 0,  # Set by _create from --budget and the prices (budget.py).
             # Both fixed for good at the first `up` by failover.pin_locations (a zone failover never moves them).
             "bucket_location": settings.bucket_location, "registry_location": "",
             "termination_action": settings.termination_action, "boot_disk_gb": settings.boot_disk_gb,
@@ -112,26 +113,31 @@ class GcpBackend(ledger_events.GcpSpend, SshBackend):
         self._announce(
             f"plan: {settings.workers} x {settings.machine_type} + {settings.gpu_count} x {gpu}"
             f"{' (SPOT)' if settings.spot else ''} in {settings.zone}{others}, bucket, VPC, firewall, service account")
-        for line in self._quote(settings, settings.project, settings.zone, settings.workers, settings.spot).lines():
+        prices = self._quote(settings, settings.project, settings.zone, settings.workers, settings.spot)
+        for line in prices.lines():
             self._announce(line)
+        run_seconds = budget.max_run_seconds(settings.budget, settings.max_run_hours, prices.in_use.total, 0.0)
         self._announce(
             f"safety: idle watchdog {settings.idle_action}s a VM after {settings.idle_minutes} idle minutes"
             f"{' (off)' if not settings.idle_minutes else ''}; hypervisor deadline {settings.termination_action} "
-            f"after {settings.max_run_hours} h; `invoke down` destroys everything")
+            f"after {budget.describe(settings.budget, run_seconds, settings.max_run_hours)}; `invoke down` destroys everything")
         self._announce(bucket_rule(settings.bucket_retention_days))
         operator = settings.operator_cidr or detect_operator_cidr()
         key_file = self.workdir(settings.cluster) / "id_ed25519"
         public_key = generate_cluster_key(key_file, f"tfcluster-{settings.cluster}")
+
+        began = time.time()  # The cluster's creation: its spend counts from here (commands/spend.py).
 
         def record(zone: str) -> None:
             # Recorded before anything is created in a zone: a failed apply can be resumed by `up`
             # or removed by `down`, never forgotten while it bills.
             self._store.save_cluster(ClusterState(name=settings.cluster, backend=self.name, hosts=[],
                                                   status="provisioning", project=settings.project,
-                                                  zone=zone, ssh_key=str(key_file)))
+                                                  zone=zone, ssh_key=str(key_file), created_at=began))
 
         record(zones[0])
-        variables = {**self.variables(settings, public_key, operator), "image": image}
+        variables = {**self.variables(settings, public_key, operator), "image": image,
+                     "budget_run_seconds": run_seconds if settings.budget else 0}
         # Resuming a failed `up`: VMs it already made keep the nonce they booted with (the
         # metadata key is in ignore_changes), so the resumed apply and its readiness keep it too,
         # and the image they booted (a family's newest may have moved on since).
@@ -155,7 +161,7 @@ class GcpBackend(ledger_events.GcpSpend, SshBackend):
         cluster = ClusterState(name=settings.cluster, backend=self.name, hosts=records,
                                ssh_user=settings.gcp_ssh_user, ssh_key=str(key_file),
                                python=settings.python or VM_PYTHON, project=settings.project,
-                               zone=zone, bucket=outputs.bucket, registry=outputs.registry)
+                               zone=zone, bucket=outputs.bucket, registry=outputs.registry, created_at=began)
         self._resolve_roots(cluster, settings.remote_dir)
         self.preflight(cluster, self.hosts(cluster), need_tensorflow=True, image=settings.image)
         return cluster
@@ -266,8 +272,8 @@ class GcpBackend(ledger_events.GcpSpend, SshBackend):
         api = self._api(cluster)
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project)
         with translated(cluster.project, "up"):
-            back = bring_back(cluster, api, terraform, settings.max_run_hours * 3600, settings.termination_action,
-                              settings.ready_timeout_seconds, self._announce)
+            back = bring_back(cluster, api, terraform, self._max_run_seconds(cluster, settings, api, terraform),
+                              settings.termination_action, settings.ready_timeout_seconds, self._announce)
             if back:
                 self._connections.clear()  # New addresses and keys: connect afresh.
             self.set_idle(cluster, settings.idle_minutes, settings.idle_action)
@@ -295,7 +301,7 @@ class GcpBackend(ledger_events.GcpSpend, SshBackend):
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project)
         with translated(cluster.project, "restarting preempted VMs"):
             try:
-                bring_back_waiting(cluster, api, terraform, settings.max_run_hours * 3600,
+                bring_back_waiting(cluster, api, terraform, self._max_run_seconds(cluster, settings, api, terraform),
                                    settings.termination_action, settings.ready_timeout_seconds, self._announce,
                                    settings.capacity_wait_seconds, settings.capacity_tries)
             except ZoneFull as full:  # The whole cluster moves to the next zone, if there is one.

@@ -71,7 +71,7 @@ def bring_back(cluster: ClusterState, api: ComputeApi, terraform: Terraform, max
     no_room: list[str] = []
     if stopped:
         announce(f"starting {len(stopped)} stopped VM(s): {', '.join(stopped)}; the hypervisor deadline "
-                 f"({max_run_seconds // 3600} h, {termination_action}) is set again first")
+                 f"({max_run_seconds / 3600:.4g} h, {termination_action}) is set again first")
 
         def start(name: str) -> None:
             api.set_metadata(zone, name, {NONCE_KEY: nonce})

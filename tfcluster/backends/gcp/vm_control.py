@@ -17,6 +17,8 @@ from tfcluster.state import ClusterState
 THEN_STOP_KEY = "tfcluster-then-stop"
 # The metadata key the VM watchdog reads for the run's --stall-minutes (startup/watchdog.py stall_minutes).
 STALL_KEY = "tfcluster-stall-minutes"
+# The metadata key the VM watchdog reads for the run's budget end time (startup/watchdog.py budget_end).
+BUDGET_END_KEY = "tfcluster-budget-end"
 # What a VM's metadata server says of host maintenance ahead of it ("NONE" when nothing is announced).
 MAINTENANCE_EVENT_URL = "http://metadata.google.internal/computeMetadata/v1/instance/maintenance-event"
 
@@ -36,6 +38,14 @@ def set_stall_minutes(api, cluster: ClusterState, stall_minutes: float | None) -
     value = "" if stall_minutes is None else f"{stall_minutes:g}"
     in_parallel(cluster.hosts, lambda record: api.set_metadata(cluster.zone, record.instance, {STALL_KEY: value}),
                 lambda record: record.name, "setting the stall limit")
+
+
+def set_budget_end(api, cluster: ClusterState, end: float | None) -> None:
+    """`train --budget`: the Unix time each VM's watchdog halts its VM (BUDGET_END_KEY; "" for none).
+    Written at every run, and cleared when the launcher ends it, so one run's end never outlives it."""
+    value = "" if end is None else f"{end:.0f}"
+    in_parallel(cluster.hosts, lambda record: api.set_metadata(cluster.zone, record.instance, {BUDGET_END_KEY: value}),
+                lambda record: record.name, "setting the budget end time")
 
 
 def stop_all(api, cluster: ClusterState) -> list[str]:

@@ -1,0 +1,83 @@
+"""The cluster's dollar budget (`up --budget USD`, tfcluster.budget) as a hypervisor deadline.
+
+At the first `up` and at every restart each VM's max_run_duration is the time the budget still
+buys at the cluster's hourly rate, never more than max_run_hours: Compute Engine stops (or
+deletes) the VMs then, laptop or not, so the cluster cannot bill past the budget while it runs.
+A stop clears the deadline's clock and setScheduling only works on a stopped VM, so restart.py
+writes it again before each start (https://cloud.google.com/compute/docs/instances/limit-vm-runtime).
+What stays billing while the VMs are stopped (disks, the bucket) is outside this deadline.
+"""
+
+from __future__ import annotations
+
+import math
+
+from tfcluster.backends.gcp import vm_control
+from tfcluster.backends.gcp.errors import translated
+from tfcluster.backends.gcp.terraform import Terraform
+
+from tfcluster.errors import ConfigError
+from tfcluster.ledger import Ledger, cluster_spent_usd
+
+# Less budget left than this buys is no run at all: `up` refuses instead of a VM that stops at once
+# (Compute Engine also takes no max_run_duration under 30 s).
+MIN_RUN_SECONDS = 60
+
+
+def max_run_seconds(budget: float | None, max_run_hours: int, cluster_rate: float, spent: float) -> int:
+    """Each VM's max_run_duration in seconds: what ``budget`` minus ``spent`` buys at ``cluster_rate``
+    (USD per hour, every VM running), at most max_run_hours. Raises ConfigError when it buys too little."""
+    cap = max_run_hours * 3600
+    if not budget:
+        return cap
+    left = budget - spent
+    seconds = math.floor(left / cluster_rate * 3600) if cluster_rate > 0 else cap
+    if seconds < MIN_RUN_SECONDS:
+        raise ConfigError(f"the cluster has spent ${spent:.2f} of its --budget ${budget:.2f}: less than a minute "
+                          f"is left at ${cluster_rate:.2f}/hour; raise --budget (tfcluster.budget) or "
+                          "`invoke down`")
+    return min(cap, seconds)
+
+
+def describe(budget: float | None, seconds: int, max_run_hours: int) -> str:
+    """The deadline for `up`'s safety line."""
+    if not budget or seconds >= max_run_hours * 3600:
+        return f"{max_run_hours} h"
+    return f"{seconds / 3600:.2f} h (what --budget ${budget:.2f} buys; max_run_hours {max_run_hours})"
+
+
+def restart_seconds(settings, terraform, prices, spent) -> int:
+    """The deadline restart.py writes before each start: max_run_hours, or what the cluster's budget
+    still buys after ``spent()`` (the cost ledger's total since the first `up`: every start and stop
+    across restarts, and storage). Also kept as the tfvars' budget_run_seconds, so a VM re-created by a
+    targeted apply gets the same. ``prices(applied)``: the cost.Estimate in use for the applied variables."""
+    if not settings.budget:
+        terraform.set_variables({"budget_run_seconds": 0})
+        return settings.max_run_hours * 3600
+    rate = prices(terraform.variables())
+    seconds = max_run_seconds(settings.budget, settings.max_run_hours, rate.total, spent())
+    terraform.set_variables({"budget_run_seconds": seconds})
+    return seconds
+
+
+class GcpBudget:
+    """The budget's part of GcpBackend (mixed in: backend.py holds only the calls)."""
+
+    def _max_run_seconds(self, cluster, settings, api, terraform) -> int:
+        """max_run_hours, or sooner: what the cluster's --budget still buys (budget.py)."""
+        def spent() -> float:  # The ledger brought up to date first: the stops just seen count.
+            self.spend_sync(cluster, settings, Ledger(self._store.root, cluster.name))
+            return cluster_spent_usd(self._store.root, cluster.name, since=cluster.created_at)
+
+        return restart_seconds(settings, terraform, lambda applied: self._quote(
+            settings, cluster.project, cluster.zone, len(cluster.hosts), bool(applied.get("spot")), applied).in_use,
+            spent)
+
+    def hourly_rate(self, cluster, settings) -> float | None:
+        applied = Terraform(self.workdir(cluster.name), project=cluster.project).variables()
+        return self._quote(settings, cluster.project, cluster.zone, len(cluster.hosts), bool(applied.get("spot")),
+                           applied).in_use.total
+
+    def set_budget_end(self, cluster, end: float | None) -> None:
+        with translated(cluster.project, "train"):
+            vm_control.set_budget_end(self._api(cluster), cluster, end)
