@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfcluster import container, launch, stall, ui
+from tfcluster import container, launch, ledger, stall, ui
 from tfcluster.backends import Payload
-from tfcluster.commands import restage
+from tfcluster.commands import restage, spend
 from tfcluster.commands.attempts import clock, run_attempts
 from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
                                        stop_processes)
@@ -269,7 +269,9 @@ def _then(settings: Settings, store: StateStore, backend, run: RunRecord, then: 
         down(settings)
         return
     console.print(f"--then stop: run {run.run_id} {run.outcome}; stopping the VMs...")
-    stopped = backend.stop_machines(store.load_cluster())
+    cluster = store.load_cluster()
+    stopped = backend.stop_machines(cluster)
+    spend.sync(store, backend, cluster, settings, own=ledger.STOP, run=run.run_id)  # Our own stops, as such.
     console.print(f"--then stop: {len(stopped)} VM(s) stopped ({', '.join(stopped) or 'none was running'}); "
                   "their disks and the bucket bill until `invoke down`; `invoke up` starts them again.",
                   soft_wrap=True)
