@@ -537,7 +537,8 @@ class Watchdog:
                                   "then_done": self.then_done, "budget_done": self.budget_done})
         self._publish({**asdict(decision), "idle_minutes": settings.idle_minutes, "action": settings.action,
                        "probes": list(settings.probes), "updated_at": time.time(), "then_stop": ended,
-                       "budget_end": end, "budget_ran_out": spent})
+                       # Once run out, it stays so: a poll during the halt (a slow shutdown) must not say otherwise.
+                       "budget_end": end, "budget_ran_out": end is not None and end == self.budget_done})
         if ended:
             self.halt(f"{ended}; --then stop")
         elif spent:

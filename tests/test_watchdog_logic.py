@@ -257,6 +257,10 @@ def test_budget_end_halts_the_machine_once_at_that_time(tmp_path, capsys):
     assert "the run's --budget ran out at 1970-01-01T00:33:20Z: halting" in capsys.readouterr().out
     status = json.loads((tmp_path / "state" / "status.json").read_text())  # Published before the halt.
     assert status["budget_end"] == 2000.0 and status["budget_ran_out"] is True
+    clock.now = 2030.0
+    dog.poll_once()  # A poll while the halt is still under way (a slow shutdown): no second halt, still run out.
+    status = json.loads((tmp_path / "state" / "status.json").read_text())
+    assert acted.read_text() == "stop\n" and status["budget_ran_out"] is True
     clock.now = 2100.0
     watchdog.Watchdog(args, clock).poll_once()  # Started again (state read back): once per end time.
     assert acted.read_text() == "stop\n"
