@@ -21,6 +21,7 @@ import socket
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -211,11 +212,14 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
     assert len(ends) == 1 and end > time.time(), (ends, time.time())
     wait_for(lambda: all(r["status"] == "TERMINATED" for r in instances(world).values()), 300, 2,
              "the watchdogs to halt the VMs at the run's budget end time")
-    assert end - 1 <= time.time() <= end + 30 + 30  # At the end time, within a poll (startup.sh's 30 s).
     assert not any(machines.running(name) for name in names)
-    for name in names:  # What each watchdog published just before it halted.
-        last = json.loads(machines.metadata.history(name, "tfcluster/watchdog")[-1])
-        assert last["budget_end"] == end and last["budget_ran_out"] is True, last
+    for name, record in instances(world).items():  # Each halted at the end time, within a poll (startup.sh's 30 s).
+        halted = datetime.fromisoformat(record["stopped"]).timestamp()
+        assert end - 1 <= halted <= end + 30 + 30, (name, halted, end)
+        # Its watchdog read the end time from the metadata (the status it publishes is a courtesy: the
+        # state.json check after the restart below is what shows it halted for the budget).
+        assert any(json.loads(value)["budget_end"] == end
+                   for value in machines.metadata.history(name, "tfcluster/watchdog")), name
 
     # ---- up again: the same VMs start, on new external addresses, with their deadline, and
     # their host keys are published again (guest attributes did not survive the stop) and accepted.
