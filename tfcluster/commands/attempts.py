@@ -89,7 +89,7 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
             if interrupted.is_set():
                 break
         if budget is not None and budget.refusal and not interrupted.is_set():
-            console.print("[yellow]Over --budget: stopping every worker (the last backup stays)...[/]")
+            console.print("[yellow]Over --budget: stopping every worker (its backup stays)...[/]")
             launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
             _finish(settings, store, run, "stopped", progress, started)
             raise TfClusterError(budget.refusal)  # Exit 2: the run is refused, not failed.

@@ -6,8 +6,11 @@ launcher projects the run's cost from the shared step clock (tfcluster/steptime.
 
     projected = median step time x steps left x hourly rate + what the run spent so far
 
-and when that is over the budget it stops the run, as a stall does (the trainer's last backup is
-kept), and exits 2 with one line: the projection, and the largest run that fits. What the run spent
+and when that is over the budget it stops the run, as a stall does, and exits 2 with one line: the
+projection, and the largest run that fits. A run that reports step backups (the trainer's
+``--backup-every-steps N``, whose "backup" events say so) is stopped right after its next one, at
+most N steps on; any other keeps its last backup (an epoch end: a multi-worker trainer on CPU cannot
+be made to save on demand). What the run spent
 so far is its time since it started at the cluster's rate. A run that reports no total (a script
 calling ``tfcluster.progress(step)`` without ``total=``) cannot be projected: only the end time caps it.
 """
@@ -45,6 +48,10 @@ class RunBudget:
     checked: bool = False
     # The one-line refusal once the projection is over the budget (None: within it, or not yet known).
     refusal: str | None = None
+    # Whether the chief reports step backups ("backup" events): an over-budget run then stops after its next.
+    backs_up: bool = False
+    # The refusal waiting for that next backup (None: none waiting).
+    waiting: str | None = None
 
     @property
     def end_time(self) -> float:
@@ -60,6 +67,10 @@ class RunBudget:
     def observe(self, event: dict, now: float | None = None) -> str | None:
         """Take one of the chief's events; returns a note to show when the run cannot be projected."""
         self.clock.observe(event)
+        if event.get("event") == "backup":
+            self.backs_up = True
+            if self.waiting:  # Backed up: now it stops.
+                self.refusal, self.waiting = self.waiting, None
         if event.get("event") == "epoch_begin" and event.get("epochs"):
             self.epochs = int(event["epochs"])
         if event.get("event") == "progress" and event.get("total"):
@@ -81,8 +92,13 @@ class RunBudget:
         fit = done + max(0, math.floor((self.usd - spent) * 3600 / (median * self.rate)))
         per_epoch = self.clock.steps_per_epoch
         epochs = f" (--epochs {fit // per_epoch})" if per_epoch and not self.total else ""
-        self.refusal = (f"run {self.run_id} projected at {usd(projected)} at step {done} (median step {median:.3g} s × "
-                        f"{left} steps left × ${self.rate:.2f}/h + {usd(spent)} spent) is over --budget "
-                        f"{usd(self.usd)}; the largest run that fits is {fit} steps{epochs}; the run is stopped and "
-                        f"its last backup kept: `invoke train --resume {self.run_id}` continues it")
+        stop = "after its next backup" if self.backs_up else "and its last backup kept"
+        line = (f"run {self.run_id} projected at {usd(projected)} at step {done} (median step {median:.3g} s × "
+                f"{left} steps left × ${self.rate:.2f}/h + {usd(spent)} spent) is over --budget {usd(self.usd)}; the "
+                f"largest run that fits is {fit} steps{epochs}; the run is stopped {stop}: `invoke train --resume "
+                f"{self.run_id}` continues it")
+        if self.backs_up:
+            self.waiting = line
+        else:
+            self.refusal = line
         return None
