@@ -80,6 +80,9 @@ def test_a_full_zone_and_no_other_is_one_error_and_up_never_moves(fake_compute, 
 
     _vm(fake_compute, "default-1")
     fake_compute.state.start_seconds, fake_compute.state.no_capacity_starts = 0.2, 99
+    workdir = tmp_path / "gcp" / "default"  # What `up` left: the module's variables (restart.py writes the deadline).
+    workdir.mkdir(parents=True)
+    (workdir / "terraform.tfvars.json").write_text(json.dumps({"zone": "us-west1-b", "budget_run_seconds": 0}))
     settings = config.load({"backend": "gcp", "project": "demo-project", "state_dir": str(tmp_path),
                             "capacity_wait_seconds": 1, "capacity_tries": 2}, zone="us-west1-b")
     cluster = ClusterState(name="default", backend="gcp", project="demo-project", zone="us-west1-b", bucket="b",
