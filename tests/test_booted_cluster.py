@@ -317,9 +317,10 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
     assert {name: r["authorization"] for name, r in deletes.items()} == \
         {name: f"Bearer {token_for(accounts[name])}" for name in names}
     stall, idle, poll = 60, 60, 30  # --stall-minutes 1, idle 1 minute, startup.sh's watchdog poll.
-    for name in names:  # Not while it made progress; then within limit + idle (or once the idle minute is
-        # set, if later) + one poll (+ the request).
-        due = max(last_progress[name] + stall + idle, idle_set)
+    for name in names:  # Not while it made progress. The watchdog sees the stall at its first poll past the
+        # limit and counts idleness from that poll (IdleTracker.observe), so it acts at the first poll an idle
+        # minute later, or once the idle minute is set if that comes later: + one poll (+ the request).
+        due = max(last_progress[name] + stall + poll + idle, idle_set)
         assert stall + idle - 1 <= deletes[name]["at"] - last_progress[name] and deletes[name]["at"] <= due + poll + 15, \
             (name, deletes[name]["at"] - last_progress[name], idle_set - last_progress[name])
     assert not machines.vms
