@@ -107,6 +107,18 @@ def test_a_worker_whose_input_waits_is_named_though_its_peers_stopped_at_the_sam
     assert watch.workers[2].waits_for_input is None
 
 
+def test_of_several_workers_waiting_for_input_the_one_whose_buffer_ran_dry_is_named():
+    """The chief, blocked in the all-reduce with a full buffer, can report an input wait at the same
+    step as the starved worker (seen in the Spot world's input hang); its pipeline is further ahead."""
+    watch = StallWatch(StallLimit(minutes=1), [0, 1], now=0.0)
+    for worker in (0, 1):
+        watch.event(worker, {"event": "step", "epoch": 1, "step": 80, "steps": 400, "time": 5.0}, now=5.0)
+    watch.event(0, {"event": "input_wait", "step": 81, "waited_seconds": 20.3, "ahead": 2}, now=25.3)
+    watch.event(1, {"event": "input_wait", "step": 81, "waited_seconds": 20.4, "ahead": -1}, now=25.4)
+    found = watch.check(now=5.0 + 61)
+    assert found is not None and found.worker == 1 and found.waits_for_input == 81
+
+
 class _Keras:
     class callbacks:
         Callback = object
@@ -129,7 +141,7 @@ def test_the_input_watch_reports_a_step_with_no_batch_handed_on_once():
         assert watch.waiting(watch.began_at + 600) is None
     begin(3)  # Nothing comes.
     assert watch.waiting(watch.began_at + 19) is None
-    assert watch.waiting(watch.began_at + 21) == (4, 21)
+    assert watch.waiting(watch.began_at + 21) == (4, 21, -1)  # 3 batches handed on, 4 steps begun: its buffer ran dry.
     assert watch.waiting(watch.began_at + 60) is None  # Once per step.
 
 

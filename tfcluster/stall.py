@@ -92,14 +92,18 @@ class WorkerProgress:
     seen: bool = False
     # The step it said waits for its input (an input_wait event since its last progress), else None.
     waits_for_input: int | None = None
+    # How far its input pipeline was ahead of its steps then (batches handed on minus steps begun):
+    # a peer blocked in the all-reduce may report a wait too, but the starved worker is least ahead.
+    input_ahead: int = 0
 
 
 @dataclass
 class Stall:
     """An attempt that stopped making progress."""
 
-    # Index of the worker that holds the run up: one whose step waits for its input, else the one
-    # whose last progress is oldest (behind in steps, then in time).
+    # Index of the worker that holds the run up: one whose step waits for its input (of several, the
+    # one whose pipeline is least ahead), else the one whose last progress is oldest (behind in steps,
+    # then in time).
     worker: int
     # Seconds since the run's last progress, and the limit it passed.
     quiet_seconds: float
@@ -128,6 +132,7 @@ class StallWatch:
         kind = event.get("event")
         if kind == INPUT_WAIT_EVENT and index in self.workers:
             self.workers[index].waits_for_input = int(event.get("step", 0))
+            self.workers[index].input_ahead = int(event.get("ahead", 0))
             return
         if kind not in PROGRESS_EVENTS or index not in self.workers:
             return
@@ -169,8 +174,8 @@ class StallWatch:
         quiet = at - max(w.at for w in self.workers.values())
         if quiet <= limit:
             return None
-        behind = min(self.workers, key=lambda i: (self.workers[i].waits_for_input is None, self.workers[i].step,
-                                                  self.workers[i].at, i))
+        behind = min(self.workers, key=lambda i: (self.workers[i].waits_for_input is None, self.workers[i].input_ahead,
+                                                  self.workers[i].step, self.workers[i].at, i))
         return Stall(worker=behind, quiet_seconds=quiet, limit_seconds=limit, started=self.started,
                      steps={i: w.step for i, w in self.workers.items()},
                      waits_for_input=self.workers[behind].waits_for_input)

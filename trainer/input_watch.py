@@ -8,6 +8,11 @@ notes when each step begins. A step during which no batch was handed on for ``wa
 reported once as an ``input_wait`` event, which the launcher reads when it names a stalled worker
 (tfcluster/stall.py). It is not progress. Each process's first step is not watched: it includes
 tracing and compilation, which can take minutes on a GPU.
+
+A peer blocked in the all-reduce can report one too: its pipeline, a full buffer ahead, hands on
+nothing while its step cannot finish. So the event also says how far the pipeline is ahead of the
+steps (``ahead``: batches handed on minus steps begun). Every worker takes the same batches per step,
+so among workers waiting at one step the starved one is the least ahead: its buffer ran dry.
 """
 
 from __future__ import annotations
@@ -72,9 +77,9 @@ class InputWatch:
     def stop(self) -> None:
         self._stop.set()
 
-    def waiting(self, now: float) -> tuple[int, float] | None:
-        """(the step, seconds waited) when no batch was handed on since the newest step began,
-        wait_seconds ago or more."""
+    def waiting(self, now: float) -> tuple[int, float, int] | None:
+        """(the step, seconds waited, batches handed on minus steps begun) when no batch was handed
+        on since the newest step began, wait_seconds ago or more."""
         with self._lock:
             if self.begun <= 1 or self.handed > self.handed_at_begin or self.reported == self.begun:
                 return None
@@ -82,13 +87,13 @@ class InputWatch:
             if waited < self.wait_seconds:
                 return None
             self.reported = self.begun
-            return self.step, waited
+            return self.step, waited, self.handed - self.begun
 
     def _run(self) -> None:
         while not self._stop.wait(self.poll_seconds):
             try:
                 found = self.waiting(time.time())
                 if found:
-                    emit("input_wait", step=found[0], waited_seconds=round(found[1], 1))
+                    emit("input_wait", step=found[0], waited_seconds=round(found[1], 1), ahead=found[2])
             except Exception:  # noqa: BLE001 - a diagnostic must never end the training
                 pass
