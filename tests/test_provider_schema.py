@@ -84,7 +84,7 @@ PLANTS = [
         ("google_compute_instance.worker", "cpu_platform", "computed-only")]),
     ("instances.tf", 'dynamic "guest_accelerator"', 'dynamic "guest_accelerators"', [
         ("google_compute_instance.worker", "dynamic.guest_accelerators", "unsupported block type")]),
-    ("instances.tf", "      seconds = var.max_run_hours * 3600", "      second = var.max_run_hours * 3600", [
+    ("instances.tf", "      seconds = var.budget_run_seconds", "      second = var.budget_run_seconds", [
         ("google_compute_instance.worker", "scheduling.max_run_duration.second", "unsupported argument"),
         ("google_compute_instance.worker", "scheduling.max_run_duration.seconds", "missing required argument")]),
     ("instances.tf", "  boot_disk {", "  boot_disks {", [
