@@ -35,17 +35,20 @@ def arm_then_stop(api, cluster: ClusterState, run_id: str, last_attempt: int) ->
 def set_stall_minutes(api, cluster: ClusterState, stall_minutes: float | None) -> None:
     """The run's --stall-minutes for each VM's watchdog (STALL_KEY; "" keeps its default rule).
     Written at every run, so one run's limit never outlives it."""
-    value = "" if stall_minutes is None else f"{stall_minutes:g}"
-    in_parallel(cluster.hosts, lambda record: api.set_metadata(cluster.zone, record.instance, {STALL_KEY: value}),
-                lambda record: record.name, "setting the stall limit")
+    _set_on_every_vm(api, cluster, STALL_KEY, "" if stall_minutes is None else f"{stall_minutes:g}",
+                     "setting the stall limit")
 
 
 def set_budget_end(api, cluster: ClusterState, end: float | None) -> None:
     """`train --budget`: the Unix time each VM's watchdog halts its VM (BUDGET_END_KEY; "" for none).
     Written at every run, and cleared when the launcher ends it, so one run's end never outlives it."""
-    value = "" if end is None else f"{end:.0f}"
-    in_parallel(cluster.hosts, lambda record: api.set_metadata(cluster.zone, record.instance, {BUDGET_END_KEY: value}),
-                lambda record: record.name, "setting the budget end time")
+    _set_on_every_vm(api, cluster, BUDGET_END_KEY, "" if end is None else f"{end:.0f}", "setting the budget end time")
+
+
+def _set_on_every_vm(api, cluster: ClusterState, key: str, value: str, doing: str) -> None:
+    """One metadata value on every VM at once (setMetadata works on running VMs); one error names every VM that failed."""
+    in_parallel(cluster.hosts, lambda record: api.set_metadata(cluster.zone, record.instance, {key: value}),
+                lambda record: record.name, doing)
 
 
 def stop_all(api, cluster: ClusterState) -> list[str]:
