@@ -40,9 +40,11 @@ def _stamp(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def per_vm(rates: pricing.Rates, gpu: str = "nvidia-tesla-t4") -> float:
-    """n1-standard-8 (8 vCPU, 30 GiB) + 1 GPU + 100 GB pd-balanced at the table's $0.10/GB-month."""
-    return 8 * rates.vcpu_hour + 30 * rates.memory_gib_hour + rates.gpu_hour[gpu] + 100 * 0.10 / 730
+def per_vm(rates: pricing.Rates, gpu: str = "nvidia-tesla-t4", spot: bool = False) -> float:
+    """n1-standard-8 (8 vCPU, 30 GiB) + 1 GPU + 100 GB pd-balanced at the table's $0.10/GB-month + its
+    external IPv4 address in use ($0.005 an hour, $0.0025 on a Spot VM: cloud.google.com/vpc/network-pricing)."""
+    return (8 * rates.vcpu_hour + 30 * rates.memory_gib_hour + rates.gpu_hour[gpu] + 100 * 0.10 / 730
+            + (0.0025 if spot else 0.005))
 
 
 def test_sku_matching_takes_the_region_and_usage_type_and_leaves_look_alikes():
@@ -127,7 +129,7 @@ def test_quote_uses_the_catalog_once_a_day_and_the_table_when_it_cannot(world, t
     assert fallback.date == table["date"] and "catalog unavailable: the cloudbilling.googleapis.com API" in fallback.source
     on_demand, spot = cost.table_rates(table)
     assert fallback.on_demand.per_vm == pytest.approx(per_vm(on_demand))
-    assert fallback.spot.per_vm == pytest.approx(per_vm(spot)) and fallback.in_use == fallback.spot
+    assert fallback.spot.per_vm == pytest.approx(per_vm(spot, spot=True)) and fallback.in_use == fallback.spot
     # The failure is remembered for an hour: no new request.
     mark = len(catalog.requests)
     assert "catalog unavailable" in cost.quote(*args, spot=True, cache_dir=tmp_path).source
@@ -138,7 +140,7 @@ def test_quote_uses_the_catalog_once_a_day_and_the_table_when_it_cannot(world, t
     read = cost.quote(*args, spot=False, cache_dir=tmp_path)
     assert read.date == TODAY and read.source.startswith("Cloud Billing Catalog, read now for us-west1")
     assert read.on_demand.per_vm == pytest.approx(per_vm(ON_DEMAND))
-    assert read.spot.per_vm == pytest.approx(per_vm(SPOT))
+    assert read.spot.per_vm == pytest.approx(per_vm(SPOT, spot=True))
     assert read.on_demand.total == pytest.approx(3 * read.on_demand.per_vm) and read.in_use == read.on_demand
     assert read.spot.disk == read.on_demand.disk  # The disk bills the same either way.
     lines = read.lines()
@@ -345,3 +347,76 @@ def test_compute_timestamps_become_events_once_each_with_their_source():
     wrong = first + later + [Event(950.0, "b", "start", ledger.OBSERVED)]
     [line] = ledger_events.disagreements(wrong, seen)
     assert line.startswith("b: the ledger's last start is ") and "Compute's lastStartTimestamp" in line
+
+
+def prices_at(at: float, vm: float, live: bool = True, spot_vm: float | None = None) -> Prices:
+    """One machine's rates from ``at``: ``vm`` USD an hour on-demand (all of it the VM's)."""
+    zero = {"gpu": 0.0, "disk": 0.0, "ip": 0.0, "ssd": 0.0}
+    return Prices(at=at, on_demand={"vm": vm, **zero}, spot={"vm": vm if spot_vm is None else spot_vm, **zero},
+                  spot_in_use=spot_vm is not None, gpu_count=0, workers=1, date="2026-11-26",
+                  source="Cloud Billing Catalog" if live else "tfcluster's table", live=live)
+
+
+def test_each_spell_is_priced_with_the_prices_in_force_then_and_a_reused_name_keeps_its_figures(tmp_path):
+    """Google: "You pay the Spot price that is in effect when your instances are running"."""
+    from tfcluster.commands import spend
+
+    book = ledger.Ledger(tmp_path, "c")
+    book.note_cluster(0.0)
+    book.note_prices(prices_at(0.0, 2.0))  # Prices A for the first hour...
+    book.append([Event(0.0, "c-0", "start", ledger.OWN)])
+    book.note_prices(prices_at(1 * H, 5.0))  # ...then B for the second.
+    book.append([Event(2 * H, "c-0", "delete", ledger.OWN)])
+    assert book.figures(now=3 * H).cost_usd == pytest.approx(2.0 + 5.0)
+    first = ledger.cluster_spent_usd(tmp_path, "c", now=3 * H, since=0.0)
+    # A later cluster of the same name, at new prices: the first one's figures do not move.
+    book.note_cluster(10 * H)
+    book.note_prices(prices_at(10 * H, 9.0))
+    book.append([Event(10 * H, "c-0", "start", ledger.OWN), Event(11 * H, "c-0", "delete", ledger.OWN)])
+    assert book.figures(end=10 * H, now=12 * H).cost_usd == pytest.approx(first) == pytest.approx(7.0)
+    assert ledger.cluster_spent_usd(tmp_path, "c", now=12 * H, since=10 * H) == pytest.approx(9.0)
+    assert [figures for figures in (spend.cluster_figures(tmp_path, "c", 12 * H, since, until).cost_usd
+                                    for since, until in spend.generations(book))] == pytest.approx([7.0, 9.0])
+    # Each start bills at least a minute: a VM stopped 10 s after its start costs 60 s.
+    short = ledger.Ledger(tmp_path, "s")
+    short.note_prices(prices_at(0.0, 3.6))
+    short.append([Event(0.0, "s-0", "start", ledger.OWN), Event(10.0, "s-0", "stop", ledger.OWN)])
+    assert short.figures(now=H).cost_usd == pytest.approx(3.6 * 60 / H)
+    # A budget without live prices holds Spot to the on-demand rate.
+    spot = ledger.Ledger(tmp_path, "spot")
+    spot.note_prices(prices_at(0.0, 4.0, live=False, spot_vm=1.0))
+    spot.append([Event(0.0, "p-0", "start", ledger.OWN), Event(H, "p-0", "delete", ledger.OWN)])
+    assert ledger.cluster_spent_usd(tmp_path, "spot", now=2 * H) == pytest.approx(1.0)
+    assert ledger.cluster_spent_usd(tmp_path, "spot", now=2 * H, for_budget=True) == pytest.approx(4.0)
+
+
+def test_without_the_catalog_a_budget_holds_spot_to_on_demand_and_refuses_other_regions(world, tmp_path):
+    from tfcluster.backends.gcp import budget
+    from tfcluster.errors import ConfigError
+
+    table = json.loads(cost.PRICES.read_text())
+    said = []
+    central = cost.quote("demo-project", "us-central1-a", "n1-standard-8", "nvidia-tesla-t4", 1, 100, 2, spot=True,
+                         cache_dir=tmp_path)
+    assert not central.live and central.in_use == central.spot
+    assert budget.budget_rate(central, said.append) == central.on_demand.total
+    assert said == [f"--budget: Spot VMs are held to the on-demand rate (${central.on_demand.total:.2f}/hour): without "
+                    "the live catalog the day's Spot price is unknown"]
+    west = cost.quote("demo-project", "us-west1-b", "n1-standard-8", "nvidia-tesla-t4", 1, 100, 2, spot=True,
+                      cache_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"^--budget needs live prices for us-west1: tfcluster's table holds "
+                                          r"us-central1 list prices only"):
+        budget.budget_rate(west, said.append)
+    # The external IPv4 address and bundled Local SSD are priced (prices.json), Spot's address at its rate.
+    assert west.on_demand.ip == table["external_ip_hour"]["standard"] and west.spot.ip == table["external_ip_hour"]["spot"]
+    a3 = cost.quote("demo-project", "us-central1-a", "a3-highgpu-8g", "nvidia-h100-80gb", 8, 100, 1, spot=False,
+                    cache_dir=tmp_path)
+    assert a3.on_demand.ssd == pytest.approx(6000 * table["local_ssd_gib_month"] / 730)
+    assert "+ Local SSD $" in a3.lines()[0]
+    # The live catalog answers: the region's own prices, and Spot as the catalog has it.
+    world.billing.catalog.disabled_projects.clear()
+    for path in tmp_path.glob("prices-*.json"):
+        path.unlink()
+    live = cost.quote("demo-project", "us-west1-b", "n1-standard-8", "nvidia-tesla-t4", 1, 100, 2, spot=True,
+                      cache_dir=tmp_path)
+    assert live.live and budget.budget_rate(live) == live.spot.total
