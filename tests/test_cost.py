@@ -161,9 +161,9 @@ def test_up_and_status_show_spot_next_to_on_demand_and_the_ledger_equals_compute
     gcp_cli.env["INVOKE_TFCLUSTER_SPOT"] = "true"
     up = gcp_cli.run("up", timeout=180)
     assert up.returncode == 0, up.stdout + up.stderr
-    od, spot = per_vm(ON_DEMAND), per_vm(SPOT)
+    od, spot = per_vm(ON_DEMAND), per_vm(SPOT, spot=True)
     assert (f"cost: on-demand: ${2 * od:.2f}/hour for 2 VM(s) (${od:.2f} per VM: VM "
-            f"${8 * 0.0332 + 30 * 0.00445:.2f} + GPU $0.36 + disk $0.014)") in up.stdout, up.stdout
+            f"${8 * 0.0332 + 30 * 0.00445:.2f} + GPU $0.36 + disk $0.014 + IP $0.005)") in up.stdout, up.stdout
     assert f"cost: SPOT (in use): ${2 * spot:.2f}/hour for 2 VM(s) (${spot:.2f} per VM: " in up.stdout
     assert f"prices of {TODAY}: Cloud Billing Catalog, read now for us-west1" in up.stdout
 
@@ -218,25 +218,38 @@ def test_up_and_status_show_spot_next_to_on_demand_and_the_ledger_equals_compute
     deleted = {entry["json"]["targetLink"].rsplit("/", 1)[-1]: _stamp(entry["json"]["endTime"])
                for entry in state.operations.values() if entry["json"]["operationType"] == "delete"}
 
-    # Compute's timestamps x the prices in use: the table's Spot rates, named.
+    # Compute's timestamps x the prices in force then: the catalog's Spot rates until the first `status`
+    # that fell back to the table, the table's Spot rates from then on; each start bills at least a minute.
     on_demand_rates, spot_rates = cost.table_rates(table)
-    vm, gpu = 8 * spot_rates.vcpu_hour + 30 * spot_rates.memory_gib_hour, spot_rates.gpu_hour["nvidia-tesla-t4"]
     disk = 100 * table["pd_balanced_gib_month"] / 730
-    running = {"default-0": deleted["default-0"] - started["default-0"][0],
-               "default-1": (stopped - started["default-1"][0]) + (deleted["default-1"] - started["default-1"][1])}
+    table_spot = per_vm(spot_rates, spot=True)
+    history = book.price_history()
+    assert [round(ledger.running_rate(p.in_use), 6) for p in history] == pytest.approx([spot, table_spot], abs=1e-6)
+    switch = history[1].at  # When the ledger saw the table's prices in use.
+    spells = {"default-0": [(started["default-0"][0], deleted["default-0"])],
+              "default-1": [(started["default-1"][0], stopped), (started["default-1"][1], deleted["default-1"])]}
+    spells = {name: [(a, max(b, a + 60)) for a, b in found] for name, found in spells.items()}
+    running = {name: sum(b - a for a, b in found) for name, found in spells.items()}
     idle = started["default-1"][1] - stopped
-    expected = sum(running.values()) / 3600 * (vm + gpu + disk) + idle / 3600 * disk
-    od = (8 * on_demand_rates.vcpu_hour + 30 * on_demand_rates.memory_gib_hour + on_demand_rates.gpu_hour["nvidia-tesla-t4"])
+
+    def priced(a: float, b: float, before: float, after: float) -> float:
+        return (max(0.0, min(b, switch) - a) * before + max(0.0, b - max(a, switch)) * after) / 3600
+
+    expected = (sum(priced(a, b, spot, table_spot) for found in spells.values() for a, b in found)
+                + priced(stopped, started["default-1"][1], disk, disk))
     figures = ledger.Ledger(gcp_cli.state_dir, "default").figures()
     assert {name: hours * 3600 for name, hours in figures.per_instance.items()} == pytest.approx(running, abs=1e-3)
     assert figures.stopped_disk_hours * 3600 == pytest.approx(idle, abs=1e-3)
     assert figures.cost_usd - figures.storage_usd == pytest.approx(expected, abs=1e-9) and not figures.open
+    od_catalog, od_table = per_vm(ON_DEMAND), per_vm(on_demand_rates)
     samples = book.storage()
     held = [(a.at, b.at) for a, b in zip(samples, samples[1:]) if a.bucket_bytes == 2**20]
     assert samples[-1].bucket_bytes == 0 and len(held) == 1  # From the second `up` to `down`.
     assert figures.bucket_gib_hours == pytest.approx(sum(b - a for a, b in held) / 3600 / 2**10)
     assert figures.storage_usd == pytest.approx(figures.bucket_gib_hours * table["standard_storage_gib_month"] / 730)
-    assert figures.spot_saving_usd == pytest.approx(sum(running.values()) / 3600 * (od - vm - gpu), abs=1e-9)
+    assert figures.spot_saving_usd == pytest.approx(
+        sum(priced(a, b, od_catalog - spot, od_table - table_spot) for found in spells.values() for a, b in found),
+        abs=1e-9)
     assert f"final cost of cluster default: ${expected + figures.storage_usd:.2f} (" in down.stdout, down.stdout
     assert f"prices of {table['date']}: tfcluster's table" in down.stdout
     assert sorted((e.instance, e.kind, e.source) for e in book.events() if e != planted) == [

@@ -105,7 +105,8 @@ def test_up_l4_and_a100_through_terraform_readiness_and_down(tmp_path, world, sy
             in up.stdout
         assert "plan: 1 x g2-standard-8 + 1 x nvidia-l4 in us-west1-b" in up.stdout
         g2 = table["families"]["rates"]["g2"]
-        per_vm = 8 * g2["vcpu_hour"] + 32 * g2["memory_gib_hour"] + table["gpu_hour"]["nvidia-l4"] + 100 * 0.1 / 730
+        per_vm = (8 * g2["vcpu_hour"] + 32 * g2["memory_gib_hour"] + table["gpu_hour"]["nvidia-l4"] + 100 * 0.1 / 730
+                  + table["external_ip_hour"]["standard"])
         assert f"cost: on-demand (in use): ${per_vm:.2f}/hour for 1 VM(s)" in up.stdout
         assert f"prices of {table['families']['date']}: tfcluster's table" in up.stdout
         body = state.instances["default-0"]["body"]
@@ -122,7 +123,7 @@ def test_up_l4_and_a100_through_terraform_readiness_and_down(tmp_path, world, sy
         assert "✓ quota: 1 x a2-highgpu-1g with 1 x nvidia-tesla-a100 in us-west1-b: 7 quotas have room " \
             "(A2-CPUS-per-project-region," in up.stdout
         assert "plan: 1 x a2-highgpu-1g + 1 x nvidia-tesla-a100 in us-west1-b" in up.stdout
-        per_vm = 12 * 0.032 + 85 * 0.0043 + 3.00 + 100 * 0.1 / 730  # tests/world/billing.py FAMILY/GPU_PRICES.
+        per_vm = 12 * 0.032 + 85 * 0.0043 + 3.00 + 100 * 0.1 / 730 + 0.005  # billing.py's FAMILY/GPU_PRICES, + IP.
         assert f"cost: on-demand (in use): ${per_vm:.2f}/hour" in up.stdout and "Cloud Billing Catalog" in up.stdout
         body = state.instances["default-0"]["body"]
         assert body["machineType"].endswith("/machineTypes/a2-highgpu-1g") and body["guestAccelerators"] == []
@@ -160,3 +161,32 @@ def test_the_world_refuses_what_google_refuses_of_accelerator_optimized_vms(fake
     assert "comes with its GPUs" in refusals["attached"]
     assert refusals["pd-standard"] == "[pd-standard] features are not compatible for creating instance."
     assert "requires GVNIC" in refusals["virtio"] and "only with Spot VMs" in refusals["spot-only"]
+
+
+def test_a_vm_with_bundled_local_ssd_is_stopped_with_discard_local_ssd(fake_compute):
+    """Compute refuses a stop without discardLocalSsd when the VM has Local SSD (400, Google's words);
+    `train --then stop` (vm_control.stop_all) and host maintenance (stop_some) still stop an a3-highgpu-8g."""
+    from google.api_core import exceptions
+    from google.cloud import compute_v1
+
+    from tfcluster.backends.gcp import vm_control
+    from tfcluster.state import ClusterState, HostRecord
+
+    api = api_for(fake_compute)
+    for name in ("h-0", "h-1"):
+        fake_compute.state.instances[name] = {
+            "zone": "us-central1-a", "labels": {}, "status": "RUNNING", "guest": {}, "metadata": {},
+            "body": {"machineType": "zones/us-central1-a/machineTypes/a3-highgpu-8g"}}
+    with pytest.raises(exceptions.BadRequest) as refused:
+        api.instances.stop(request=compute_v1.StopInstanceRequest(project="demo-project", zone="us-central1-a",
+                                                                  instance="h-0"))
+    assert refused.value.message.endswith(
+        "VM has a Local SSD attached but an undefined value for `discard-local-ssd`. If using gcloud, please add "
+        "`--discard-local-ssd=false` or `--discard-local-ssd=true` to your command.")
+    cluster = ClusterState(name="h", backend="gcp", hosts=[
+        HostRecord(name=f"worker-{i}", address=f"10.0.0.{i}", tf_port=2222, instance=f"h-{i}") for i in (0, 1)],
+        project="demo-project", zone="us-central1-a")
+    assert vm_control.stop_all(api, cluster) == ["h-0", "h-1"]
+    assert {vm["status"] for vm in fake_compute.state.instances.values()} == {"TERMINATED"}
+    stops = [r for r in fake_compute.state.requests if r["path"].endswith("/stop")]
+    assert [r["query"].get("discardLocalSsd") for r in stops] == [None, ["true"], ["true"]]

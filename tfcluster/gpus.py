@@ -191,7 +191,8 @@ def terraform_table() -> dict:
         "_comment": "Generated from tfcluster/gpus.py by `python -m tfcluster.gpus`; do not edit.",
         "accelerators": sorted(g.accelerator for g in GPUS.values()),
         "attached": {g.accelerator: g.counts() for g in GPUS.values() if g.attached},
-        "machine_types": {name: {"accelerator": g.accelerator, "gpus": s.gpus, "spot_only": s.spot_only}
+        "machine_types": {name: {"accelerator": g.accelerator, "gpus": s.gpus, "spot_only": s.spot_only,
+                                 "local_ssd_gb": s.local_ssd_gb}
                           for g in GPUS.values() for name, s in g.machine_types.items()},
         "disk_types": {f.name: list(f.disk_types) for f in FAMILIES.values()},
         "required_nic": {f.name: f.required_nic for f in FAMILIES.values() if f.required_nic},

@@ -70,6 +70,8 @@ BUNDLED = {
     **{f"a3-highgpu-{g}g": (26 * g, g, "nvidia-h100-80gb") for g in (1, 2, 4, 8)},
 }
 DISK_METRIC = {"pd-standard": "DISKS_TOTAL_GB", "pd-balanced": "SSD_TOTAL_GB", "pd-ssd": "SSD_TOTAL_GB"}
+# Types that come with Local SSD (the GPU machine-types page's tables: A3 High and A2 Ultra).
+LOCAL_SSD = {f"a3-highgpu-{g}g" for g in (1, 2, 4, 8)} | {f"a2-ultragpu-{g}g" for g in (1, 2, 4, 8)}
 RUNNING = ("PROVISIONING", "STAGING", "RUNNING", "STOPPING", "SUSPENDING")
 
 

@@ -126,8 +126,15 @@ class ComputeApi:
 
     def stop(self, zone: str, name: str) -> None:
         """Stop a VM and return once its operation is DONE (the VM is then TERMINATED; instances/stop:
-        "Stops a running instance, shutting it down cleanly")."""
-        self.instances.stop(project=self.project, zone=zone, instance=name).result(timeout=300)
+        "Stops a running instance, shutting it down cleanly"). A VM with Local SSD (bundled with A3 High
+        and A2 Ultra) is stopped with discardLocalSsd: the parameter "is required if the instance has
+        any attached Local SSD disks" (compute.v1.json, instances.stop), and a stop without it is refused
+        (400 "VM has a Local SSD attached but an undefined value for `discard-local-ssd`",
+        skypilot-org/skypilot#2586); tfcluster keeps nothing there (checkpoints are in the bucket)."""
+        request = self.compute_v1.StopInstanceRequest(project=self.project, zone=zone, instance=name)
+        if has_local_ssd(self.get_instance(zone, name)):
+            request.discard_local_ssd = True
+        self.instances.stop(request=request).result(timeout=300)
 
     def start(self, zone: str, name: str) -> None:
         """Start a stopped VM and return once its operation is DONE (result() polls
@@ -206,6 +213,12 @@ class ComputeApi:
         found += [f"network {n.name}" for n in v1.NetworksClient(**self.client_kwargs).list(
             project=self.project) if n.name == cluster_network(cluster)]
         return found
+
+
+def has_local_ssd(vm) -> bool:
+    """Whether an instance has Local SSD: a SCRATCH disk, or a machine type that bundles it (gpus.py)."""
+    return (any(disk.type_ == "SCRATCH" for disk in vm.disks)
+            or gpus.local_ssd_gb(vm.machine_type.rsplit("/", 1)[-1]) > 0)
 
 
 def cluster_network(cluster: str) -> str:
