@@ -36,6 +36,8 @@ def lifecycle_rule(rule: dict) -> dict:
     state = condition.get("with_state") or ""
     if state in ("LIVE", "ARCHIVED"):
         sent["isLive"] = state == "LIVE"
+    elif state not in ("ANY", ""):
+        raise ProviderFailure(f"unexpected value {state!r} for condition.with_state")
     for name, key in (("created_before", "createdBefore"), ("custom_time_before", "customTimeBefore"),
                       ("noncurrent_time_before", "noncurrentTimeBefore")):
         if condition.get(name):
