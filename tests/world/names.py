@@ -123,9 +123,9 @@ class GoogleWorld:
         from gcp_storage_emulator.server import create_server
 
         _emulator_accepts_empty_objects()
-        from tfcluster.backends.local import free_ports
+        from tests import labnet
 
-        port = free_ports(1)[0]
+        port = labnet.free_ports(1)[0]
         self.storage = create_server("127.0.0.1", port, in_memory=True)
         self.storage.start()
         self.storage_url = f"http://127.0.0.1:{port}"
