@@ -162,6 +162,12 @@ def _instance_json(state: FakeCompute, name: str, zone: str) -> dict:
     if instance.get("termination_action"):
         scheduling["instanceTerminationAction"] = instance["termination_action"]
     machine = {"machineType": instance["body"]["machineType"]} if (instance.get("body") or {}).get("machineType") else {}
+    if machine:  # The boot disk, and the Local SSD Compute attaches to a type that bundles it (375 GB each).
+        machine["disks"] = [{"kind": "compute#attachedDisk", "type": "PERSISTENT", "boot": True, "autoDelete": True,
+                             "deviceName": "persistent-disk-0", "interface": "SCSI", "mode": "READ_WRITE"}] + [
+            {"kind": "compute#attachedDisk", "type": "SCRATCH", "autoDelete": True, "deviceName": f"local-ssd-{i}",
+             "interface": "NVME", "mode": "READ_WRITE", "diskSizeGb": "375"}
+            for i in range(world_quotas.LOCAL_SSD.get(machine["machineType"].rsplit("/", 1)[-1], 0) // 375)]
     return {"kind": "compute#instance", "name": name, "status": instance["status"], **machine,
             "labels": instance.get("labels", {}), "zone": f"projects/{state.project}/zones/{zone}",
             "creationTimestamp": instance.get("created", "2026-11-22T05:00:00.000-08:00"),
