@@ -1,7 +1,8 @@
 """The gcp backend: Google Cloud GPU VMs provisioned by Terraform, run over the ssh backend.
 
 Rooms: terraform (the CLI wrapper and typed outputs), compute (Compute Engine API calls:
-quotas, readiness, host keys, operations, preemption records), errors (Google's errors as one
+readiness, host keys, operations, preemption records, stops), quota (every quota a cluster takes,
+read where Google keeps it: regions.get, Cloud Quotas, Cloud Monitoring), errors (Google's errors as one
 line), failover (a new cluster's `up` moving to the next zone when one has no capacity or quota),
 restart (bringing stopped, preempted or deleted VMs back), storage (Cloud Storage
 transfers), registry (the Artifact Registry repository: what it holds, adopting a kept one),
