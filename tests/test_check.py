@@ -119,7 +119,7 @@ def test_constraints_that_allow_the_cluster_hold(world):
     policies["compute.requireOsLogin"] = [{"enforce": False}]
     policies["compute.vmExternalIpAccess"] = [{"values": {"allowedValues": [
         f"projects/demo-project/zones/us-west1-b/instances/default-{i}" for i in (0, 1)]}}]
-    assert [f.line() for f in check.run(settings()).findings if f.holds is not True] == []
+    assert [f.subject for f in check.run(settings()).findings if f.holds is not True] == ["live prices"]
 
 
 def test_boot_images_unknown_obsolete_deprecated_and_the_v100_driver(world):

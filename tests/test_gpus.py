@@ -139,7 +139,8 @@ def test_up_l4_and_a100_through_terraform_readiness_and_down(tmp_path, world, sy
         assert (variables["gpu_type"], variables["gpu_count"], variables["machine_type"]) == (
             "nvidia-a100-80gb", 1, "a2-ultragpu-1g")
         # What a resumed `up` applies: Compute's own Local SSD, read back, replaces nothing.
-        plan = subprocess.run([mirror.TERRAFORM, f"-chdir={cli.state_dir / 'gcp' / 'default'}", "plan", "-input=false",
+        plan = subprocess.run([*cli.prefix, mirror.TERRAFORM, f"-chdir={cli.state_dir / 'gcp' / 'default'}", "plan",
+                               "-input=false",
                                "-no-color", "-detailed-exitcode"], env=cli.env, capture_output=True, text=True,
                               timeout=300)
         assert plan.returncode == 0, plan.stdout + plan.stderr
