@@ -31,7 +31,8 @@ def test_a_sandbox_project_passes_and_the_default_family_resolves_to_its_newest_
         "? live prices: the Cloud Billing Catalog cannot be read (the cloudbilling.googleapis.com API is not enabled "
         "in project demo-project: enable it with `gcloud services enable cloudbilling.googleapis.com --project "
         "demo-project`); estimates use tfcluster's dated table of us-central1 list prices, and a --budget holds Spot "
-        "to the on-demand rate and refuses other regions: `gcloud services enable cloudbilling.googleapis.com "
+        "to the on-demand rate and refuses regions outside the US ones the table covers: `gcloud services enable "
+        "cloudbilling.googleapis.com "
         "--project demo-project`")
     world.billing.catalog.disabled_projects.clear()
     assert lines()["live prices"].startswith("✓ live prices: the Cloud Billing Catalog answers")

@@ -415,11 +415,15 @@ def test_without_the_catalog_a_budget_holds_spot_to_on_demand_and_refuses_other_
     assert budget.budget_rate(central, said.append) == central.on_demand.total
     assert said == [f"--budget: Spot VMs are held to the on-demand rate (${central.on_demand.total:.2f}/hour): without "
                     "the live catalog the day's Spot price is unknown"]
-    west = cost.quote("demo-project", "us-west1-b", "n1-standard-8", "nvidia-tesla-t4", 1, 100, 2, spot=True,
+    # us-west1 shares us-central1's list prices (the catalog's "Americas" SKUs); the Netherlands do not.
+    west = cost.quote("demo-project", "us-west1-b", "n1-standard-8", "nvidia-tesla-t4", 1, 100, 2, spot=False,
                       cache_dir=tmp_path)
-    with pytest.raises(ConfigError, match=r"^--budget needs live prices for us-west1: tfcluster's table holds "
-                                          r"us-central1 list prices only"):
-        budget.budget_rate(west, said.append)
+    assert budget.budget_rate(west, said.append) == west.on_demand.total
+    europe = cost.quote("demo-project", "europe-west4-a", "n1-standard-8", "nvidia-tesla-t4", 1, 100, 2, spot=True,
+                        cache_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"^--budget needs live prices for europe-west4: tfcluster's table holds the "
+                                          r"list prices of us-central1, us-east1, us-west1 only"):
+        budget.budget_rate(europe, said.append)
     # The external IPv4 address and bundled Local SSD are priced (prices.json), Spot's address at its rate.
     assert west.on_demand.ip == table["external_ip_hour"]["standard"] and west.spot.ip == table["external_ip_hour"]["spot"]
     a3 = cost.quote("demo-project", "us-central1-a", "a3-highgpu-8g", "nvidia-h100-80gb", 8, 100, 1, spot=False,

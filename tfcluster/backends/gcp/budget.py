@@ -9,7 +9,8 @@ What stays billing while the VMs are stopped (disks, the bucket) is outside this
 
 The rate a budget is held to is cost.Quote.for_budget: the live catalog's for the cluster's region,
 else the table's on-demand rate even for Spot VMs (said in one line), and no budget at all outside
-the table's region (us-central1) without live prices: refusing is better than a guessed factor.
+the regions whose list prices the table holds (us-central1, us-east1, us-west1) without live
+prices: refusing is better than a guessed factor.
 """
 
 from __future__ import annotations

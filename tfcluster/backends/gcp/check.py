@@ -312,7 +312,7 @@ def prices_finding(project: str) -> Finding:
                                             "region's prices of the day")
     return Finding("live prices", None, f"the Cloud Billing Catalog cannot be read ({problem}); estimates use "
                                         "tfcluster's dated table of us-central1 list prices, and a --budget holds Spot "
-                                        "to the on-demand rate and refuses other regions: `gcloud services enable "
+                                        "to the on-demand rate and refuses regions outside the US ones the table covers: `gcloud services enable "
                                         f"cloudbilling.googleapis.com --project {project}`")
 
 

@@ -8,7 +8,8 @@ address in use (https://cloud.google.com/vpc/network-pricing#ipaddress) and any 
 (billed with A3 High and A2 Ultra VMs); stopped, only its boot disk.
 
 A budget never undercounts (budget.py): without live prices, Spot is priced at the on-demand rate,
-and a region other than the table's (us-central1) is refused rather than guessed (Quote.for_budget).
+and a region whose list prices are not the table's (us-central1, us-east1, us-west1: the catalog's
+"Americas" SKUs) is refused rather than guessed (Quote.for_budget).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from tfcluster.backends.gcp.pricing import CatalogUnavailable, Rates, missing, n
 
 PRICES = Path(__file__).resolve().parents[2] / "prices.json"
 TABLE_REGION = "us-central1"  # The region of prices.json's list prices.
+# The regions whose list prices are those same ones: the catalog's "... running in Americas" SKUs
+# serve us-central1, us-east1 and us-west1 alike (their serviceRegions); other regions have SKUs of
+# their own ("running in Virginia", "running in Netherlands", ...) at other prices.
+TABLE_REGIONS = ("us-central1", "us-east1", "us-west1")
 FAILURE_TTL_SECONDS = 3600  # A failed lookup is not retried for an hour: `status` stays fast.
 
 
@@ -77,11 +82,11 @@ class Quote:
         cheaper run, never an overrun). ConfigError when the table is not of the cluster's region."""
         from tfcluster.errors import ConfigError
 
-        if not self.live and self.region != TABLE_REGION:
-            raise ConfigError(f"--budget needs live prices for {self.region}: tfcluster's table holds {TABLE_REGION} "
-                              "list prices only, and other regions cost up to about a fifth more. Enable the Cloud "
-                              "Billing API (`gcloud services enable cloudbilling.googleapis.com`), or use a zone in "
-                              f"{TABLE_REGION}, or drop --budget")
+        if not self.live and self.region not in TABLE_REGIONS:
+            raise ConfigError(f"--budget needs live prices for {self.region}: tfcluster's table holds the list prices "
+                              f"of {', '.join(TABLE_REGIONS)} only, and other regions cost up to about a fifth more. "
+                              "Enable the Cloud Billing API (`gcloud services enable cloudbilling.googleapis.com`), or "
+                              "use a zone in one of those regions, or drop --budget")
         return self.on_demand if not self.live else self.in_use
 
     def budget_note(self) -> str | None:
