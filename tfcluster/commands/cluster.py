@@ -6,16 +6,16 @@ import dataclasses
 import shlex
 import time
 
-from tfcluster import ledger, tfconfig, ui
+from tfcluster import launch, ledger, tfconfig, ui
 from tfcluster.backends import Backend
-from tfcluster.commands.common import (backend_for_cluster, backend_named, console,
+from tfcluster.commands.common import (backend_for_cluster, backend_named, console, end_launchers,
                                        require_cluster, run_state, run_statuses)
 from tfcluster.commands import spend
 from tfcluster.commands.runs import report_preemptions, stop_active_run
 from tfcluster.commands.tune_plans import read_book
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
-from tfcluster.state import ClusterState, StateStore
+from tfcluster.state import ClusterHold, ClusterState, StateStore
 
 
 def up(settings: Settings) -> ClusterState:
@@ -98,9 +98,13 @@ def status(settings: Settings) -> dict:
                      f"{run.retries + 1}, started {ui.when(run.started_at)}",
                      ["worker", "state", "pid", "exit code"])
     for plan, worker in pairs:
-        table.add_row(f"[{ui.worker_colour(plan.index)}]{plan.name}[/]", worker.state,
+        # A stopped run's workers were ended on purpose: not "lost", not "failed".
+        shown = "stopped" if state == "stopped" and worker.state in (launch.LOST, launch.FAILED) else worker.state
+        table.add_row(f"[{ui.worker_colour(plan.index)}]{plan.name}[/]", shown,
                       str(worker.pid or "-"), "-" if worker.exit_code is None else str(worker.exit_code))
     console.print(table)
+    if run.summary.get("stopped_by"):
+        console.print(f"stopped by {run.summary['stopped_by']}", soft_wrap=True, markup=False)
     if state != "succeeded" and run.kind == "train":
         report_preemptions(backend, cluster, run)
     if run.outcome is None and run.summary.get("then") and rows and all(row.status == "TERMINATED" for row in rows):
@@ -188,7 +192,19 @@ def down(settings: Settings, keep: bool = False, delete_bucket: bool = False) ->
     gone = {}
     if backend.hosts_outlive_cluster and cluster.hosts:
         gone = {name: why for name, why in backend.reachability(cluster).items() if why}
-    stop_active_run(settings, store, cluster, backend)
+    stop_active_run(settings, store, cluster, backend, "`invoke down`")
+    # No launcher of the cluster may start anything from here on: wait for every one to exit (a run
+    # still staging sees the stop too), and hold the cluster until it is gone.
+    hold = ClusterHold(store)
+    try:
+        end_launchers(store, hold.try_acquire, "`invoke down`")
+        _tear_down(settings, store, cluster, backend, gone, keep, delete_bucket)
+    finally:
+        hold.release()
+
+
+def _tear_down(settings: Settings, store: StateStore, cluster: ClusterState, backend: Backend, gone: dict,
+               keep: bool, delete_bucket: bool) -> None:
     reachable = dataclasses.replace(cluster, hosts=[h for h in cluster.hosts if h.name not in gone])
     leftovers = backend.leftover_processes(reachable)
     if leftovers:
