@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import events_of, wait_for
+from tests.conftest import assert_stopped_by, events_of, stop_while_attached, wait_for
 from tests.test_console import assert_console_folds_tensorflow_noise_and_logs_keep_it
 from tests.test_throughput import check_run_speed, install_fake_nvidia_smi, tensorboard_scalars
 from tfcluster.backends.local import processes_with_env
@@ -264,31 +264,6 @@ def test_job_outlives_the_launcher_and_logs_follow_reattaches(cli, sleeper):
     assert follow.stdout.count("finished") == 2 and "succeeded" in follow.stdout
     only_one = cli.run("logs", "--worker", "1")
     assert "worker-1" in only_one.stdout and "worker-0 " not in only_one.stdout
-
-
-def stop_while_attached(cli, launcher, *command: str) -> tuple[str, str, bool, int]:
-    """Run ``command`` (`stop` or `down`) from a second shell while ``launcher`` is attached; returns its
-    output, the launcher's, whether the launcher had exited when the command printed its ✓, and the
-    command's pid."""
-    stopper = cli.popen(*command)
-    exited_at_tick = None
-    lines = []
-    for line in stopper.stdout:
-        lines.append(line)
-        if "✓" in line and exited_at_tick is None:
-            exited_at_tick = launcher.poll() is not None
-    stopper.wait(timeout=120)
-    output, _ = launcher.communicate(timeout=60)
-    assert stopper.returncode == 0, "".join(lines)
-    return "".join(lines), output, bool(exited_at_tick), stopper.pid
-
-
-def assert_stopped_by(output: str, run_id: str, command: str, pid: int) -> None:
-    """The launcher's last line names who stopped the run, and nothing was retried."""
-    assert "Retrying" not in output, output[-3000:]
-    assert re.fullmatch(rf"error: run {run_id} was stopped by `invoke {command}` \(pid {pid}, at \d\d:\d\d:\d\d\); "
-                        "it is not retried, and no worker is left running", output.strip().splitlines()[-1]), \
-        output[-3000:]
 
 
 def test_stop_and_down_win_over_an_attached_launcher(cli, sleeper):
