@@ -1,6 +1,6 @@
 """The operations behind the invoke tasks, one room per thing a user does.
 
-check: the prerequisites of up. offers: the zones that offer a GPU, priced. cluster: up, status, idle, down. train: a new run (attempts: its live loop; maintenance: an attempt ended by host maintenance;
+check: the prerequisites of up. offers: the zones that offer a GPU, priced. cluster: up, status, idle, down. train: a new run (attempts: its live loop; maintenance: an attempt ended by host maintenance; stall_report: a stalled attempt on the console;
 run_summary: the table it ends with). runs: logs, stop.
 tune: a hyperparameter search (tune_loop: its live loop; tune_plans: its processes and trials).
 spend: the cost ledger in status, down and the run summary, and costs.

@@ -15,7 +15,8 @@ from tfcluster.commands.runs import report_preemptions, stop_active_run
 from tfcluster.commands.tune_plans import read_book
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
-from tfcluster.state import ClusterHold, ClusterState, StateStore
+from tfcluster.holds import ClusterHold
+from tfcluster.state import ClusterState, StateStore
 
 
 def up(settings: Settings) -> ClusterState:

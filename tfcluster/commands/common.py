@@ -8,7 +8,7 @@ import socket
 import time
 from typing import Callable
 
-from tfcluster import container, launch, state, ui
+from tfcluster import container, holds, launch, ui
 from tfcluster.backends import Backend, get_backend
 from tfcluster.commands.tune_plans import attempt_of, build_tune_plans
 from tfcluster.errors import ClusterError
@@ -36,7 +36,7 @@ def active_run(store: StateStore, cluster: ClusterState,
     run = store.latest_run()
     if run is None or run.outcome is not None:
         return None
-    attached = state.attached_launcher(store, run.run_id) is not None
+    attached = holds.attached_launcher(store, run.run_id) is not None
     if run.attempts == 0 and not attached:
         return None
     plans = plans_for(store, cluster, run, backend=backend)
@@ -133,8 +133,8 @@ def end_launchers(store: StateStore, settled: Callable[[], bool], by: str,
     waiting = None
     try:
         while not settled():
-            for run_id, info in state.live_launchers(store):
-                state.request_stop(store, run_id, by)
+            for run_id, info in holds.live_launchers(store):
+                holds.request_stop(store, run_id, by)
                 seen[int(info.get("pid") or 0)] = info.get("host", "")
             if waiting is None:
                 waiting = console.status(f"Waiting for the launcher of cluster '{store.cluster_name}' "

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfcluster import container, launch, ledger, stall, state, ui
+from tfcluster import container, holds, launch, ledger, stall, ui
 from tfcluster.backends import Payload
 from tfcluster.commands import restage, spend
 from tfcluster.commands.attempts import clock, run_attempts
@@ -201,7 +201,7 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
 
     # From here until its attempts end, this launcher holds the cluster: `down` waits for it, and a
     # `stop` or `down` from another shell is seen at every step (tfcluster/state.py LauncherLease).
-    with state.LauncherLease(store, run_id):
+    with holds.LauncherLease(store, run_id):
         run, failed = _launch(settings, store, backend, cluster, request, run_id, hosts, payload, common_env,
                               image, data_dir, keras_env, workers, retries, limit, then, usd, rate)
     if then is not None and run.outcome != "stopped":  # After Ctrl-C, `stop` or `down` the user decides.
@@ -231,7 +231,7 @@ def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterStat
     if cluster.backend != "local":
         console.print(f"Code and data: uploaded to {len(hosts) - len(skipped)} host(s), "
                       f"unchanged (same content hash) on {len(skipped)}.")
-    request_seen = state.stop_request(store, run_id)
+    request_seen = holds.stop_request(store, run_id)
     if request_seen is not None:  # `down` came while this run was staged: nothing has started.
         raise TrainingFailed(f"run {run_id} was stopped by {request_seen.describe()} before it started; "
                              "nothing was started")
@@ -308,8 +308,8 @@ def resume(settings: Settings, run_id: str, retries: int | None = None, verbose:
     active = active_run(store, cluster, backend)
     if active is not None and not taken:
         raise ClusterError(f"run {active[0].run_id} is still running; follow it with `invoke logs --follow`")
-    with state.LauncherLease(store, run_id):
-        state.clear_stop_request(store, run_id)  # A run stopped before is resumed on purpose.
+    with holds.LauncherLease(store, run_id):
+        holds.clear_stop_request(store, run_id)  # A run stopped before is resumed on purpose.
         return _resume(settings, store, backend, cluster, run, taken, retries, verbose, limit)
 
 
