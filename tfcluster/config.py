@@ -7,7 +7,9 @@ Precedence (lowest first): the defaults below, the project's ``invoke.yaml``
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
@@ -40,8 +42,9 @@ class Settings:
     backend: str = "local"
     # Workers `up` creates; `train --workers` may use fewer.
     workers: int = 3
-    # Local folder for cluster state, run records, logs and fetched results.
-    state_dir: str = ".tfcluster"
+    # Local folder for cluster state, run records, logs and fetched results; empty is the per-user
+    # state folder (user_state_dir), the same from any folder. A project's own folder is set here.
+    state_dir: str = ""
     # Interpreter that runs the workers; empty means the one running invoke.
     python: str = ""
     # TFRecord folder for the bundled trainer; empty means the built-in synthetic set.
@@ -128,7 +131,17 @@ class Settings:
 
     @property
     def state_path(self) -> Path:
-        return Path(self.state_dir).expanduser().resolve()
+        return Path(self.state_dir).expanduser().resolve() if self.state_dir else user_state_dir()
+
+
+def user_state_dir() -> Path:
+    """tfcluster's folder in the platform's per-user state folder: ``$XDG_STATE_HOME/tfcluster``, by
+    default ``~/.local/state/tfcluster`` (the XDG Base Directory Specification, which ignores a
+    relative ``XDG_STATE_HOME``), and ``~/Library/Application Support/tfcluster`` on macOS."""
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "tfcluster"
+    base = os.environ.get("XDG_STATE_HOME", "")
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state") / "tfcluster"
 
 
 DEFAULTS: dict[str, Any] = dataclasses.asdict(Settings())

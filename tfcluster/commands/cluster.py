@@ -10,7 +10,7 @@ from tfcluster import launch, ledger, tfconfig, ui
 from tfcluster.backends import Backend
 from tfcluster.commands.common import (backend_for_cluster, backend_named, console, end_launchers,
                                        require_cluster, run_state, run_statuses)
-from tfcluster.commands import spend
+from tfcluster.commands import overview, spend
 from tfcluster.commands.runs import report_preemptions, stop_active_run
 from tfcluster.commands.tune_plans import read_book
 from tfcluster.config import Settings, parse_int
@@ -64,7 +64,10 @@ def _pre_pull(store: StateStore, backend: Backend, cluster: ClusterState, image:
                   f"already present on {outcomes.count('present')}.")
 
 
-def status(settings: Settings) -> dict:
+def status(settings: Settings, every: bool = False) -> dict | list:
+    """The cluster, its workers and its current or last run; ``every``: one row per cluster instead."""
+    if every:
+        return overview.status_all(settings)
     store = StateStore(settings)
     cluster = require_cluster(store)
     backend = backend_for_cluster(store, cluster)
@@ -187,6 +190,10 @@ def down(settings: Settings, keep: bool = False, delete_bucket: bool = False) ->
     store = StateStore(settings)
     cluster = store.load_cluster()
     if cluster is None:
+        others = overview.named(settings)
+        if others:  # A typo, or a cluster made under another name: never "nothing to do" while others bill.
+            raise ClusterError(f"no cluster '{settings.cluster}' in {store.root}; the clusters there are {others}: "
+                               "take one down with --cluster NAME")
         console.print(f"Cluster '{settings.cluster}' is not up. Nothing to do.")
         return
     backend = backend_for_cluster(store, cluster)

@@ -8,7 +8,7 @@ import socket
 import time
 from typing import Callable
 
-from tfcluster import container, holds, launch, ui
+from tfcluster import container, holds, launch, state, ui
 from tfcluster.backends import Backend, get_backend
 from tfcluster.commands.tune_plans import attempt_of, build_tune_plans
 from tfcluster.errors import ClusterError
@@ -25,7 +25,10 @@ def backend_named(name: str, store: StateStore) -> Backend:
 def require_cluster(store: StateStore) -> ClusterState:
     cluster = store.load_cluster()
     if cluster is None:
-        raise ClusterError(f"no cluster '{store.cluster_name}' is up; run: invoke up")
+        others = StateStore.cluster_names(store.root)
+        listed = (f"; the clusters in {store.root} are {', '.join(others)}: pick one with --cluster NAME"
+                  if others else "")
+        raise ClusterError(f"no cluster '{store.cluster_name}' is up; run: invoke up{listed}")
     return cluster
 
 
@@ -167,3 +170,10 @@ def _signal(pid: int, signum: int) -> None:
         os.kill(pid, signum)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def adopt_project_state(settings) -> None:
+    """Move a ``.tfcluster`` of the current folder into the per-user state folder, saying so in one line."""
+    moved = state.adopt_project_state(settings)
+    if moved:
+        console.print(f"[yellow]![/] {moved}", soft_wrap=True)
