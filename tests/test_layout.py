@@ -20,7 +20,7 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "tfcluster"
 BOTTOM = {"tfcluster.state", "tfcluster.config", "tfcluster.errors", "tfcluster.tfconfig", "tfcluster.tflog", "tfcluster.gpus",
           "tfcluster.ui",
-          "tfcluster.container", "tfcluster.steptime", "tfcluster.money", "tfcluster.holds"}
+          "tfcluster.container", "tfcluster.steptime", "tfcluster.money", "tfcluster.holds", "tfcluster.machines"}
 
 
 def module_name(path: Path) -> str:
@@ -141,3 +141,6 @@ def test_wheel_holds_every_subpackage(tmp_path):
                                                                 *(REPO / "trainer").rglob("__init__.py")]}
     missing = sorted(p for p in packages if f"{p}/__init__.py" not in names)
     assert missing == [] and "tfcluster/prices.json" in names
+    # The installed command (`tfcluster ...` from any folder) is in the wheel's entry points.
+    entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
+    assert "tfcluster = tfcluster.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
