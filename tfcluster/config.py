@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import tfcluster.gpus as gpu_table
-from tfcluster import machines
+import tfcluster.machines as machines
 from tfcluster.machines import GCP_CLUSTER_NAME  # noqa: F401 (terraform's validation agrees with it)
 from tfcluster.errors import ConfigError
 from tfcluster.money import parse_usd
