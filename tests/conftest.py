@@ -8,6 +8,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,6 +20,9 @@ sys.path.insert(0, str(REPO))
 from tests import labnet  # noqa: E402
 
 labnet.claim()  # Before any lab module reads it: this run's own network number.
+# The per-user state folder (tfcluster/config.py user_state_dir) of everything this suite starts that
+# does not name its own: one of this test process, never the machine's user's, nor another suite's.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="tfcluster-tests-state-")
 
 from tfcluster.backends.local import processes_with_env  # noqa: E402
 
