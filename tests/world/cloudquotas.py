@@ -26,28 +26,21 @@ own types are the contract (google-cloud-quotas 0.6.3):
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
 
 from tests.world import compute_auth, discovery
 from tests.world import quotas as table
 from tests.world.discovery import SYSTEM_PARAMETERS
-from tests.world.http import send_json
+from tests.world.http import JsonGetServer, google_error
 
 CLOUDQUOTAS_NAMES = ("cloudquotas.googleapis.com",)
 SERVICE = "compute.googleapis.com"
 
 
-def _error(code: int, status: str, message: str, reason: str = "") -> tuple[int, dict]:
-    error = {"code": code, "message": message, "status": status}
-    if reason:
-        error["details"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
-                             "domain": "googleapis.com", "metadata": {"service": "cloudquotas.googleapis.com"}}]
-    return code, {"error": error}
+_error = functools.partial(google_error, "cloudquotas.googleapis.com")
 
 
 def _request_fields(message) -> set[str]:
@@ -125,21 +118,8 @@ class CloudQuotasServer:
 
     def __init__(self, quotas: CloudQuotas, compute, enabled, address: str, context):
         self.quotas, self.compute, self.enabled = quotas, compute, enabled
-        server_ref = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                parsed = urlparse(self.path)
-                code, payload = server_ref.route(parsed.path, parse_qs(parsed.query, keep_blank_values=True),
-                                                 dict(self.headers))
-                send_json(self, code, payload)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer((address, 443), Handler)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.http = JsonGetServer(address, context, self.route)
+        self.close = self.http.close
 
     def route(self, path: str, query: dict, headers: dict) -> tuple[int, dict]:
         from google.cloud import cloudquotas_v1
@@ -187,7 +167,3 @@ class CloudQuotasServer:
         if start + size < len(infos):
             body["nextPageToken"] = str(start + size)
         return answered(body, cloudquotas_v1.ListQuotaInfosResponse)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()

@@ -25,28 +25,21 @@ https://cloud.google.com/monitoring/api/v3/filters, https://cloud.google.com/mon
 
 from __future__ import annotations
 
+import functools
 import re
-import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
 
 from tests.world import compute_auth, discovery
 from tests.world import quotas as table
-from tests.world.http import send_json
+from tests.world.http import JsonGetServer, google_error
 
 MONITORING_NAMES = ("monitoring.googleapis.com",)
 USAGE = "serviceruntime.googleapis.com/quota/allocation/usage"
 TERM = re.compile(r'\s*(?P<key>[a-z_.]+(?:\."?[a-zA-Z0-9_]+"?)?)\s*=\s*"(?P<value>[^"]*)"\s*')
 
 
-def _error(code: int, status: str, message: str, reason: str = "") -> tuple[int, dict]:
-    error = {"code": code, "message": message, "status": status}
-    if reason:
-        error["details"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
-                             "domain": "googleapis.com", "metadata": {"service": "monitoring.googleapis.com"}}]
-    return code, {"error": error}
+_error = functools.partial(google_error, "monitoring.googleapis.com")
 
 
 def parse_filter(text: str) -> dict | None:
@@ -75,22 +68,9 @@ class Monitoring:
 class MonitoringServer:
     def __init__(self, monitoring: Monitoring, compute, enabled, address: str, context):
         self.monitoring, self.compute, self.enabled = monitoring, compute, enabled
-        server_ref = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                parsed = urlparse(self.path)
-                query = parse_qs(parsed.query, keep_blank_values=True)
-                code, payload = discovery.serve("monitoring.v3", "GET", parsed.path, query, None,
-                                                lambda call: server_ref.route(parsed.path, query, dict(self.headers)))
-                send_json(self, code, payload)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer((address, 443), Handler)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.http = JsonGetServer(address, context, lambda path, query, headers: discovery.serve(
+            "monitoring.v3", "GET", path, query, None, lambda call: self.route(path, query, headers)))
+        self.close = self.http.close
 
     def series(self, project: str, end: str) -> list[dict]:
         """Every quota usage series the world has now."""
@@ -151,7 +131,3 @@ class MonitoringServer:
 
         found = [s for s in self.series(match["project"], end) if keep(s)]
         return 200, ({"timeSeries": found} if found else {})
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
