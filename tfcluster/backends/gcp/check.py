@@ -58,11 +58,12 @@ class Report:
 
 
 def blocking(report: Report, terraform) -> list[Finding]:
-    """What stops `up` before terraform runs: every ✗, and a boot image that could not be resolved (?)
-    unless a resumed `up` keeps the one its VMs booted (terraform would refuse `"image": null`)."""
+    """What stops `up` before terraform runs: every ✗, else a boot image that could not be resolved (?)
+    unless a resumed `up` keeps the one its VMs booted (terraform would refuse `"image": null`). With
+    a ✗ already, the image's ? is most likely its consequence (the Compute API off) and is not repeated."""
     found = list(report.failed)
     tfvars = terraform.workdir / "terraform.tfvars.json"
-    if report.image is None and not (tfvars.exists() and terraform.variables().get("image")):
+    if not found and report.image is None and not (tfvars.exists() and terraform.variables().get("image")):
         image = next((f for f in report.findings if f.subject == "boot image"), None)
         why = image.detail if image is not None else "it was not checked without credentials"
         found.append(Finding("boot image", False, f"`up` needs the exact boot image and could not resolve it ({why}); "
