@@ -7,13 +7,16 @@ Precedence (lowest first): the defaults below, the project's ``invoke.yaml``
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
 import tfcluster.gpus as gpu_table
-import tfcluster.machine_rules as machine_rules
+import tfcluster.machines as machines
+from tfcluster.machines import GCP_CLUSTER_NAME  # noqa: F401 (terraform's validation agrees with it)
 from tfcluster.errors import ConfigError
 from tfcluster.money import parse_usd
 from tfcluster.ports import parse_range
@@ -26,12 +29,6 @@ TERMINATION_ACTIONS = ("STOP", "DELETE")
 KERAS_VERSIONS = ("2", "3")
 ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
-# On Google Cloud the name also makes each VM's service account id "<name>-vm-<index>" (index < 64,
-# so at most 27 characters), which must be 6 to 30 characters matching [a-z][-a-z0-9]*[a-z0-9] (IAM:
-# projects.serviceAccounts.create, accountId), and the network tag "tfcluster-<name>", which must end with a letter or digit (RFC 1035 labels:
-# https://cloud.google.com/vpc/docs/add-remove-network-tags). terraform/variables.tf validates
-# cluster_name with this same pattern; tests/test_config.py checks that the two agree.
-GCP_CLUSTER_NAME = r"^[a-z][a-z0-9-]{1,19}[a-z0-9]$"
 
 
 @dataclass(frozen=True)
@@ -42,8 +39,9 @@ class Settings:
     backend: str = "local"
     # Workers `up` creates; `train --workers` may use fewer.
     workers: int = 3
-    # Local folder for cluster state, run records, logs and fetched results.
-    state_dir: str = ".tfcluster"
+    # Local folder for cluster state, run records, logs and fetched results; empty is the per-user
+    # state folder (user_state_dir), the same from any folder. A project's own folder is set here.
+    state_dir: str = ""
     # Interpreter that runs the workers; empty means the one running invoke.
     python: str = ""
     # TFRecord folder for the bundled trainer; empty means the built-in synthetic set.
@@ -132,7 +130,17 @@ class Settings:
 
     @property
     def state_path(self) -> Path:
-        return Path(self.state_dir).expanduser().resolve()
+        return Path(self.state_dir).expanduser().resolve() if self.state_dir else user_state_dir()
+
+
+def user_state_dir() -> Path:
+    """tfcluster's folder in the platform's per-user state folder: ``$XDG_STATE_HOME/tfcluster``, by
+    default ``~/.local/state/tfcluster`` (the XDG Base Directory Specification, which ignores a
+    relative ``XDG_STATE_HOME``), and ``~/Library/Application Support/tfcluster`` on macOS."""
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "tfcluster"
+    base = os.environ.get("XDG_STATE_HOME", "")
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state") / "tfcluster"
 
 
 DEFAULTS: dict[str, Any] = dataclasses.asdict(Settings())
@@ -292,9 +300,9 @@ def validate(values: Mapping[str, Any]) -> Settings:
     boot_disk_type = str(values["boot_disk_type"] or "").strip()
     nic_type = str(values["nic_type"] or "").strip().upper()
     if backend == "gcp":
-        _check_gcp_name(cluster)
-        machine_type = machine_rules.machine_type(model, gpu_count, machine_type, spot)
-        machine_rules.check_family(machine_type, boot_disk_type, nic_type)
+        machines.check_gcp_name(cluster)
+        machine_type = machines.pick_machine_type(model, gpu_count, machine_type, spot)
+        machines.check_family(machine_type, boot_disk_type, nic_type)
     elif not machine_type:
         machine_type = "n1-standard-8"
     operator_cidr = str(values["operator_cidr"] or "")
@@ -358,11 +366,3 @@ def validate(values: Mapping[str, Any]) -> Settings:
         retries=parse_int("retries", values["retries"], 0),
         stop_grace_seconds=grace,
     )
-
-
-def _check_gcp_name(cluster: str) -> None:
-    """Refuse a name Google would refuse, before anything is created."""
-    if not re.match(GCP_CLUSTER_NAME, cluster):
-        raise ConfigError(f"cluster must be 3 to 21 characters on gcp: lowercase letters, digits and dashes, "
-                          f"starting with a letter and not ending with a dash (got {cluster!r}); Google builds "
-                          "the service account id and network tag from it")
