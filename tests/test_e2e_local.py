@@ -46,6 +46,12 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
     assert summary["last_epoch"] == 3
     assert "replicas in sync" in result.stdout and "validation accuracy" in result.stdout
     assert_console_folds_tensorflow_noise_and_logs_keep_it(cli, result.stdout, workers=3)
+    # Without a terminal, the progress is one line per epoch: its metrics, the speed, the time left.
+    ends = re.findall(r"^worker-0 +│ epoch (\d)/3  accuracy .* · \d[\d,]* images/s · ETA (\d+)m(\d\d)s$", result.stdout,
+                      re.M)
+    assert [int(epoch) for epoch, _, _ in ends] == [1, 2, 3], result.stdout[-4000:]
+    left = [int(minutes) * 60 + int(seconds) for _, minutes, seconds in ends]
+    assert left[0] >= left[1] >= left[2] == 0 and left[0] > 0, left
 
     # Every worker joined the same 3-replica collective, each as its own task.
     tasks = set()

@@ -39,6 +39,8 @@ class Pace:
             self.batch = event.get("batch") or self.batch
         elif kind == "progress":
             self.step, self.steps = event.get("step"), event.get("total") or self.steps
+        elif kind == "epoch_end" and self.steps:
+            self.epoch, self.step = event.get("epoch") or self.epoch, self.steps  # Every step of it is done.
         if kind in ("first_step", "step", "progress"):
             self.last_at = event.get("time", self.last_at)
             self.clock.observe(event)
