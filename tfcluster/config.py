@@ -12,7 +12,7 @@ import re
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, MutableMapping
 
 import tfcluster.gpus as gpu_table
 import tfcluster.machines as machines
@@ -152,6 +152,17 @@ MAX_WORKERS = 64
 MAX_BOOT_DISK_GB = 2000
 
 
+# The environment variables of the settings: INVOKE_TFCLUSTER_WORKERS=4 is workers: 4.
+ENV_PREFIX = "INVOKE_TFCLUSTER_"
+
+
+def take_environment(environ: MutableMapping[str, str]) -> dict[str, str]:
+    """Every INVOKE_TFCLUSTER_<KEY> removed from ``environ``, as {key: text} (an unknown key stays in,
+    for load to name)."""
+    return {name[len(ENV_PREFIX):].lower(): environ.pop(name) for name in list(environ)
+            if name.startswith(ENV_PREFIX)}
+
+
 def _flag_hint(key: str) -> str:
     return f"invoke.yaml (tfcluster.{key}), INVOKE_TFCLUSTER_{key.upper()} or --{key.replace('_', '-')}"
 
@@ -247,15 +258,47 @@ def parse_bool(key: str, value: Any) -> bool:
 
 
 def load(config: Mapping[str, Any] | None = None, **overrides: Any) -> Settings:
-    """Settings from invoke's merged ``tfcluster`` config plus flag overrides (None = unset)."""
+    """Settings from invoke's merged ``tfcluster`` config plus flag overrides (None = unset: the
+    default; a YAML key with no value is unset too)."""
+    if config is not None and not isinstance(config, Mapping):
+        raise ConfigError(f"tfcluster in invoke.yaml must be a mapping of settings, such as `workers: 3` on its own "
+                          f"indented line (got {config!r})")
     known = {f.name for f in fields(Settings)}
     merged = dict(DEFAULTS)
     for key, value in dict(config or {}).items():
         if key not in known:
             raise ConfigError(f"unknown setting tfcluster.{key}; valid keys: {', '.join(sorted(known))}")
-        merged[key] = value
+        if value is not None:
+            merged[key] = value
     merged.update({key: value for key, value in overrides.items() if value is not None})
+    _check_kinds(merged)
     return validate(merged)
+
+
+def _check_kinds(values: Mapping[str, Any]) -> None:
+    """What no setting takes, whatever its own rule: a list or a mapping (YAML gives them), or true or
+    false where the setting is not a yes/no. Text, numbers and yes/no are each checked by their key."""
+    for item in fields(Settings):
+        value, default = values[item.name], item.default
+        if item.name == "zones":
+            fits = isinstance(value, str) or (isinstance(value, (list, tuple)) and all(
+                isinstance(zone, str) for zone in value))
+        else:
+            fits = not isinstance(value, (list, tuple, dict, set)) and (
+                not isinstance(value, bool) or isinstance(default, bool))
+        if not fits:
+            kind = {bool: "true or false", int: "a whole number", float: "a number"}.get(type(default), "text")
+            if item.name == "zones":
+                kind = "a list of zones, or zones separated by commas"
+            raise ConfigError(f"{item.name} must be {kind} (got {value!r}); set it in {_flag_hint(item.name)}")
+
+
+def parse_port(key: str, value: Any) -> int:
+    """A TCP port from a flag: 1-65535."""
+    port = parse_int(key, value, 1)
+    if port > 65535:
+        raise ConfigError(f"{key} must be a port between 1 and 65535 (got {port})")
+    return port
 
 
 def validate(values: Mapping[str, Any]) -> Settings:
