@@ -7,16 +7,16 @@ Precedence (lowest first): the defaults below, the project's ``invoke.yaml``
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Mapping, MutableMapping
+from typing import Any, Mapping
 
 import tfcluster.gpus as gpu_table
 import tfcluster.machines as machines
+import tfcluster.sources as sources
 from tfcluster.machines import GCP_CLUSTER_NAME  # noqa: F401 (terraform's validation agrees with it)
+from tfcluster.sources import flag_hint, take_environment, user_state_dir  # noqa: F401 (the settings' own)
 from tfcluster.errors import ConfigError
 from tfcluster.money import parse_usd
 
@@ -133,16 +133,6 @@ class Settings:
         return Path(self.state_dir).expanduser().resolve() if self.state_dir else user_state_dir()
 
 
-def user_state_dir() -> Path:
-    """tfcluster's folder in the platform's per-user state folder: ``$XDG_STATE_HOME/tfcluster``, by
-    default ``~/.local/state/tfcluster`` (the XDG Base Directory Specification, which ignores a
-    relative ``XDG_STATE_HOME``), and ``~/Library/Application Support/tfcluster`` on macOS."""
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "tfcluster"
-    base = os.environ.get("XDG_STATE_HOME", "")
-    return (Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state") / "tfcluster"
-
-
 DEFAULTS: dict[str, Any] = dataclasses.asdict(Settings())
 # invoke adapts an INVOKE_TFCLUSTER_* variable to its default's type and cannot make a list of
 # one: a str default lets `zones` come as "a,b,c" from the variable and as a list from invoke.yaml.
@@ -152,33 +142,18 @@ MAX_WORKERS = 64
 MAX_BOOT_DISK_GB = 2000
 
 
-# The environment variables of the settings: INVOKE_TFCLUSTER_WORKERS=4 is workers: 4.
-ENV_PREFIX = "INVOKE_TFCLUSTER_"
-
-
-def take_environment(environ: MutableMapping[str, str]) -> dict[str, str]:
-    """Every INVOKE_TFCLUSTER_<KEY> removed from ``environ``, as {key: text} (an unknown key stays in,
-    for load to name)."""
-    return {name[len(ENV_PREFIX):].lower(): environ.pop(name) for name in list(environ)
-            if name.startswith(ENV_PREFIX)}
-
-
-def _flag_hint(key: str) -> str:
-    return f"invoke.yaml (tfcluster.{key}), INVOKE_TFCLUSTER_{key.upper()} or --{key.replace('_', '-')}"
-
-
 def parse_int(key: str, value: Any, minimum: int) -> int:
     """An int >= minimum from a flag, YAML or env value, or a ConfigError naming the key."""
     if isinstance(value, bool):
         raise ConfigError(f"{key} must be a whole number >= {minimum} (got {value!r}); "
-                          f"set it in {_flag_hint(key)}")
+                          f"set it in {flag_hint(key)}")
     try:
         number = int(str(value).strip())
     except ValueError:
         raise ConfigError(f"{key} must be a whole number >= {minimum} (got {value!r}); "
-                          f"set it in {_flag_hint(key)}") from None
+                          f"set it in {flag_hint(key)}") from None
     if number < minimum:
-        raise ConfigError(f"{key} must be >= {minimum} (got {number}); set it in {_flag_hint(key)}")
+        raise ConfigError(f"{key} must be >= {minimum} (got {number}); set it in {flag_hint(key)}")
     return number
 
 
@@ -190,7 +165,7 @@ def parse_port_range(key: str, value: Any) -> str:
     match = re.fullmatch(r"(\d+)\s*-\s*(\d+)", text)
     if not match or not 1024 <= int(match[1]) <= int(match[2]) <= 65535:
         raise ConfigError(f"{key} must be a port range FIRST-LAST within 1024-65535, such as 20000-20099, "
-                          f"or empty for any free port (got {value!r}); set it in {_flag_hint(key)}")
+                          f"or empty for any free port (got {value!r}); set it in {flag_hint(key)}")
     return f"{int(match[1])}-{int(match[2])}"
 
 
@@ -271,26 +246,8 @@ def load(config: Mapping[str, Any] | None = None, **overrides: Any) -> Settings:
         if value is not None:
             merged[key] = value
     merged.update({key: value for key, value in overrides.items() if value is not None})
-    _check_kinds(merged)
+    sources.check_kinds(merged, {item.name: item.default for item in fields(Settings)})
     return validate(merged)
-
-
-def _check_kinds(values: Mapping[str, Any]) -> None:
-    """What no setting takes, whatever its own rule: a list or a mapping (YAML gives them), or true or
-    false where the setting is not a yes/no. Text, numbers and yes/no are each checked by their key."""
-    for item in fields(Settings):
-        value, default = values[item.name], item.default
-        if item.name == "zones":
-            fits = isinstance(value, str) or (isinstance(value, (list, tuple)) and all(
-                isinstance(zone, str) for zone in value))
-        else:
-            fits = not isinstance(value, (list, tuple, dict, set)) and (
-                not isinstance(value, bool) or isinstance(default, bool))
-        if not fits:
-            kind = {bool: "true or false", int: "a whole number", float: "a number"}.get(type(default), "text")
-            if item.name == "zones":
-                kind = "a list of zones, or zones separated by commas"
-            raise ConfigError(f"{item.name} must be {kind} (got {value!r}); set it in {_flag_hint(item.name)}")
 
 
 def parse_port(key: str, value: Any) -> int:
@@ -381,7 +338,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
     keras = str(values["keras"]).strip()
     if keras not in KERAS_VERSIONS:
         raise ConfigError(f"keras must be one of {', '.join(KERAS_VERSIONS)} (got {values['keras']!r}); "
-                          f"set it in {_flag_hint('keras')}")
+                          f"set it in {flag_hint('keras')}")
     zones = parse_zones(values["zone"], values["zones"])
     return Settings(
         keras=keras,

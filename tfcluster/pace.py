@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tfcluster import ui
+import tfcluster.ui as ui
 from tfcluster.steptime import StepClock
 
 
