@@ -172,6 +172,35 @@ def test_a_faulthandler_dump_is_read_and_its_blocking_frame_found():
     assert inside.blocking_frame.startswith('File "/venv/lib/python3.11/site-packages/tf_keras/')
 
 
+def _dump(*frames: str) -> "stall.StackDump":
+    return parse_dump("Current thread 0x00007f33dcc5bb80 (most recent call first):\n"
+                      + "".join(f"  {frame}\n" for frame in frames))
+
+
+TF_WAIT = 'File "/venv/lib/python3.11/site-packages/tensorflow/python/eager/execute.py", line 53 in quick_execute'
+OWN = 'File "/home/me/train.py", line 62 in on_train_batch_end'
+TF_DATA = 'File "/venv/lib/python3.11/site-packages/tensorflow/python/data/ops/iterator_ops.py", line 777 in _next_internal'
+STDLIB = 'File "/usr/lib/python3.11/threading.py", line 331 in wait'
+
+
+def test_the_worker_in_its_own_code_holds_the_others_and_each_stack_says_where_it_is():
+    from tfcluster import stall
+
+    waiting, hung = _dump(TF_WAIT, 'File "/home/me/train.py", line 80 in <module>'), _dump(STDLIB, OWN, TF_WAIT)
+    assert [stall.place(d) for d in (waiting, hung, _dump(STDLIB, TF_DATA, OWN))] == ["tensorflow", "own code", "input"]
+    assert stall.place(parse_dump("Thread 0x00007f33dcc5bb80 (most recent call first):\n  <no Python frame>\n")) == \
+        "tensorflow"
+    tie = stall.Stall(worker=0, quiet_seconds=61, limit_seconds=60, started=True, steps={0: 13, 1: 13, 2: 13})
+    assert stall.holder(tie, {0: waiting, 1: waiting, 2: hung}) == (
+        2, "its main thread is in its own code, not in TensorFlow, while the others wait inside the collective")
+    # No stack tells (every worker in TensorFlow, or a dump missing): the oldest progress, as before.
+    assert stall.holder(tie, {0: waiting, 1: waiting, 2: None}) == (0, "its last progress is the oldest (step 13)")
+    # The trainer's input wait comes first: its stack is a graph's, like its peers'.
+    starved = stall.Stall(worker=1, quiet_seconds=61, limit_seconds=60, started=True, steps={0: 8, 1: 8},
+                          waits_for_input=9)
+    assert stall.holder(starved, {0: hung, 1: waiting})[0] == 1
+
+
 def test_a_bad_stall_minutes_is_one_error_line(cli):
     result = cli.run("train", "--stall-minutes", "-1")
     assert result.returncode != 0
