@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -14,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_stopped_by, events_of, stop_while_attached, wait_for
+from tests.conftest import REPO, assert_stopped_by, events_of, stop_while_attached, wait_for
 from tests.test_console import assert_console_folds_tensorflow_noise_and_logs_keep_it
 from tests.test_throughput import check_run_speed, install_fake_nvidia_smi, tensorboard_scalars
 from tfcluster.backends.local import processes_with_env
@@ -44,6 +46,12 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
     assert summary["last_epoch"] == 3
     assert "replicas in sync" in result.stdout and "validation accuracy" in result.stdout
     assert_console_folds_tensorflow_noise_and_logs_keep_it(cli, result.stdout, workers=3)
+    # Without a terminal, the progress is one line per epoch: its metrics, the speed, the time left.
+    ends = re.findall(r"^worker-0 +│ epoch (\d)/3  accuracy .* · \d[\d,]* images/s · ETA (\d+)m(\d\d)s$", result.stdout,
+                      re.M)
+    assert [int(epoch) for epoch, _, _ in ends] == [1, 2, 3], result.stdout[-4000:]
+    left = [int(minutes) * 60 + int(seconds) for _, minutes, seconds in ends]
+    assert left[0] >= left[1] >= left[2] == 0 and left[0] > 0, left
 
     # Every worker joined the same 3-replica collective, each as its own task.
     tasks = set()
@@ -297,3 +305,50 @@ def test_stop_and_down_win_over_an_attached_launcher(cli, sleeper):
             assert "verified that no worker process is left" in said, said
     assert cli.cluster() is None
     assert _cluster_processes(cli) == []
+
+
+TICKER = """
+import time, tfcluster
+for step in range(1, 41):
+    tfcluster.progress(step, total=40)
+    time.sleep(0.2)
+"""
+
+
+def test_the_live_line_and_status_show_where_the_run_is(cli, tmp_path):
+    """On a terminal the launcher's live line says the step of steps, the speed and the ETA (not only
+    until the first step); `status` from another shell shows each worker's last step and its age, the
+    run's speed, ETA and cost so far."""
+    script = tmp_path / "ticker.py"
+    script.write_text(TICKER)
+    assert cli.run("up", "--workers", "2").returncode == 0
+    status = None
+    controller, terminal = pty.openpty()
+    launcher = subprocess.Popen(cli.argv("train", "--script", str(script)), cwd=REPO, env={**cli.env, "TERM": "xterm"},
+                                stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal)
+    os.close(terminal)
+    screen = b""
+    try:
+        while True:
+            ready, _, _ = select.select([controller], [], [], 60)
+            try:
+                chunk = os.read(controller, 65536) if ready else b""
+            except OSError:  # The terminal closed: the launcher exited.
+                chunk = b""
+            if not chunk:
+                break
+            screen += chunk
+            if status is None and re.search(rb"Training: step (1[2-9]|2\d)/40", screen):  # Mid-run.
+                status = cli.run("status")
+    finally:
+        launcher.wait(timeout=60)
+        os.close(controller)
+    text = screen.decode(errors="replace")
+    assert launcher.returncode == 0, text[-3000:]
+    assert re.search(r"Training: step (2\d|3\d)/40 · 0\.2\d* s/step · ETA 0m0\ds", text), text[-3000:]
+    assert status is not None and status.returncode == 0, status and status.stderr
+    rows = {line.split("│")[1].strip(): line for line in status.stdout.splitlines() if "│ worker-" in line}
+    for row in rows.values():
+        assert re.search(r"│ running +│ \d+ +│ - +│ step \d+/40 +│ 0m0\ds ago", row), status.stdout
+    assert re.search(r"^now: step \d+/40 · 0\.2\d* s/step · ETA 0m\d\ds$", status.stdout, re.M), status.stdout
+    assert "run cost so far: " in status.stdout
