@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 
 import pytest
 
@@ -39,17 +40,23 @@ def lab(tmp_path_factory):
     reason = ensure_dockerd()
     if reason:
         pytest.skip(reason)
-    gpu_metadata = planned_metadata(tmp_path_factory.mktemp("gpu-plan"), gpu="nvidia-tesla-t4", gpu_count=1)
     lab = VmLab(tmp_path_factory.mktemp("vmlab"))
     try:
         lab.boot("deadpip", nonce="deadpip-1", pip="dead", idle_minutes=0.1)
-        lab.boot("hungpip", nonce="hungpip-1", pip="hung", idle_minutes=0.1,
-                 extra={"tfcluster-boot-grace-minutes": "0.5"})
+        hung = lab.boot("hungpip", nonce="hungpip-1", pip="hung", idle_minutes=0.1,
+                        extra={"tfcluster-boot-grace-minutes": "0.5"})
         lab.boot("deadapt", nonce="deadapt-1", apt="dead", idle_minutes=60)
         # A cluster for `train --image` (variable docker): Docker from the offline apt repository.
         # dockerd itself cannot run in an unprivileged container (no overlay mounts, no iptables),
         # so this machine shows the install and that a daemon failure is one line naming the cause.
         lab.boot("docker", nonce="docker-1", pip="dead", idle_minutes=60, extra={"tfcluster-docker": "true"})
+        # The GPU machine (terraform's plan, then pip downloading TensorFlow's wheel to resolve its
+        # [and-cuda] extra) starts once the hung machine's pip has reached its index (or after 3
+        # minutes), so it does not eat into that boot's 30-second grace on a busy machine.
+        deadline = time.monotonic() + 180
+        while not hung.hung.accepted and time.monotonic() < deadline:
+            time.sleep(1)
+        gpu_metadata = planned_metadata(tmp_path_factory.mktemp("gpu-plan"), gpu="nvidia-tesla-t4", gpu_count=1)
         lab.boot("gpu", nonce="gpu-1", planned=gpu_metadata)
         yield {machine.name: machine for machine in lab.machines}
     finally:
