@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Cli, wait_for
+from tests.conftest import Cli, assert_stopped_by, stop_while_attached, wait_for
 from tests.fake_operations import advance
 from tests.fake_compute import stop_instance
 from tests.hostlab import SUBNET, HostLab, available
@@ -48,27 +48,27 @@ def test_preflight_names_the_zone_and_the_quota_fix(fake_compute):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False)
     fake_compute.state.accelerators["us-west1-b"] = ["nvidia-tesla-t4"]
     fake_compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (4.0, 2.0)
-    with pytest.raises(ConfigError, match=r"quota NVIDIA_T4_GPUS in us-west1 has 2 GPUs free \(limit 4, used 2\); "
-                                          r"the cluster needs 3\. Request more"):
+    with pytest.raises(ConfigError, match=r"quota NVIDIA-T4-GPUS-per-project-region \(region:us-west1\) has 2 GPUs "
+                                          r"free \(limit 4, in use 2\); the cluster needs 3; request more"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False)
     fake_compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (8.0, 0.0)
     fake_compute.state.project_quotas["GPUS_ALL_REGIONS"] = (2.0, 0.0)
-    with pytest.raises(ConfigError, match="quota GPUS_ALL_REGIONS has 2 GPUs free"):
+    with pytest.raises(ConfigError, match="quota GPUS-ALL-REGIONS-per-project has 2 GPUs free"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False)
     fake_compute.state.project_quotas["GPUS_ALL_REGIONS"] = (16.0, 0.0)
     # No PREEMPTIBLE_* quota granted: Spot VMs draw from the standard one.
     gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=True)
     fake_compute.state.region_quotas["us-west1"]["PREEMPTIBLE_NVIDIA_T4_GPUS"] = (2.0, 0.0)
-    with pytest.raises(ConfigError, match="quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1 has 2 GPUs free"):
+    with pytest.raises(ConfigError, match=r"quota PREEMPTIBLE-NVIDIA-T4-GPUS-per-project-region \(region:us-west1\) has 2 GPUs free"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=True)
     # On-demand GPU VMs the hypervisor deletes within 7 days may use the preemptible quota too.
     fake_compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (1.0, 0.0)
     fake_compute.state.region_quotas["us-west1"]["PREEMPTIBLE_NVIDIA_T4_GPUS"] = (4.0, 0.0)
     gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False, deleted_within_hours=168)
     for hours in (None, 169):  # STOP, or a deadline past 7 days: the standard quota alone.
-        with pytest.raises(ConfigError, match=r"quota NVIDIA_T4_GPUS in us-west1 has 1 GPUs free"):
+        with pytest.raises(ConfigError, match=r"quota NVIDIA-T4-GPUS-per-project-region \(region:us-west1\) has 1 GPUs free"):
             gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False, deleted_within_hours=hours)
-    with pytest.raises(ConfigError, match=r"quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1 has 4 GPUs free"):
+    with pytest.raises(ConfigError, match=r"quota PREEMPTIBLE-NVIDIA-T4-GPUS-per-project-region \(region:us-west1\) has 4 GPUs free"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 5, spot=False, deleted_within_hours=12)
     fake_compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (8.0, 0.0)
     # Rate limited twice, as 403 rateLimitExceeded and as 429: retried with backoff, then it answers.
@@ -309,15 +309,41 @@ def test_up_status_down(gcp_cli, world):
         f"error: cluster my-run was created without Docker; run invoke down, then invoke up --image {image} "
         "(the bucket and registry are kept)"], no_docker.stdout + no_docker.stderr
 
-    down = gcp_cli.run("down", timeout=120)
-    assert down.returncode == 0, down.stdout + down.stderr
+    # `down` from another shell while `train --retries 2` is attached, mid-run: the launcher does not
+    # restart the run on VMs being destroyed; it exits 1 naming `invoke down`, before down's ✓.
+    ticker = gcp_cli.state_dir.parent / "ticker.py"
+    ticker.write_text("import time, tfcluster\nfor step in range(1, 10000):\n    tfcluster.progress(step)\n"
+                      "    time.sleep(0.5)\n")
+    launcher = gcp_cli.popen("train", "--retries", "2", "--script", str(ticker))
+    try:
+        wait_for(lambda: all(any("ticker.py" in _cmdline(pid) for pid in host.pids()) for host in gcp_cli.lab.hosts),
+                 120, what="the run's workers on both VMs")
+        said, output, exited, stopper = stop_while_attached(gcp_cli, launcher, "down")
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(timeout=10)
+    run_dir = gcp_cli.runs("my-run")[-1]
+    run = json.loads((run_dir / "run.json").read_text())
+    assert launcher.returncode == 1, output[-4000:]
+    assert_stopped_by(output, run["run_id"], "down", stopper)
+    assert run["outcome"] == "stopped" and run["attempts"] == 1, run
+    assert exited, f"down printed its ✓ before the launcher exited:\n{said}"
+    assert not any("ticker.py" in _cmdline(pid) for host in gcp_cli.lab.hosts for pid in host.pids())
     assert "verified through the Compute API (label tfcluster-cluster=my-run and network my-run-net): " \
-        "nothing left that bills by the hour" in down.stdout
+        "nothing left that bills by the hour" in said
     assert terraform_calls(gcp_cli, "my-run")[-1] == "destroy"
     assert not bucket_of(gcp_cli.storage, bucket_name).exists()  # It was empty.
     assert gcp_cli.compute.state.instances == {}
     assert gcp_cli.cluster("my-run") is None
     assert not [email for email in world.compute.state.service_accounts if email.startswith("my-run-")]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 @needs_hosts
@@ -355,7 +381,8 @@ def test_preflight_failure_creates_nothing(gcp_cli):
     gcp_cli.compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (1.0, 0.0)
     up = gcp_cli.run("up", timeout=60)
     assert up.returncode == 2
-    assert up.stderr.strip().splitlines()[-1].startswith("error: quota NVIDIA_T4_GPUS in us-west1 has 1 GPUs free")
+    assert up.stderr.strip().splitlines()[-1].startswith(
+        "error: quota NVIDIA-T4-GPUS-per-project-region (region:us-west1) has 1 GPUs free")
     assert "apply" not in terraform_calls(gcp_cli)
     assert gcp_cli.cluster() is None and gcp_cli.compute.state.instances == {}
 
