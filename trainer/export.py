@@ -23,12 +23,28 @@ SERVE_TAG = "serve"
 def scale_and_resize(tf, images, image_size: int):
     """uint8 RGB [N, H, W, 3] (any H, W) -> float32 [N, size, size, 3] in [0, 1].
 
-    Antialiased bilinear, as PIL's BILINEAR that create_tfrecords uses when it shrinks an image;
-    at the stored size it is the identity, so training and serving see the same pixels.
+    Antialiased bilinear, as PIL's BILINEAR that create_tfrecords uses when it shrinks an image.
+    Images already at ``image_size`` are only scaled: the resize would be the identity, yet it
+    costs more than the rest of the training pipeline together (bench/bench_local.py). The
+    training pipeline knows its sizes when it is built and the serving signatures check them per
+    batch, so both see the same pixels for the same image.
     """
     images = tf.cast(images, tf.float32)
-    images = tf.image.resize(images, [image_size, image_size], antialias=True)
-    return tf.clip_by_value(images / 255.0, 0.0, 1.0)
+    height, width = images.shape[1], images.shape[2]
+    if height is None or width is None:  # Serving: any size, known per batch.
+        shape = tf.shape(images)
+        images = tf.cond(tf.logical_and(tf.equal(shape[1], image_size), tf.equal(shape[2], image_size)),
+                         lambda: images, lambda: _resize(tf, images, image_size))
+        images.set_shape([None, image_size, image_size, None])
+    elif (height, width) != (image_size, image_size):
+        images = _resize(tf, images, image_size)
+    # A product, not a division: grappler may turn x / 255 into x * (1 / 255) in one graph and not in
+    # another, one float32 ulp apart; written as the product, training and serving compute the same.
+    return tf.clip_by_value(images * (1.0 / 255.0), 0.0, 1.0)
+
+
+def _resize(tf, images, image_size: int):
+    return tf.image.resize(images, [image_size, image_size], antialias=True)
 
 
 def build_serving_module(tf, model, image_size: int, classes: list[str]):
