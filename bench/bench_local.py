@@ -149,7 +149,7 @@ def bench_pipeline(tmp: Path, images: int = 4000, source_size: int = 256, size: 
         return tf.data.Dataset.from_tensor_slices((files, labels)).map(load).batch(batch)
 
     def ours():
-        return data.make_dataset(str(records), "train", batch, size, shuffle=True).take(len(files) // batch)
+        return data.make_dataset(str(records), "train", batch, size).take(len(files) // batch)
 
     def rate(make) -> float:
         best = 0.0

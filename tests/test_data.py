@@ -125,7 +125,7 @@ def test_jpeg_shards_decode_in_the_pipeline_to_the_raw_pixels(tmp_path):
         manifest = create_tfrecords.convert(tmp_path / "shapes", out, image_size=24, shards=2,
                                             encoding=encoding)
         assert manifest["encoding"] == encoding
-        dataset = data.make_dataset(str(out), "train", global_batch=8, image_size=32, shuffle=False)
+        dataset = data.make_dataset(str(out), "train", global_batch=8, image_size=32, training=False)
         batches[encoding] = next(iter(dataset))
     sizes = {e: sum(p.stat().st_size for p in (tmp_path / e).glob("train-*")) for e in batches}
     assert sizes["jpeg"] < sizes["raw"]
@@ -214,7 +214,7 @@ def test_training_resizes_only_when_the_sizes_differ_and_sees_the_served_pixels(
         Image.fromarray(pixels).save(buffer, format="PNG")
         pngs.append(buffer.getvalue())
     for size in (24, 32):  # The stored size, and a larger one (both resize).
-        trained, _ = next(iter(data.make_dataset(str(out), "train", len(stored), size, shuffle=False)))
+        trained, _ = next(iter(data.make_dataset(str(out), "train", len(stored), size, training=False)))
         # A model that answers its input: the served "probabilities" are the pixels it was given.
         identity = tf_keras_identity(size)
         module = export.build_serving_module(tf, identity, size, [str(i) for i in range(size * size * 3)])
