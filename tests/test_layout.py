@@ -20,7 +20,8 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "tfcluster"
 BOTTOM = {"tfcluster.state", "tfcluster.config", "tfcluster.errors", "tfcluster.tfconfig", "tfcluster.tflog", "tfcluster.gpus",
           "tfcluster.ui",
-          "tfcluster.container", "tfcluster.steptime", "tfcluster.money"}
+          "tfcluster.container", "tfcluster.steptime", "tfcluster.money", "tfcluster.ports",
+          "tfcluster.machine_rules"}
 
 
 def module_name(path: Path) -> str:

@@ -12,29 +12,11 @@ from pathlib import Path
 import trainer
 from tfcluster.backends.base import Backend, JobFiles, Payload, Staged
 from tfcluster.config import Settings
+from tfcluster.ports import LOOPBACK, free_ports, port_range
 from tfcluster.errors import ClusterError
 from tfcluster.state import ClusterState, HostRecord, StateStore
 
-LOOPBACK = "127.0.0.1"
 PROJECT_ROOT = Path(trainer.__file__).resolve().parent.parent
-
-
-def free_ports(count: int, address: str = LOOPBACK) -> list[int]:
-    """``count`` distinct ports the kernel reports free right now.
-
-    All sockets stay open until every port is chosen, so the kernel cannot hand
-    out the same port twice.
-    """
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((address, 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -172,7 +154,7 @@ class LocalBackend(Backend):
     def up(self, settings: Settings, existing: ClusterState | None) -> ClusterState:
         if existing is not None:
             return existing
-        ports = free_ports(settings.workers)
+        ports = free_ports(settings.workers, within=port_range(settings.local_ports))
         hosts = [HostRecord(name=f"worker-{i}", address=LOOPBACK, tf_port=port)
                  for i, port in enumerate(ports)]
         return ClusterState(name=settings.cluster, backend=self.name, hosts=hosts)
@@ -196,7 +178,7 @@ class LocalBackend(Backend):
         if image:
             from tfcluster.backends import docker
 
-            docker.preflight(hosts, image, docker.required_modules(need_tensorflow))
+            docker.preflight(hosts, image, docker.required_modules(need_tensorflow), cluster.cluster_id)
         busy = [f"{host.record.name} ({host.record.endpoint})" for host in hosts
                 if host.port_in_use(host.record.tf_port)]
         if busy:
