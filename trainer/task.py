@@ -68,7 +68,13 @@ def main(argv=None) -> int:
     spec = resolver.cluster_spec().as_dict()
     num_workers = max(1, sum(len(tasks) for tasks in spec.values()))
     chief = is_chief(task_type, task_id, "chief" in spec)
-    precision, why = choose_precision(args.precision, gpu_capabilities(tf))
+    capabilities = gpu_capabilities(tf)
+    if args.xla and strategy.num_replicas_in_sync > 1 and not capabilities:
+        # tf_keras compiles the all-reduce with the step; XLA compiles collectives for GPUs only.
+        raise SystemExit("trainer.task: error: --xla with several replicas needs GPUs: XLA compiles the step's "
+                         "all-reduce only there (TensorFlow: \"Collectives are not yet implemented for CPU devices "
+                         "when compiling with XLA\"); drop --xla on CPU workers")
+    precision, why = choose_precision(args.precision, capabilities)
     keras.mixed_precision.set_global_policy(precision)
 
     manifest = read_manifest(args.data_dir)
