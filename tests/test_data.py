@@ -161,6 +161,22 @@ def test_invoke_data_makes_four_shards_per_cluster_worker(tmp_path):
     bad = cli.run("data", "--src", str(tmp_path / "shapes"), "--shards", "0")
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
     assert bad.stderr.strip().splitlines() == ["error: --shards must be a whole number of at least 1 (got 0); omit it for the default, 20"], bad.stderr
+    bad = cli.run("data", "--src", str(tmp_path / "shapes"), "--encoding", "png")
+    assert bad.stderr.strip().splitlines() == ["error: --encoding must be one of raw, jpeg (got 'png')"], bad.stderr
+
+    # The converter's own options pass through; the set is named after its source, and the bundled
+    # trainer's default data from then on.
+    result = cli.run("data", "--src", str(tmp_path / "shapes"), "--image-size", "16", "--encoding", "jpeg",
+                     "--val-fraction", "0.25", "--test-fraction", "0.1", "--processes", "2")
+    assert result.returncode == 0, result.stdout + result.stderr
+    target = cli.state_dir / "data" / "shapes"
+    manifest = json.loads((target / "manifest.json").read_text())
+    sizes = {split: sum(manifest["counts"][split].values()) for split in create_tfrecords.SPLITS}
+    assert manifest["encoding"] == "jpeg" and sizes == {"train": 26, "val": 10, "test": 4}
+    from tfcluster.state import StateStore as Store
+
+    assert Store(Settings(state_dir=str(cli.state_dir))).default_data_dir() == target
+    assert f"`invoke train` trains on {target} from now on" in result.stdout
 
 
 def test_records_are_byte_for_byte_what_tensorflow_writes(tmp_path):
