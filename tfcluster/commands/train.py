@@ -182,6 +182,8 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
         "AIP_MODEL_DIR": "{run_root}/output/model",
         "AIP_CHECKPOINT_DIR": "{run_root}/output/checkpoints",
         "AIP_TENSORBOARD_LOG_DIR": "{run_root}/output/tensorboard",
+        # For a script's learning rate (tfcluster.scaled_learning_rate): the replicas in sync.
+        "TFCLUSTER_REPLICAS": str(len(hosts) * backend.replicas_per_machine(settings)),
         **keras_env,
     }
     # TensorFlow's C++ logging stays at its own default, so each worker's log is complete; the
