@@ -62,14 +62,14 @@ def test_invoke_data_uploads_and_pull_downloads(emulator, cli, tmp_path):
     store.save_run(run)
     bucket = client.bucket(BUCKET)
     bucket.blob(f"runs/{run.run_id}/model/model.keras").upload_from_string(b"keras-bytes")
-    bucket.blob(f"runs/{run.run_id}/model/1/saved_model.pb").upload_from_string(b"pb")
+    bucket.blob(f"runs/{run.run_id}/model/saved_model.pb").upload_from_string(b"pb")
     bucket.blob(f"runs/{run.run_id}/tensorboard/train/events.out").upload_from_string(b"ev")
     bucket.blob(f"runs/{run.run_id}/checkpoints/chief/ckpt").upload_from_string(b"not pulled")
     pulled = cli.run("pull")
     assert pulled.returncode == 0, pulled.stderr
     output = store.run_dir(run.run_id) / "output"
     assert (output / "model" / "model.keras").read_bytes() == b"keras-bytes"
-    assert (output / "model" / "1" / "saved_model.pb").read_bytes() == b"pb"
+    assert (output / "model" / "saved_model.pb").read_bytes() == b"pb"
     assert (output / "tensorboard" / "train" / "events.out").read_bytes() == b"ev"
     assert not (output / "checkpoints").exists()
 
