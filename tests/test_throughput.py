@@ -147,8 +147,16 @@ def check_run_speed(run_dir: Path, run: dict, workers: int) -> None:
         clock.observe(event)
     assert speed["median_step_seconds"] == pytest.approx(clock.median_step_seconds, abs=1e-5)
     assert speed["global_images_per_second"] == pytest.approx(32 * workers / clock.median_step_seconds, rel=1e-3)
+    # By wall clock: the images after the first step over the seconds from it to the last epoch's end.
+    chief = events_of((run_dir / "worker-0.log").read_text())
+    first = next(e for e in chief if e["event"] == "first_step")
+    last = [e for e in chief if e["event"] == "epoch_end"][-1]
+    images = (last["epoch"] * first["steps"] - (first["epoch"] - 1) * first["steps"] - first["step"]) * 32 * workers
+    assert speed["wall_images_per_second"] == pytest.approx(images / (last["time"] - first["time"]), rel=1e-3)
+    assert sorted(speed["per_worker_wall_images_per_second"]) == [str(w) for w in range(workers)]
     for epoch in speed["epochs"]:
         assert sorted(epoch["per_worker_images_per_second"]) == [str(w) for w in range(workers)]
+        assert sorted(epoch["per_worker_wall_images_per_second"]) == [str(w) for w in range(workers)]
         # Each worker sampled the nvidia-smi on its PATH: the mean of 87 % and 91 %.
         assert epoch["gpu_utilization"] == {str(w): 89.0 for w in range(workers)}
 

@@ -89,3 +89,40 @@ def images_metric(keras, tf):
             return self.count
 
     return Images()
+
+
+def unsaved_metric(model, metric) -> None:
+    """Leave ``metric`` out of the compile settings model.keras keeps: it counts for the logs, and a
+    saved model must load where trainer/ is not (its class would be unknown there)."""
+    compile_config = model.get_compile_config
+
+    def without():
+        config = compile_config()
+        if config and config.get("metrics"):  # Serialized already: {"class_name", "config", ...}.
+            config["metrics"] = [kept for kept in config["metrics"] if not (
+                isinstance(kept, dict) and kept.get("class_name") == type(metric).__name__
+                and kept.get("config", {}).get("name") == metric.name)]
+        return config
+
+    model.get_compile_config = without
+
+
+def skip_empty_batches(keras, tf, model) -> None:
+    """Evaluation that skips the forward pass for an empty batch.
+
+    When one worker's share of a held-out split ends before the others', MultiWorkerMirroredStrategy
+    hands it empty batches until all are done (a finite dataset, partial batches). TensorFlow 2.21's
+    oneDNN Conv2D on CPU gets an empty batch's shape wrong (verified here: a 3x3 convolution of a
+    [0, 32, 32, 3] batch yields depth 3, not its filters', and the next one fails "input depth must be
+    evenly divisible by filter depth: 3 vs 32"; right with TF_ENABLE_ONEDNN_OPTS=0). So the model's
+    test step (tf_keras's own, engine/training.py) predicts nothing for an empty batch; its loss and
+    metrics then add nothing. The model itself is unchanged, so model.keras loads anywhere.
+    """
+    def test_step(data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        empty = tf.zeros([0, model.output_shape[-1]], model.output.dtype)
+        y_pred = tf.cond(tf.shape(x)[0] > 0, lambda: model(x, training=False), lambda: empty)
+        model.compute_loss(x, y, y_pred, sample_weight)
+        return model.compute_metrics(x, y, y_pred, sample_weight)
+
+    model.test_step = test_step

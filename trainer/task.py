@@ -35,7 +35,8 @@ from trainer.events import emit  # noqa: E402
 from trainer.flags import config_hash, parse_args  # noqa: E402,F401 (parse_args: the trainer's CLI)
 from trainer.gpu import GpuSampler  # noqa: E402
 from trainer.input_watch import InputWatch  # noqa: E402
-from trainer.model import build_model, choose_precision, gpu_capabilities, images_metric  # noqa: E402
+from trainer.model import (build_model, choose_precision, gpu_capabilities, images_metric,  # noqa: E402
+                           skip_empty_batches, unsaved_metric)
 
 
 def data_fingerprint(manifest: dict) -> str:
@@ -123,10 +124,12 @@ def main(argv=None) -> int:
     with strategy.scope():
         model = build_model(keras, args.model, num_classes, image_size, args.weights,
                             args.width, args.depth, args.dropout)
+        images = images_metric(keras, tf)  # "images" and "val_images" in each epoch's logs.
         model.compile(optimizer=lr.build_optimizer(keras, lr_plan, args.weight_decay),
-                      loss=keras.losses.SparseCategoricalCrossentropy(),
-                      metrics=["accuracy", images_metric(keras, tf)],
+                      loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy", images],
                       jit_compile=args.xla, steps_per_execution=args.steps_per_execution)
+    unsaved_metric(model, images)
+    skip_empty_batches(keras, tf, model)
 
     # Non-chief workers must still write (saving runs collectives) but to a throwaway place.
     scratch = None if chief else tempfile.mkdtemp(prefix=f"tfcluster-{task_type}{task_id}-")
