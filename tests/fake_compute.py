@@ -126,6 +126,10 @@ class FakeCompute:
     # IAM (tests/world/iam_api.py): email -> service account; custom role name -> permissions;
     # ids of deleted custom roles, reserved.
     service_accounts: dict = field(default_factory=dict)
+    # IAM's eventual consistency: seconds after projects.serviceAccounts.create before IAM's reads
+    # and Compute see the new account (tests/world/iam_api.py); email -> that moment (monotonic).
+    iam_delay_seconds: float = 0.0
+    account_visible_at: dict = field(default_factory=dict)
     custom_roles: dict = field(default_factory=dict)
     deleted_roles: set = field(default_factory=set)
     # Images, "project/name" -> image (tests/world/images.py): the Deep Learning VM families.
