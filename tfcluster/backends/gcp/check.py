@@ -284,7 +284,7 @@ def quota_finding(settings, gpu: str, zones: list[str], made: dict | None = None
     from google.api_core import exceptions
 
     from tfcluster.backends.gcp.compute import ComputeApi
-    from tfcluster.backends.gcp.quota import QuotaSource, judge_zones
+    from tfcluster.backends.gcp.quota_source import QuotaSource, judge_zones
 
     hours = settings.max_run_hours if settings.termination_action == "DELETE" else None
     try:

@@ -1,5 +1,5 @@
-"""The Compute Engine calls tfcluster makes (google-cloud-compute over REST): quotas (judged in
-quota.py), readiness from guest attributes, host keys published by the guest agent."""
+"""The Compute Engine calls tfcluster makes (google-cloud-compute over REST): quotas (read by
+quota_source.py), readiness from guest attributes, host keys published by the guest agent."""
 
 from __future__ import annotations
 
@@ -249,19 +249,6 @@ def gpu_type(name: str) -> str:
     if model is None:
         raise ConfigError(f"gpu must be one of {', '.join(gpus.GPUS)} (got {name!r})")
     return model.accelerator
-
-
-def preflight_quota(api: ComputeApi, zone: str, gpu: str, gpu_count: int, workers: int, spot: bool,
-                    deleted_within_hours: int | None = None, machine_type: str = "", disk_gb: int = 0,
-                    disk_type: str = "pd-balanced") -> None:
-    """The zone offers the GPU, and every quota ``workers`` VMs take has room (quota.py); one
-    ConfigError names every quota that falls short. A quota that cannot be read does not stop it."""
-    from tfcluster.backends.gcp.quota import QuotaSource, preflight
-
-    verdict = preflight(QuotaSource(api, api.project), zone, gpu, gpu_count, workers, spot, deleted_within_hours,
-                        machine_type, disk_gb, disk_type)
-    if verdict.holds is False:
-        raise ConfigError(verdict.line())
 
 
 # Google allows about 10 guest-attribute queries per minute per VM and may drop attributes being

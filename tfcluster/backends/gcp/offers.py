@@ -18,7 +18,8 @@ from tfcluster import gpus
 from tfcluster.backends.gcp.compute import ComputeApi, region_of
 from tfcluster.backends.gcp.cost import PRICES, table_rates, table_source
 from tfcluster.backends.gcp.pricing import CatalogUnavailable, Rates, needs, rates_from, read_skus
-from tfcluster.backends.gcp.quota import QuotaSource, compute_quota, gpu_quota, gpu_room
+from tfcluster.backends.gcp.quota import compute_quota, gpu_quota
+from tfcluster.backends.gcp.quota_source import QuotaSource, gpu_room
 
 
 @dataclass(frozen=True)
