@@ -89,6 +89,22 @@ def test_every_flag_given_a_word_is_one_line_through_the_real_parser(task, flag,
     assert "Traceback" not in out + err and not list(config.user_state_dir().glob("clusters/*.json"))
 
 
+@pytest.mark.parametrize("argv,line", [
+    (["up", "--hosts", "a,b"], "error: --hosts needs --backend ssh, and the backend is local; add the backend, or drop it"),
+    (["up", "--gpu", "l4", "--spot"], "error: --gpu, --spot need --backend gcp, and the backend is local; add the backend, "
+                                      "or drop them"),
+    (["up", "--backend", "ssh", "--hosts", "a", "--zone", "us-west1-b"],
+     "error: --zone needs --backend gcp, and the backend is ssh; add the backend, or drop it"),
+    (["check", "--spot"], "error: --spot needs --backend gcp, and the backend is local; add the backend, or drop it"),
+])
+def test_a_flag_of_another_backend_is_refused_not_ignored(argv, line, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        cli._Program(namespace=cli.ns, name="tfcluster", binary="tfcluster").run(["tfcluster", *argv])
+    assert ended.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [line]
+    assert not list(config.user_state_dir().glob("clusters/*.json"))  # Nothing made.
+
+
 # ---------------------------------------------------------------- the five, from a real CLI
 
 

@@ -259,13 +259,21 @@ def test_ctrl_c_stops_every_worker(cli, sleeper):
     assert json.loads((run_dir / "run.json").read_text())["outcome"] == "stopped"
 
 
-def test_job_outlives_the_launcher_and_logs_follow_reattaches(cli, sleeper):
+def test_a_detached_run_outlives_its_launcher_and_logs_follow_reattaches(cli, sleeper):
+    """`train --detach` starts the run and returns at once (the laptop may go); `status` and
+    `logs --follow` from any shell watch it to its end. (test_ssh_backend kills an attached launcher.)"""
     cli.env["SLEEP"] = "4"
     assert cli.run("up", "--workers", "2").returncode == 0
-    launcher = cli.popen("train", "--script", str(sleeper))
+    refused = cli.run("train", "--detach", "--retries", "1", "--script", str(sleeper))
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "error: --retries needs the launcher attached (it restarts the workers after a failure); drop --detach, "
+        "or --retries"], refused.stderr
+    started = time.monotonic()
+    detached = cli.run("train", "--detach", "--script", str(sleeper))
+    assert detached.returncode == 0 and time.monotonic() - started < 30, detached.stdout + detached.stderr
+    run_id = cli.latest_run()[1]["run_id"]
+    assert f"✓ Run {run_id} started on 2 worker(s), detached. Follow it with `invoke logs --follow`" in detached.stdout
     wait_for(lambda: len(_cluster_processes(cli)) >= 2, 30, what="workers running")
-    launcher.kill()  # The laptop goes away; the job does not.
-    launcher.wait(timeout=10)
     assert "running" in cli.run("status").stdout
     follow = cli.run("logs", "--follow", timeout=60)
     assert follow.returncode == 0, follow.stdout + follow.stderr

@@ -21,7 +21,7 @@ from invoke.exceptions import UncastableEnvVar, UnknownFileType
 from invoke.util import yaml as invoke_yaml
 
 import tfcluster
-from tfcluster import commands, config, errors
+from tfcluster import commands, config, errors, sources
 from tfcluster.errors import ConfigError, TfClusterError
 
 
@@ -102,6 +102,12 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
                          machine_type=machine_type, spot=spot or None, operator_cidr=operator_cidr,
                          idle_minutes=idle_minutes, idle_action=idle_action,
                          max_run_hours=max_run_hours, image=image, boot_image=boot_image, budget=budget)
+    sources.check_backend_flags(settings.backend, {
+        "hosts": hosts, "ssh_user": ssh_user, "ssh_key": ssh_key, "known_hosts": known_hosts,
+        "trust_new_hosts": trust_new_hosts, "tf_port": tf_port, "project": project, "zone": zone, "gpu": gpu,
+        "gpu_count": gpu_count, "machine_type": machine_type, "spot": spot, "operator_cidr": operator_cidr,
+        "idle_minutes": idle_minutes, "idle_action": idle_action, "max_run_hours": max_run_hours,
+        "budget": budget, "boot_image": boot_image})
     if idle_minutes is not None and settings.backend == "ssh":  # Own hosts get a watchdog when asked for one.
         settings = dataclasses.replace(settings, install_watchdog=True)
     commands.up(settings)
@@ -113,6 +119,7 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
     "project": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
     "retries": "restart everything up to K times after a failure, resuming from the checkpoint",
     "dry_run": "print each worker's command and TF_CONFIG, start nothing",
+    "detach": "start the run and return; follow it with `logs --follow`, see it with `status`",
     "keras": "with --script: what tf.keras is, 2 (default: tf_keras, because Keras 3's model.fit fails "
              "under MultiWorkerMirroredStrategy with 2+ workers, keras-team/keras#20585) or 3 (Keras 3: "
              "train with a custom loop and strategy.run, which works)",
@@ -133,7 +140,7 @@ def train(c, workers: Optional[int] = None, script: Optional[str] = None,
           project: Optional[str] = None, retries: Optional[int] = None, dry_run: bool = False,
           keras: Optional[str] = None, verbose: bool = False, cluster: Optional[str] = None,
           image: Optional[str] = None, resume: Optional[str] = None, stall_minutes: Optional[int] = None,
-          then: Optional[str] = None, budget: Optional[str] = None):
+          then: Optional[str] = None, budget: Optional[str] = None, detach: bool = False):
     """Train on the cluster; arguments after `--` go to the trainer (e.g. -- --epochs 5)."""
     settings = _settings(c, cluster=cluster, keras=keras)
     if resume:
@@ -145,7 +152,7 @@ def train(c, workers: Optional[int] = None, script: Optional[str] = None,
     commands.train(settings, commands.TrainRequest(
         workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
         retries=retries, dry_run=dry_run, keras=keras, verbose=verbose, image=image,
-        stall_minutes=stall_minutes, then=then, budget=budget))
+        stall_minutes=stall_minutes, then=then, budget=budget, detach=detach))
 
 
 @task(help={
@@ -230,9 +237,12 @@ def check(c, backend: Optional[str] = None, project: Optional[str] = None, zone:
           spot: bool = False, boot_image: Optional[str] = None, operator_cidr: Optional[str] = None,
           cluster: Optional[str] = None):
     """Before anything is created: one line per prerequisite (✓, ✗ with the fix, ? when it cannot tell)."""
-    commands.check(_settings(c, backend=backend, project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
-                             workers=workers, spot=spot or None, boot_image=boot_image,
-                             operator_cidr=operator_cidr, cluster=cluster))
+    settings = _settings(c, backend=backend, project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
+                         workers=workers, spot=spot or None, boot_image=boot_image, operator_cidr=operator_cidr,
+                         cluster=cluster)
+    sources.check_backend_flags(settings.backend, {"project": project, "zone": zone, "gpu": gpu, "gpu_count": gpu_count,
+                                                   "spot": spot, "boot_image": boot_image, "operator_cidr": operator_cidr})
+    commands.check(settings)
 
 
 @task(auto_shortflags=False,
