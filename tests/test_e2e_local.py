@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import pty
 import re
-import select
 import signal
 import subprocess
 import sys
@@ -16,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, assert_stopped_by, events_of, stop_while_attached, wait_for
+from tests.conftest import assert_stopped_by, events_of, run_on_terminal, stop_while_attached, wait_for
 from tests.test_console import assert_console_folds_tensorflow_noise_and_logs_keep_it
 from tests.test_throughput import check_run_speed, install_fake_nvidia_smi, tensorboard_scalars
 from tfcluster.backends.local import processes_with_env
@@ -331,28 +329,14 @@ def test_the_live_line_and_status_show_where_the_run_is(cli, tmp_path):
     script.write_text(TICKER)
     assert cli.run("up", "--workers", "2").returncode == 0
     status = None
-    controller, terminal = pty.openpty()
-    launcher = subprocess.Popen(cli.argv("train", "--script", str(script)), cwd=REPO, env={**cli.env, "TERM": "xterm"},
-                                stdin=subprocess.DEVNULL, stdout=terminal, stderr=terminal)
-    os.close(terminal)
-    screen = b""
-    try:
-        while True:
-            ready, _, _ = select.select([controller], [], [], 60)
-            try:
-                chunk = os.read(controller, 65536) if ready else b""
-            except OSError:  # The terminal closed: the launcher exited.
-                chunk = b""
-            if not chunk:
-                break
-            screen += chunk
-            if status is None and re.search(rb"Training: step (1[2-9]|2\d)/40", screen):  # Mid-run.
-                status = cli.run("status")
-    finally:
-        launcher.wait(timeout=60)
-        os.close(controller)
-    text = screen.decode(errors="replace")
-    assert launcher.returncode == 0, text[-3000:]
+
+    def mid_run(screen: bytes) -> None:
+        nonlocal status
+        if status is None and re.search(rb"Training: step (1[2-9]|2\d)/40", screen):  # Mid-run, from another shell.
+            status = cli.run("status")
+
+    code, text = run_on_terminal(cli.argv("train", "--script", str(script)), cli.env, mid_run, timeout=120)
+    assert code == 0, text[-3000:]
     assert re.search(r"Training: step (2\d|3\d)/40 · 0\.2\d* s/step · ETA 0m0\ds", text), text[-3000:]
     assert status is not None and status.returncode == 0, status and status.stderr
     rows = {line.split("│")[1].strip(): line for line in status.stdout.splitlines() if "│ worker-" in line}

@@ -81,7 +81,8 @@ def _user_errors(body):
             "max_run_hours": "gcp: hypervisor deadline in hours (default 12)",
             "budget": "gcp: cap the cluster at USD: each VM's hypervisor deadline is set so it cannot bill past it",
             "image": "container image the workers run in; pulled on every host now",
-            "boot_image": "gcp: VM boot image, projects/P/global/images/NAME or .../family/FAMILY"})
+            "boot_image": "gcp: VM boot image, projects/P/global/images/NAME or .../family/FAMILY",
+            "yes": "gcp: create without asking (on a terminal `up` shows the hourly cost and asks first)"})
 @_user_errors
 def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        cluster: Optional[str] = None, hosts: Optional[str] = None, ssh_user: Optional[str] = None,
@@ -91,7 +92,8 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        gpu_count: Optional[int] = None, machine_type: Optional[str] = None, spot: bool = False,
        operator_cidr: Optional[str] = None, idle_minutes: Optional[int] = None,
        idle_action: Optional[str] = None, max_run_hours: Optional[int] = None,
-       image: Optional[str] = None, boot_image: Optional[str] = None, budget: Optional[str] = None):
+       image: Optional[str] = None, boot_image: Optional[str] = None, budget: Optional[str] = None,
+       yes: bool = False):
     """Create the cluster. Idempotent: running it twice changes nothing."""
     if hosts and workers is None and backend in (None, "ssh"):
         workers = len([h for h in hosts.split(",") if h.strip()])  # One worker per host given.
@@ -110,7 +112,7 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
         "budget": budget, "boot_image": boot_image})
     if idle_minutes is not None and settings.backend == "ssh":  # Own hosts get a watchdog when asked for one.
         settings = dataclasses.replace(settings, install_watchdog=True)
-    commands.up(settings)
+    commands.up(settings, yes=yes)
 
 
 @task(help={

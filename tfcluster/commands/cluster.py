@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import sys
 import time
+
+from rich.prompt import Confirm
 
 from tfcluster import launch, ledger, tfconfig, ui
 from tfcluster.backends import Backend
@@ -19,7 +22,9 @@ from tfcluster.holds import ClusterHold
 from tfcluster.state import ClusterState, StateStore
 
 
-def up(settings: Settings) -> ClusterState:
+def up(settings: Settings, yes: bool = False) -> ClusterState:
+    """``yes``: create without asking. On a terminal a backend whose machines bill asks first
+    (the gcp backend, with the hourly cost); without one nothing is asked."""
     store = StateStore(settings)
     existing = store.load_cluster()
     if existing is not None and existing.status != "up":
@@ -40,8 +45,11 @@ def up(settings: Settings) -> ClusterState:
         _pre_pull(store, backend, existing, settings.image)
         return existing
     with console.status(f"Creating {settings.backend} cluster '{settings.cluster}' "
-                        f"with {settings.workers} workers..."):
-        cluster = backend_named(settings.backend, store).up(settings, None)
+                        f"with {settings.workers} workers...") as creating:
+        backend = backend_named(settings.backend, store)
+        if not yes and sys.stdin.isatty() and console.is_terminal:
+            backend.confirm = lambda question: _ask(creating, question)
+        cluster = backend.up(settings, None)
         store.save_cluster(cluster)
         spend.sync(store, backend_named(cluster.backend, store), cluster, settings, own=ledger.START)
     console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is up: {cluster.workers} "
@@ -50,6 +58,15 @@ def up(settings: Settings) -> ClusterState:
     console.print("  Next: invoke train --workers N   (state: "
                   f"{store.cluster_file})")
     return cluster
+
+
+def _ask(spinner, question: str) -> bool:
+    """A yes/no on the terminal, the spinner paused while it waits."""
+    spinner.stop()
+    try:
+        return Confirm.ask(question, console=console, default=False)
+    finally:
+        spinner.start()
 
 
 def _pre_pull(store: StateStore, backend: Backend, cluster: ClusterState, image: str) -> None:
