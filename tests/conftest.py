@@ -193,3 +193,18 @@ def world(tmp_path, monkeypatch):
     with google.resolving():
         yield google
     google.close()
+
+
+@pytest.fixture(autouse=True)
+def _world_keeps_to_google(request):
+    """A test fails when a stand-in saw a request, or gave an answer, outside Google's discovery
+    documents (tests/world/discovery.py): the world has invented something, or the product sent
+    what Google refuses, whatever the product then made of it. A test that plants one reads it
+    with ``discovery.take_violations()`` first."""
+    from tests.world import discovery
+
+    discovery.take_violations()  # What a previous test's background threads left.
+    yield
+    found = discovery.take_violations()
+    if found:
+        pytest.fail("the world left Google's description:\n  " + "\n  ".join(found[:20]), pytrace=False)

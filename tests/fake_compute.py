@@ -56,7 +56,7 @@ from urllib.parse import parse_qs, urlparse
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 
-from tests.world import compute_auth, compute_resources, iam_api  # noqa: E402
+from tests.world import compute_auth, compute_resources, discovery, iam_api  # noqa: E402
 from tests.world import images as world_images  # noqa: E402
 from tests.world import quotas as world_quotas  # noqa: E402
 from tests.world.http import send_json  # noqa: E402
@@ -126,6 +126,10 @@ class FakeCompute:
     # IAM (tests/world/iam_api.py): email -> service account; custom role name -> permissions;
     # ids of deleted custom roles, reserved.
     service_accounts: dict = field(default_factory=dict)
+    # IAM's eventual consistency: seconds after projects.serviceAccounts.create before IAM's reads
+    # and Compute see the new account (tests/world/iam_api.py); email -> that moment (monotonic).
+    iam_delay_seconds: float = 0.0
+    account_visible_at: dict = field(default_factory=dict)
     custom_roles: dict = field(default_factory=dict)
     deleted_roles: set = field(default_factory=set)
     # Images, "project/name" -> image (tests/world/images.py): the Deep Learning VM families.
@@ -240,6 +244,14 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
     refused = compute_auth.check(state, method, path, headers)
     if refused:
         return refused
+    # Each request under its API's discovery document (tests/world/discovery.py): this server
+    # also plays iam.googleapis.com (/v1/projects/...).
+    document = "iam.v1" if path.startswith("/v1/") else "compute.v1"
+    return discovery.serve(document, method, path, query, body,
+                           lambda call: _answer(state, method, path, query, body))
+
+
+def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict | None) -> tuple[int, dict]:
     served = iam_api.route(state, method, path, body, query)
     if served is not None:
         return served

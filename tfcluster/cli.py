@@ -259,15 +259,21 @@ def offers(c, gpu: Optional[str] = None, gpu_count: Optional[int] = None, spot: 
 
 
 @task(help={"src": "image folder with one sub-folder per class",
-            "out": "output folder (default: the folder `train` reads)",
+            "out": "output folder (default: <state folder>/data/<the source folder's name>; `train` reads it next)",
             "synthetic": "generate the built-in coloured-shapes set instead",
             "image_size": "square side in pixels (default 32)",
-            "shards": "train shards (default: the larger of 16 and 4 x the cluster's workers)"})
+            "shards": "train shards (default: the larger of 16 and 4 x the cluster's workers)",
+            "encoding": "raw (default: fastest to train on) or jpeg (about 10x smaller to upload)",
+            "val_fraction": "share held out to validate each epoch (default 0.2)",
+            "test_fraction": "share held out for one final test score (default: none)",
+            "processes": "decoding processes (default: one per core from 1,000 images)"})
 @_user_errors
 def data(c, src: Optional[str] = None, out: Optional[str] = None, synthetic: bool = False,
-         image_size: Optional[int] = None, shards: Optional[int] = None):
+         image_size: Optional[int] = None, shards: Optional[int] = None, encoding: Optional[str] = None,
+         val_fraction: Optional[str] = None, test_fraction: Optional[str] = None, processes: Optional[int] = None):
     """Turn an image folder into TFRecord shards (trainer/create_tfrecords.py); upload them to a gcp cluster's bucket."""
-    commands.data(_settings(c), src, out, synthetic, image_size, shards)
+    commands.data(_settings(c), src, out, synthetic, image_size, shards, encoding, val_fraction, test_fraction,
+                  processes)
 
 
 @task(help={"minutes": "act after this many idle minutes (1-1440)",

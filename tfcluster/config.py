@@ -19,6 +19,7 @@ from tfcluster.machines import GCP_CLUSTER_NAME  # noqa: F401 (terraform's valid
 from tfcluster.sources import flag_hint, take_environment, user_state_dir  # noqa: F401 (the settings' own)
 from tfcluster.errors import ConfigError
 from tfcluster.money import parse_usd
+from tfcluster.ports import parse_range
 
 BACKENDS = ("local", "ssh", "gcp")
 IDLE_ACTIONS = ("stop", "delete")
@@ -65,8 +66,7 @@ class Settings:
     tf_port: int = 23456
     # ssh/gcp: `tune`'s oracle port on the chief's machine (local clusters take a free one).
     oracle_port: int = 23457
-    # local: the ports the workers (and `tune`'s oracle) may listen on, "FIRST-LAST"; empty lets the
-    # kernel pick free ones. A range keeps them clear of other services, or of another cluster's.
+    # local: ports the workers and `tune`'s oracle may use, "FIRST-LAST"; empty: any free one.
     local_ports: str = ""
     # ssh backend: folder (relative to the login's home, or absolute) for runs, code and data.
     remote_dir: str = ".tfcluster-remote"
@@ -155,26 +155,6 @@ def parse_int(key: str, value: Any, minimum: int) -> int:
     if number < minimum:
         raise ConfigError(f"{key} must be >= {minimum} (got {number}); set it in {flag_hint(key)}")
     return number
-
-
-def parse_port_range(key: str, value: Any) -> str:
-    """"FIRST-LAST" of unprivileged ports ("" = the kernel's choice), normalised."""
-    text = str(value or "").strip()
-    if not text:
-        return ""
-    match = re.fullmatch(r"(\d+)\s*-\s*(\d+)", text)
-    if not match or not 1024 <= int(match[1]) <= int(match[2]) <= 65535:
-        raise ConfigError(f"{key} must be a port range FIRST-LAST within 1024-65535, such as 20000-20099, "
-                          f"or empty for any free port (got {value!r}); set it in {flag_hint(key)}")
-    return f"{int(match[1])}-{int(match[2])}"
-
-
-def port_range(text: str) -> range | None:
-    """The ports of a parsed ``local_ports`` value, or None for the kernel's choice."""
-    if not text:
-        return None
-    first, last = (int(part) for part in text.split("-"))
-    return range(first, last + 1)
 
 
 # Docker's reference grammar, simplified: [registry[:port]/]path[:tag][@digest], lowercase path.
@@ -280,7 +260,6 @@ def validate(values: Mapping[str, Any]) -> Settings:
     if oracle_port > 65535 or oracle_port == tf_port:
         raise ConfigError(f"oracle_port must be between 1024 and 65535 and differ from tf_port {tf_port} "
                           f"(got {oracle_port})")
-    local_ports = parse_port_range("local_ports", values["local_ports"])
     # The module's limits (terraform/variables.tf), for every backend: one range to learn.
     workers = parse_int("workers", values["workers"], 1)
     if workers > MAX_WORKERS:
@@ -376,7 +355,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         trust_new_hosts=parse_bool("trust_new_hosts", values["trust_new_hosts"]),
         tf_port=tf_port,
         oracle_port=oracle_port,
-        local_ports=local_ports,
+        local_ports=parse_range("local_ports", values["local_ports"], flag_hint("local_ports")),
         remote_dir=str(values["remote_dir"] or ".tfcluster-remote"),
         cluster=cluster,
         backend=backend,

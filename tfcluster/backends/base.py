@@ -101,6 +101,11 @@ class Backend:
         commands replace it on a terminal (`up --yes` does not); the default, without one, is yes."""
         return True
 
+    def replicas_per_machine(self, settings: Settings) -> int:
+        """The replicas one worker's machine adds to the run, as the launcher knows them (what
+        TFCLUSTER_REPLICAS counts): one, unless the backend knows the machine's GPUs."""
+        return 1
+
     # ------------------------------------------------------------ required
 
     def up(self, settings: Settings, existing: ClusterState | None) -> ClusterState:
