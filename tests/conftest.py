@@ -78,12 +78,13 @@ class Cli:
         self.prefix = world.prefix()
         self.env.update(world.env())
 
-    def argv(self, *args: str) -> list[str]:
-        return [*self.prefix, sys.executable, "-m", "invoke", *args]
+    def argv(self, *args: str, python_flags: tuple[str, ...] = ()) -> list[str]:
+        return [*self.prefix, sys.executable, *python_flags, "-m", "invoke", *args]
 
-    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(*args), cwd=REPO, env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
+    def run(self, *args: str, timeout: float = 300, python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        """``python_flags``: for the CLI's own interpreter only (`-X importtime`), not its children."""
+        return subprocess.run(self.argv(*args, python_flags=python_flags), cwd=REPO, env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
 
     def popen(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen(self.argv(*args), cwd=REPO, env=self.env, stdout=subprocess.PIPE,

@@ -36,8 +36,16 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
     one = cli.run("train", "--workers", "1", "--", "--epochs", "1", "--steps-per-epoch", "6")
     assert one.returncode == 0, one.stdout + one.stderr
     one_dir, one_run = cli.latest_run()
-    result = cli.run("train", "--workers", "3", "--", "--epochs", "3")
+    # The launcher's own imports, as Python reports each (-X importtime, on its stderr).
+    result = cli.run("train", "--workers", "3", "--", "--epochs", "3", python_flags=("-X", "importtime"))
     assert result.returncode == 0, result.stdout + result.stderr
+    imported = [line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")]
+    assert "tfcluster.throughput" in imported and "rich" in imported, result.stderr[-2000:]
+    assert not [name for name in imported if name.split(".")[0] in ("tensorflow", "tensorboard", "keras", "tf_keras")]
+    # So nothing of TensorFlow's C++ logging comes from the launcher itself (workers' lines are folded).
+    own = [line for line in (result.stdout + result.stderr).splitlines()
+           if not line.startswith("import time:") and not re.match(r"worker-\d +│", line)]
+    assert not [line for line in own if "absl" in line or re.match(r"[IWEF]\d{4} ", line)], own
     run_dir, run = cli.latest_run()
     summary = run["summary"]
     assert run["outcome"] == "succeeded"
