@@ -146,3 +146,12 @@ def test_a_variable_broken_yaml_a_read_only_state_folder_and_a_port_are_one_line
     (clone / "invoke.yaml").write_text("tfcluster:\n  workers: [3\n")
     assert_one_line(invoke_in(clone, "status", env=env), f"{clone / 'invoke.yaml'} is not valid YAML",
                     "at line 3, column 1")
+
+
+@pytest.mark.parametrize("name", sorted(cli.ns.tasks))
+def test_dash_h_is_help_on_every_task(name, capsys):
+    """`-h` shows the task's help, never a flag's short name (it was `--then` on train)."""
+    with pytest.raises(SystemExit) as ended:
+        cli._Program(namespace=cli.ns, name="tfcluster", binary="tfcluster").run(["tfcluster", name, "-h"])
+    out, err = capsys.readouterr()
+    assert ended.value.code == 0 and f"tfcluster [--core-opts] {name} [--options]" in out, out + err

@@ -15,7 +15,8 @@ import sys
 from collections.abc import Mapping
 from typing import Optional
 
-from invoke import Collection, Context, Exit, Program, task
+from invoke import Collection, Context, Exit, Program, Task
+from invoke import task as invoke_task
 from invoke.config import AmbiguousMergeError
 from invoke.exceptions import UncastableEnvVar, UnknownFileType
 from invoke.util import yaml as invoke_yaml
@@ -43,6 +44,18 @@ def _settings(c: Context, **overrides) -> config.Settings:
     settings = config.load(values, **overrides)
     commands.adopt_project_state(settings)  # A ./.tfcluster from before the per-user folder moves there, once.
     return settings
+
+
+class _Task(Task):
+    """`-h` is help on every task: never a flag's short name (invoke gives a flag the first free letter
+    of its name, and `--then` and `--shards` took `h`)."""
+
+    def arg_opts(self, name: str, default, taken_names: set):
+        return super().arg_opts(name, default, taken_names | {"h"})
+
+
+def task(*args, **kwargs):
+    return invoke_task(*args, klass=_Task, **kwargs)
 
 
 def _user_errors(body):
