@@ -154,4 +154,4 @@ def test_dash_h_is_help_on_every_task(name, capsys):
     with pytest.raises(SystemExit) as ended:
         cli._Program(namespace=cli.ns, name="tfcluster", binary="tfcluster").run(["tfcluster", name, "-h"])
     out, err = capsys.readouterr()
-    assert ended.value.code == 0 and f"tfcluster [--core-opts] {name} [--options]" in out, out + err
+    assert ended.value.code == 0 and f"Usage: tfcluster [--core-opts] {name} " in out, out + err
