@@ -68,6 +68,9 @@ def _user_errors(body):
             return body(c, *args, **kwargs)
         except TfClusterError as error:
             raise Exit(f"error: {error}", code=error.exit_code) from None
+        except BrokenPipeError:  # The reader went away (`| head`): stop quietly, as a shell tool does.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own last flush too.
+            raise Exit(code=141) from None  # 128 + SIGPIPE, what a shell reports.
         except OSError as error:
             raise Exit(f"error: {errors.file_error(error)}", code=2) from None
 
@@ -317,16 +320,21 @@ def tensorboard(c, run: Optional[str] = None, port: Optional[int] = None, cluste
           pty=True)
 
 
-@task(positional=["action"], help={"action": "build (the only action)",
-                                   "dockerfile": "the Dockerfile (default: ./Dockerfile)",
-                          "tag": "NAME:VERSION, e.g. trainer:1",
-                          "context": "build context folder (default: the Dockerfile's folder)",
-                          "registry": "push to HOST[:PORT]/PATH (default: tfcluster.registry, or the gcp cluster's)",
-                          "cluster": "cluster name (default: default)"})
+IMAGE_HELP = {"action": "build (the only action)", "dockerfile": "the Dockerfile (default: ./Dockerfile)",
+              "tag": "NAME:VERSION, e.g. trainer:1", "context": "build context folder (default: the Dockerfile's folder)",
+              "registry": "push to HOST[:PORT]/PATH (default: tfcluster.registry, or the gcp cluster's)",
+              "cluster": "cluster name (default: default)"}
+
+
+@task(positional=["action"], help=dict(IMAGE_HELP))
 @_user_errors
 def image(c, action, dockerfile: str = "Dockerfile", tag: Optional[str] = None,
           context: Optional[str] = None, registry: Optional[str] = None, cluster: Optional[str] = None):
     """`invoke image build`: build the trainer image here; push it to the gcp cluster's registry or --registry."""
+    if action in ("-h", "--help"):  # invoke hands a help flag to the positional action: help, as on every task.
+        print("Usage: image build --tag NAME:VERSION [--dockerfile F] [--context DIR] [--registry R] [--cluster C]\n\n"
+              f"{image.__doc__}\n\nOptions:\n" + "\n".join(f"  --{name:<12} {text}" for name, text in IMAGE_HELP.items()))
+        return
     if action != "build":
         raise ConfigError(f"unknown image action {action!r}; use: invoke image build --tag NAME:VERSION")
     commands.build_image(_settings(c, cluster=cluster, registry=registry), dockerfile, tag, context)
@@ -358,6 +366,8 @@ def config_file_error(error: BaseException) -> str | None:
 def excepthook(kind, error, trace) -> None:
     """For `invoke` from a clone (tasks.py installs it): invoke reads invoke.yaml after it has loaded
     the tasks and before any runs, outside any task's reach; its errors there become one line."""
+    if isinstance(error, BrokenPipeError):  # `invoke --list | head`: the reader went away.
+        os._exit(141)
     line = config_file_error(error)
     if line is None:
         sys.__excepthook__(kind, error, trace)
@@ -381,6 +391,9 @@ class _Program(Program):
     def run(self, argv=None, exit: bool = True) -> None:  # noqa: A002 (invoke's own name)
         try:
             super().run(argv, exit)
+        except BrokenPipeError:  # `tfcluster --list | head`: the reader went away.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(141)
         except Exception as error:  # Only the config files' errors; anything else is raised as it is.
             line = config_file_error(error)
             if line is None:
