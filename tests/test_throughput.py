@@ -198,7 +198,7 @@ def test_gpu_sampler_reads_the_nvidia_smi_on_the_path(tmp_path, monkeypatch):
 
 def test_the_pace_says_where_a_run_is_and_when_it_ends():
     """tfcluster/pace.py: the trainer's epochs and steps, and a script's step of its total."""
-    from tfcluster.commands.attempts import _pace_after_epoch
+    from tfcluster.commands.run_view import pace_after_epoch as _pace_after_epoch
     from tfcluster.pace import of_events
 
     trainer = [{"event": "epoch_begin", "epoch": 1, "epochs": 3, "time": 0.0},

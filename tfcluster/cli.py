@@ -213,12 +213,13 @@ def costs(c):
 
 @task(help={"worker": "only this worker's log (0 = chief)",
             "follow": "keep streaming until the run ends (re-attaches to a running job)",
-            "run": "a run id (default: the latest)", "cluster": "cluster name (default: default)"})
+            "run": "a run id (default: the latest)", "cluster": "cluster name (default: default)",
+            "raw": "every line as the logs hold it: TensorFlow's start-up noise and the progress events too"})
 @_user_errors
 def logs(c, worker: Optional[int] = None, follow: bool = False, run: Optional[str] = None,
-         cluster: Optional[str] = None):
-    """Print a run's logs with a per-worker prefix."""
-    state = commands.logs(_settings(c, cluster=cluster), worker, follow, run)
+         cluster: Optional[str] = None, raw: bool = False):
+    """Print a run's logs with a per-worker prefix, as `train` shows them (--raw: everything)."""
+    state = commands.logs(_settings(c, cluster=cluster), worker, follow, run, raw=raw)
     if follow and state != "succeeded":
         raise Exit(code=1)
 
