@@ -98,3 +98,22 @@ def assert_console_folds_tensorflow_noise_and_logs_keep_it(cli, console: str, wo
         noise = [line for line in lines if CPP_IN_CONSOLE.search("│ " + line) or line.startswith("/job:")]
         assert any("failed call to cuInit" in line for line in noise), (worker, lines)
         assert len(noise) >= int(count) > 5  # Every folded line is in the log.
+
+
+def test_a_table_never_breaks_a_path_and_still_wraps_prose(monkeypatch):
+    """On a narrow terminal a table is drawn as wide as its longest word (the terminal wraps the line
+    as it is, and a copy gives the whole path); text with spaces wraps at them."""
+    from tfcluster import ui
+
+    monkeypatch.setattr(ui.console, "width", 60)
+    path = "/home/me/.local/state/tfcluster/runs/default/default-20261126-114538-f173/output/model/model.keras"
+    table = ui.table("Run default-20261126-114538-f173: succeeded", ["", ""])
+    table.add_row("model", path)
+    table.add_row("cost", "0.01 VM-hours, 0.00 stopped-disk hours (own hosts: no prices), and enough more words "
+                          "to be longer than the path, so they wrap")
+    with ui.console.capture() as captured:
+        ui.show(table)
+    lines = captured.get().splitlines()
+    assert any(path in line for line in lines), lines
+    assert max(len(line) for line in lines) == len(path) + len("│ model │  │"), lines  # As wide as the path needs.
+    assert not any("so they wrap" in line for line in lines if "0.01 VM-hours" in line), lines  # The prose wrapped.

@@ -98,13 +98,13 @@ def status(settings: Settings, every: bool = False) -> dict | list:
         answer = [f"[red]{reachable[host.name]}[/]" if reachable.get(host.name) else "ok"] if reachable else []
         table.add_row(f"[{ui.worker_colour(index)}]{host.name}[/]", f"{task_type}:{task_index}", host.endpoint,
                       *answer)
-    console.print(table)
+    ui.show(table)
     rows = backend.vm_rows(cluster, settings) if cluster.status == "up" else []
     if rows:
         vms = ui.table("VMs", ["VM", "state", "uptime", "cost so far"])
         for row in rows:
             vms.add_row(row.name, row.status, ui.duration(row.uptime_seconds), f"${row.cost_so_far:.2f}")
-        console.print(vms)
+        ui.show(vms)
     if cluster.status == "up":
         spend.print_status(store, backend, cluster, settings)
     _print_watchdog(backend, cluster)
@@ -143,7 +143,7 @@ def _print_watchdog(backend: Backend, cluster: ClusterState) -> None:
         else:
             acts = f"{status.get('action')} after {status.get('idle_minutes'):g} idle min"
         table.add_row(record.name, state, ui.duration(status.get("idle_seconds", 0)), acts, deadline_text)
-    console.print(table)
+    ui.show(table)
     for record in cluster.hosts:
         refused = (statuses.get(record.name) or {}).get("refused")
         if refused:  # The VM halted instead of deleting itself: its disk still bills until `down`.

@@ -56,7 +56,7 @@ def print_summary(run: RunRecord, progress: launch.Progress, wall: float, tensor
     table.add_row("wall time", ui.duration(wall))
     if cost:
         table.add_row("cost", cost)
-    console.print(table)
+    ui.show(table)
     if progress.signatures:
         console.print(f"Signatures of {progress.saved_model_path}:", soft_wrap=True)
         console.print(progress.signatures, markup=False, highlight=False, soft_wrap=True)
@@ -92,4 +92,4 @@ def _print_throughput(speed: dict) -> None:
             row.append("  ".join(f"w{w} {v:.0f}%" for w, v in (record.get("gpu_utilization") or {}).items())
                        or "n/a")
         table.add_row(*row)
-    console.print(table)
+    ui.show(table)

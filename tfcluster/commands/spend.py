@@ -95,7 +95,7 @@ def costs(settings) -> list[dict]:
         table.add_row(book.cluster, state, first, figures.words(), str(len(events)))
         listed.append({"cluster": book.cluster, "state": state, "cost_usd": figures.cost_usd,
                        "vm_hours": figures.vm_hours, "runs": []})
-    console.print(table)
+    ui.show(table)
     for book, entry in zip(books, listed):
         runs = _runs(root, book.cluster)
         prices = book.prices()
@@ -108,5 +108,5 @@ def costs(settings) -> list[dict]:
             figures = ledger.run_figures(root, book.cluster, run, now)
             table.add_row(run.run_id, run.outcome or "running", ui.when(run.started_at), figures.words())
             entry["runs"].append({"run": run.run_id, "cost_usd": figures.cost_usd, "vm_hours": figures.vm_hours})
-        console.print(table)
+        ui.show(table)
     return listed
