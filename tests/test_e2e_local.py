@@ -220,12 +220,13 @@ def test_killed_worker_fails_fast_then_retries_resume(cli):
 USER_SCRIPT = """
 import json, os, sys
 import tensorflow as tf
+folders = [os.path.isdir(os.environ[key]) for key in ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR")]
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 task = json.loads(os.environ["TF_CONFIG"])["task"]
-print("USER", task["type"], task["index"], strategy.num_replicas_in_sync, sys.argv[1:], flush=True)
-if task["type"] == "chief":
-    os.makedirs(os.environ["AIP_MODEL_DIR"], exist_ok=True)
+print("USER", task["type"], task["index"], strategy.num_replicas_in_sync, sys.argv[1:], "folders", folders, flush=True)
+if task["type"] == "chief":  # As on Vertex AI: save into AIP_MODEL_DIR, which exists.
     open(os.path.join(os.environ["AIP_MODEL_DIR"], "marker"), "w").write("chief")
+    tf.saved_model.save(tf.Module(), os.environ["AIP_MODEL_DIR"])
 """
 
 
@@ -235,11 +236,15 @@ def test_user_script_gets_tf_config_and_arguments(cli, tmp_path):
     assert cli.run("up", "--workers", "2").returncode == 0
     result = cli.run("train", "--script", str(script), "--", "--lr", "0.1")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "USER chief 0 2 ['--lr', '0.1']" in result.stdout
-    assert "USER worker 0 2 ['--lr', '0.1']" in result.stdout
+    # Each found AIP_MODEL_DIR and its siblings made before it started.
+    assert "USER chief 0 2 ['--lr', '0.1'] folders [True, True, True]" in result.stdout
+    assert "USER worker 0 2 ['--lr', '0.1'] folders [True, True, True]" in result.stdout
     run_dir, run = cli.latest_run()
     assert (run_dir / "output" / "model" / "marker").read_text() == "chief"
     assert "n/a" in result.stdout  # No trainer events: the summary says what it does not know.
+    # But it finds the model the script saved (no event names it).
+    model = str(run_dir / "output" / "model")
+    assert run["summary"]["saved_model_path"] == model and re.search(rf"│ model +│ {re.escape(model)} +│", result.stdout)
 
 
 SLEEPER = """

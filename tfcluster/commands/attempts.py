@@ -8,6 +8,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.status import Status
 
@@ -131,6 +132,8 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
             if remote:
                 setattr(progress, name, remote.replace(progress.model_dir, local_model, 1))
         progress.model_dir = local_model
+    if local_model and not (progress.keras_path or progress.saved_model_path):  # A script, which says nothing.
+        progress.keras_path, progress.saved_model_path = run_summary.saved_in(Path(local_model))
     _finish(settings, store, run, outcome, progress, started)
     if stalls:
         run.summary["stalls"] = stalls
