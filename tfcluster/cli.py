@@ -233,12 +233,13 @@ def stop(c, cluster: Optional[str] = None):
 
 @task(help={"cluster": "cluster name (default: default)",
             "keep": "ssh: keep the run folders on the hosts",
+            "force": "ssh: forget the cluster even if a host does not answer (what may stay there is named)",
             "delete_bucket": "gcp: also delete the bucket of results and the registry of images "
                              "(both kept by default when not empty, with their size and cost)"})
 @_user_errors
-def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bool = False):
+def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bool = False, force: bool = False):
     """Stop anything running, remove the cluster, and verify nothing is left running or billing."""
-    commands.down(_settings(c, cluster=cluster), keep=keep, delete_bucket=delete_bucket)
+    commands.down(_settings(c, cluster=cluster), keep=keep, delete_bucket=delete_bucket, force=force)
 
 
 @task(auto_shortflags=False,

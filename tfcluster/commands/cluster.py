@@ -171,9 +171,10 @@ def idle(settings: Settings, minutes: int | None, off: bool) -> int:
     return value
 
 
-def down(settings: Settings, keep: bool = False, delete_bucket: bool = False) -> None:
-    """Stop the run, end every process of the cluster, remove what it created. Always finishes
-    on own hosts: one that cannot be reached is named with what stays on it."""
+def down(settings: Settings, keep: bool = False, delete_bucket: bool = False, force: bool = False) -> None:
+    """Stop the run, end every process of the cluster, remove what it created. An own host that cannot
+    be reached keeps the cluster's record (exit 2: run it again when the host is back); ``force``
+    forgets the cluster anyway, naming what stays on each such host."""
     store = StateStore(settings)
     cluster = store.load_cluster()
     if cluster is None:
@@ -193,13 +194,13 @@ def down(settings: Settings, keep: bool = False, delete_bucket: bool = False) ->
     hold = ClusterHold(store)
     try:
         end_launchers(store, hold.try_acquire, "`invoke down`")
-        _tear_down(settings, store, cluster, backend, gone, keep, delete_bucket)
+        _tear_down(settings, store, cluster, backend, gone, keep, delete_bucket, force)
     finally:
         hold.release()
 
 
 def _tear_down(settings: Settings, store: StateStore, cluster: ClusterState, backend: Backend, gone: dict,
-               keep: bool, delete_bucket: bool) -> None:
+               keep: bool, delete_bucket: bool, force: bool) -> None:
     reachable = dataclasses.replace(cluster, hosts=[h for h in cluster.hosts if h.name not in gone])
     leftovers = backend.leftover_processes(reachable)
     if leftovers:
@@ -214,11 +215,16 @@ def _tear_down(settings: Settings, store: StateStore, cluster: ClusterState, bac
     _remove_containers(backend, reachable)
     spend.sync(store, backend, cluster, settings)  # The last starts and stops, while Compute still lists the VMs.
     backend.teardown(reachable, keep, delete_bucket)
-    store.remove_cluster()
-    spend.print_final(store, backend, cluster, settings)
     for record in cluster.hosts:
         if record.name in gone:
             _print_left_on_host(cluster, record, gone[record.name])
+    if gone and not force:  # Never forgotten while something of it may run there.
+        names = ", ".join(f"{record.name} ({record.address})" for record in cluster.hosts if record.name in gone)
+        raise ClusterError(f"could not reach {names}; the hosts that answered are clean, and cluster '{cluster.name}' "
+                           "is kept: run `invoke down` again when it answers, or `invoke down --force` to forget the "
+                           "cluster (what stays on each host is named above)")
+    store.remove_cluster()
+    spend.print_final(store, backend, cluster, settings)
     checked = "verified that no worker process is left, nor any container" if not gone else (
         f"verified on the {len(reachable.hosts)} host(s) that answered; {len(gone)} could not be cleaned (above)")
     console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is down: {checked}. "
