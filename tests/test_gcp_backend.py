@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Cli, assert_stopped_by, stop_while_attached, wait_for
+from tests.conftest import Cli, assert_stopped_by, run_on_terminal, stop_while_attached, wait_for
 from tests.fake_operations import advance
 from tests.fake_compute import stop_instance
 from tests.hostlab import SUBNET, HostLab, available
@@ -227,8 +227,19 @@ def test_up_status_down(gcp_cli, world):
     gcp_cli.env["INVOKE_TFCLUSTER_BUCKET_LOCATION"] = "US"  # A multi-region, not the VMs' region.
     gcp_cli.env["INVOKE_TFCLUSTER_CLUSTER"] = "my-run"
     world.compute.state.iam_delay_seconds = IAM_DELAY
+    # On a terminal, `up` shows the plan and what it costs an hour and asks; "n" creates nothing.
+    code, screen = run_on_terminal(gcp_cli.argv("up"), gcp_cli.env,
+                                   lambda shown: b"n\n" if b"while they run?" in shown and b"): n" not in shown else None,
+                                   180)
+    assert code == 2 and re.search(r"Create 2 VM\(s\) in us-west1-b, about \$\d+\.\d\d an hour while they run\? "
+                                   r"\[y/n\] \(n\): n", screen), screen[-3000:]
+    assert "error: up cancelled: nothing was created" in screen and "/hour" in screen, screen[-3000:]
+    assert "apply" not in terraform_calls(gcp_cli, "my-run") and gcp_cli.cluster("my-run") is None
+    assert not gcp_cli.compute.state.instances
+    # Without a terminal nothing is asked.
     up = gcp_cli.run("up", timeout=180)
     assert up.returncode == 0, up.stdout + up.stderr
+    assert "while they run?" not in up.stdout
     # The provider waited for each new account (three reads in a row that find it, as hashicorp/google
     # does) before the instance that runs as it: Compute refuses an account it does not see yet.
     log = world.compute.state.requests

@@ -111,7 +111,7 @@ def costs(settings) -> list[dict]:
             table.add_row(book.cluster, state, first, figures.words(), str(len(mine)))
             listed.append({"cluster": book.cluster, "state": state, "since": since, "until": until,
                            "cost_usd": figures.cost_usd, "vm_hours": figures.vm_hours, "runs": []})
-    console.print(table)
+    ui.show(table)
     for book in books:
         runs = _runs(root, book.cluster)
         prices = book.prices()
@@ -127,5 +127,5 @@ def costs(settings) -> list[dict]:
                          and (e["since"] is None or run.started_at >= e["since"])
                          and (e["until"] is None or run.started_at < e["until"]))
             entry["runs"].append({"run": run.run_id, "cost_usd": figures.cost_usd, "vm_hours": figures.vm_hours})
-        console.print(table)
+        ui.show(table)
     return listed

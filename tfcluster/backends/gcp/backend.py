@@ -127,6 +127,9 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
             f"{' (off)' if not settings.idle_minutes else ''}; hypervisor deadline {settings.termination_action} "
             f"after {budget.describe(settings.budget, run_seconds, settings.max_run_hours)}; `invoke down` destroys everything")
         self._announce(bucket_rule(settings.bucket_retention_days))
+        if not self.confirm(f"Create {settings.workers} VM(s) in {settings.zone}, about "
+                            f"${prices.in_use.total:.2f} an hour while they run?"):
+            raise ClusterError("up cancelled: nothing was created (`invoke up --yes` creates it without asking)")
         operator = settings.operator_cidr or detect_operator_cidr()
         key_file = self.workdir(settings.cluster) / "id_ed25519"
         public_key = generate_cluster_key(key_file, f"tfcluster-{settings.cluster}")
