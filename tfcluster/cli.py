@@ -7,27 +7,47 @@ Thin by design: parse options, call tfcluster.commands, turn user errors into on
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shlex
 import sys
+from collections.abc import Mapping
 from typing import Optional
 
 from invoke import Collection, Context, Exit, Program, task
+from invoke.config import AmbiguousMergeError
+from invoke.exceptions import UncastableEnvVar, UnknownFileType
+from invoke.util import yaml as invoke_yaml
 
 import tfcluster
-from tfcluster import commands, config
+from tfcluster import commands, config, errors
 from tfcluster.errors import ConfigError, TfClusterError
 
 
+# INVOKE_TFCLUSTER_* as given, taken out of the environment before invoke reads it (take_environment).
+_ENVIRONMENT: dict[str, str] = {}
+
+
+def take_environment() -> None:
+    """Read INVOKE_TFCLUSTER_* here, as text, and leave invoke none to read: invoke casts a variable
+    to the type of the value invoke.yaml gave the key (`workers: 3` makes INVOKE_TFCLUSTER_WORKERS=abc
+    a traceback, and "false" is true for a yes/no). config.load checks each with one error line."""
+    _ENVIRONMENT.update(config.take_environment(os.environ))
+
+
 def _settings(c: Context, **overrides) -> config.Settings:
-    settings = config.load(c.config.get("tfcluster", {}), **overrides)
+    values = c.config.get("tfcluster", {})
+    if isinstance(values, Mapping):  # Else config.load names what invoke.yaml holds instead.
+        values = {**values, **_ENVIRONMENT}
+    settings = config.load(values, **overrides)
     commands.adopt_project_state(settings)  # A ./.tfcluster from before the per-user folder moves there, once.
     return settings
 
 
 def _user_errors(body):
-    """Show TfClusterError as one `error: ...` line and a non-zero exit, never a traceback."""
+    """Show TfClusterError, and a file this machine refuses to write (a read-only or full state folder),
+    as one `error: ...` line and a non-zero exit, never a traceback."""
 
     @functools.wraps(body)
     def wrapper(c, *args, **kwargs):
@@ -35,6 +55,8 @@ def _user_errors(body):
             return body(c, *args, **kwargs)
         except TfClusterError as error:
             raise Exit(f"error: {error}", code=error.exit_code) from None
+        except OSError as error:
+            raise Exit(f"error: {errors.file_error(error)}", code=2) from None
 
     return wrapper
 
@@ -71,17 +93,18 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        idle_action: Optional[str] = None, max_run_hours: Optional[int] = None,
        image: Optional[str] = None, boot_image: Optional[str] = None, budget: Optional[str] = None):
     """Create the cluster. Idempotent: running it twice changes nothing."""
-    install_watchdog = True if idle_minutes is not None and (backend or c.config.tfcluster.backend) == "ssh" else None
     if hosts and workers is None and backend in (None, "ssh"):
         workers = len([h for h in hosts.split(",") if h.strip()])  # One worker per host given.
-    commands.up(_settings(c, workers=workers, backend=backend, cluster=cluster, hosts=hosts,
-                          ssh_user=ssh_user, ssh_key=ssh_key, known_hosts=known_hosts,
-                          trust_new_hosts=trust_new_hosts or None, tf_port=tf_port, python=python,
-                          project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
-                          machine_type=machine_type, spot=spot or None, operator_cidr=operator_cidr,
-                          idle_minutes=idle_minutes, idle_action=idle_action,
-                          max_run_hours=max_run_hours, install_watchdog=install_watchdog, image=image,
-                          boot_image=boot_image, budget=budget))
+    settings = _settings(c, workers=workers, backend=backend, cluster=cluster, hosts=hosts,
+                         ssh_user=ssh_user, ssh_key=ssh_key, known_hosts=known_hosts,
+                         trust_new_hosts=trust_new_hosts or None, tf_port=tf_port, python=python,
+                         project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
+                         machine_type=machine_type, spot=spot or None, operator_cidr=operator_cidr,
+                         idle_minutes=idle_minutes, idle_action=idle_action,
+                         max_run_hours=max_run_hours, image=image, boot_image=boot_image, budget=budget)
+    if idle_minutes is not None and settings.backend == "ssh":  # Own hosts get a watchdog when asked for one.
+        settings = dataclasses.replace(settings, install_watchdog=True)
+    commands.up(settings)
 
 
 @task(help={
@@ -224,15 +247,21 @@ def offers(c, gpu: Optional[str] = None, gpu_count: Optional[int] = None, spot: 
 
 
 @task(help={"src": "image folder with one sub-folder per class",
-            "out": "output folder (default: the folder `train` reads)",
+            "out": "output folder (default: <state folder>/data/<the source folder's name>; `train` reads it next)",
             "synthetic": "generate the built-in coloured-shapes set instead",
             "image_size": "square side in pixels (default 32)",
-            "shards": "train shards (default: the larger of 16 and 4 x the cluster's workers)"})
+            "shards": "train shards (default: the larger of 16 and 4 x the cluster's workers)",
+            "encoding": "raw (default: fastest to train on) or jpeg (about 10x smaller to upload)",
+            "val_fraction": "share held out to validate each epoch (default 0.2)",
+            "test_fraction": "share held out for one final test score (default: none)",
+            "processes": "decoding processes (default: one per core from 1,000 images)"})
 @_user_errors
 def data(c, src: Optional[str] = None, out: Optional[str] = None, synthetic: bool = False,
-         image_size: Optional[int] = None, shards: Optional[int] = None):
+         image_size: Optional[int] = None, shards: Optional[int] = None, encoding: Optional[str] = None,
+         val_fraction: Optional[str] = None, test_fraction: Optional[str] = None, processes: Optional[int] = None):
     """Turn an image folder into TFRecord shards (trainer/create_tfrecords.py); upload them to a gcp cluster's bucket."""
-    commands.data(_settings(c), src, out, synthetic, image_size, shards)
+    commands.data(_settings(c), src, out, synthetic, image_size, shards, encoding, val_fraction, test_fraction,
+                  processes)
 
 
 @task(help={"minutes": "act after this many idle minutes (1-1440)",
@@ -254,8 +283,9 @@ def pull(c, run: Optional[str] = None, cluster: Optional[str] = None):
 @task(help={"run": "a run id (default: the latest)", "port": "port to serve on (default 6006)",
             "cluster": "cluster name (default: default)"})
 @_user_errors
-def tensorboard(c, run: Optional[str] = None, port: int = 6006, cluster: Optional[str] = None):
+def tensorboard(c, run: Optional[str] = None, port: Optional[int] = None, cluster: Optional[str] = None):
     """Start TensorBoard on a run's logs (local folder or gs://); Ctrl-C stops it."""
+    port = 6006 if port is None else config.parse_port("port", port)
     logdir = commands.tensorboard_logdir(_settings(c, cluster=cluster), run)
     print(f"TensorBoard on {logdir} at http://localhost:{port}")
     c.run(shlex.join([sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port)]),
@@ -278,7 +308,39 @@ def image(c, action, dockerfile: str = "Dockerfile", tag: Optional[str] = None,
 
 
 ns = Collection(check, offers, up, train, tune, status, costs, logs, stop, down, data, idle, pull, tensorboard, image)
-ns.configure({"tfcluster": config.DEFAULTS})
+# No tfcluster defaults are given to invoke: it would merge invoke.yaml's values onto them and refuse a
+# mapping where a default is text with a traceback. config.load applies the defaults and checks each
+# value, with one error line naming the key.
+
+
+def config_file_error(error: BaseException) -> str | None:
+    """invoke's own errors while it reads its config files, before any task runs, as one line
+    (None: not one of them). ``invoke.util.yaml`` is the YAML module invoke reads them with."""
+    if isinstance(error, invoke_yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        return (f"{mark.name} is not valid YAML: {error.problem} at line {mark.line + 1}, column {mark.column + 1}; "
+                "fix it (settings go under `tfcluster:`, one `key: value` a line, indented by spaces)")
+    if isinstance(error, invoke_yaml.YAMLError):
+        return f"invoke.yaml is not valid YAML ({error}); fix it"
+    if isinstance(error, AmbiguousMergeError):  # A mapping where the other config file has a value.
+        return (f"invoke's config files disagree on a setting's kind ({error}); tfcluster must be a mapping "
+                "of settings, and each setting a single value (zones: a list), in invoke.yaml and ~/.invoke.yaml")
+    if isinstance(error, (UnknownFileType, UncastableEnvVar)):
+        return f"{error}"
+    return None
+
+
+def excepthook(kind, error, trace) -> None:
+    """For `invoke` from a clone (tasks.py installs it): invoke reads invoke.yaml after it has loaded
+    the tasks and before any runs, outside any task's reach; its errors there become one line."""
+    line = config_file_error(error)
+    if line is None:
+        sys.__excepthook__(kind, error, trace)
+        return
+    print(f"error: {line}", file=sys.stderr)
+    sys.stderr.flush()
+    sys.stdout.flush()
+    os._exit(2)  # The exit code of every other configuration error (an excepthook's return exits 1).
 
 
 class _Program(Program):
@@ -291,9 +353,22 @@ class _Program(Program):
         self.config.set_project_location(os.getcwd())
         self.config.load_project()
 
+    def run(self, argv=None, exit: bool = True) -> None:  # noqa: A002 (invoke's own name)
+        try:
+            super().run(argv, exit)
+        except Exception as error:  # Only the config files' errors; anything else is raised as it is.
+            line = config_file_error(error)
+            if line is None:
+                raise
+            print(f"error: {line}", file=sys.stderr)
+            if not exit:
+                return
+            sys.exit(2)
+
 
 def main() -> None:
     """The `tfcluster` console script (pyproject.toml [project.scripts])."""
+    take_environment()
     _Program(namespace=ns, version=tfcluster.__version__, name="tfcluster", binary="tfcluster",
              binary_names=["tfcluster"]).run()
 

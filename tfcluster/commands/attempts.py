@@ -248,9 +248,11 @@ def _bring_back(settings: Settings, store: StateStore, backend, run: RunRecord, 
 
 def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progress, should_stop,
                  verbose: bool, stall_limit: stall.StallLimit, budget=None):
-    waiting = Status(f"Starting {len(plans)} workers (attempt {attempt})...", console=console)
-    waiting.start()
-    spinning = True
+    # One live line for the whole attempt (a terminal only: rich draws nothing elsewhere): the workers
+    # starting, then from the first step where the run is (tfcluster/pace.py).
+    live = Status(f"Starting {len(plans)} workers (attempt {attempt})...", console=console)
+    live.start()
+    stepping = False
     folds = {plan.index: tflog.StartupFold() for plan in plans}
 
     def announce(plan):
@@ -267,7 +269,7 @@ def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progr
         console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
 
     def on_event(plan, event):
-        nonlocal spinning
+        nonlocal stepping
         announce(plan)
         progress.update(plan, event, attempt)
         if plan.index != 0:
@@ -276,24 +278,25 @@ def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progr
         if note:
             console.print(f"[yellow]{note}[/]", soft_wrap=True)
         kind = event["event"]
-        if kind == "first_step" and spinning:
-            waiting.stop()
-            spinning = False
+        if kind in STEP_EVENTS:
+            stepping = True
+            live.update(f"Training: {progress.pace.line()}")
         if kind == "strategy":
             rate = f", learning rate {event['learning_rate']['text']}" if event.get("learning_rate") else ""
             console.print(ui.prefixed(0, plan.name, f"MultiWorkerMirroredStrategy: "
                                       f"{event.get('replicas_in_sync')} replicas in sync, global batch "
                                       f"{event.get('global_batch')}, shard policy {event.get('shard_policy')}{rate}",
                                       ), style="bold", soft_wrap=True)
-        elif kind == "epoch_end":
+        elif kind == "epoch_end":  # Without a terminal, these lines are the progress: one per epoch.
             console.print(ui.prefixed(0, plan.name, f"epoch {event.get('epoch')}/{event.get('epochs')}  "
-                                      + ui.format_metrics(event.get("metrics", {}))), style="bold", soft_wrap=True)
+                                      + ui.format_metrics(event.get("metrics", {})) + _pace_after_epoch(progress.pace)),
+                          style="bold", soft_wrap=True)
 
     def on_tick(statuses):
-        if spinning:
+        if not stepping:
             running = sum(status.state == launch.RUNNING for status in statuses)
-            waiting.update(f"Attempt {attempt}: {running}/{len(plans)} workers running, "
-                           "waiting for the first training step...")
+            live.update(f"Attempt {attempt}: {running}/{len(plans)} workers running, "
+                        "waiting for the first training step...")
 
     follower = launch.LogFollower(plans, from_end=True)
     launch.start_attempt(plans, attempt)
@@ -301,11 +304,20 @@ def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progr
         watch = stall.StallWatch(stall_limit, [plan.index for plan in plans])
         result = launch.follow_attempt(plans, attempt, follower, on_line, on_event, on_tick, should_stop, watch)
     finally:
-        if spinning:
-            waiting.stop()
+        live.stop()
     for plan in plans:
         announce(plan)  # Workers that printed nothing but noise.
     return None if result.ok else result
+
+
+# The chief's events that say where training is (tfcluster/pace.py).
+STEP_EVENTS = ("first_step", "step", "progress")
+
+
+def _pace_after_epoch(pace) -> str:
+    """"  · 812 images/s · ETA 1m20s" after an epoch's line, with what is known."""
+    rate, eta = pace.images_per_second(), pace.eta_seconds()
+    return "".join([f"  · {rate:,.0f} images/s" if rate else "", f" · ETA {ui.duration(eta)}" if eta is not None else ""])
 
 
 def _report_failure(result: launch.AttemptResult, plans, verbose: bool) -> str | None:

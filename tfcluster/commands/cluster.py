@@ -10,7 +10,7 @@ from tfcluster import launch, ledger, tfconfig, ui
 from tfcluster.backends import Backend
 from tfcluster.commands.common import (backend_for_cluster, backend_named, console, end_launchers,
                                        require_cluster, run_state, run_statuses)
-from tfcluster.commands import overview, spend
+from tfcluster.commands import overview, run_status, spend
 from tfcluster.commands.runs import report_preemptions, stop_active_run
 from tfcluster.commands.tune_plans import read_book
 from tfcluster.config import Settings, parse_int
@@ -95,37 +95,7 @@ def status(settings: Settings, every: bool = False) -> dict | list:
     if run is None:
         console.print("No run yet. Start one with: invoke train")
         return {"cluster": cluster.name, "run": None}
-    pairs = run_statuses(store, cluster, run, backend)
-    state = run_state(run, [s for _, s in pairs])
-    colour = {"running": "yellow", "succeeded": "green"}.get(state, "red")
-    table = ui.table(f"Run {run.run_id}: [{colour}]{state}[/], attempt {run.attempts} of "
-                     f"{run.retries + 1}, started {ui.when(run.started_at)}",
-                     ["worker", "state", "pid", "exit code"])
-    for plan, worker in pairs:
-        # A stopped run's workers were ended on purpose: not "lost", not "failed".
-        shown = "stopped" if state == "stopped" and worker.state in (launch.LOST, launch.FAILED) else worker.state
-        table.add_row(f"[{ui.worker_colour(plan.index)}]{plan.name}[/]", shown,
-                      str(worker.pid or "-"), "-" if worker.exit_code is None else str(worker.exit_code))
-    console.print(table)
-    if run.summary.get("stopped_by"):
-        console.print(f"stopped by {run.summary['stopped_by']}", soft_wrap=True, markup=False)
-    if state != "succeeded" and run.kind == "train":
-        report_preemptions(backend, cluster, run)
-    if run.outcome is None and run.summary.get("then") and rows and all(row.status == "TERMINATED" for row in rows):
-        # The launcher was gone when the run ended: each VM's watchdog halted it (--then).
-        follow = "remove the cluster with `invoke down`, as --then down asked" if run.summary["then"] == "down" \
-            else "`invoke up` starts them again, `invoke down` removes the cluster"
-        console.print(f"[yellow]Run {run.run_id} ended while no launcher ran; each VM halted itself "
-                      f"(--then {run.summary['then']}): {follow}.[/]", soft_wrap=True)
-    if run.kind == "tune":
-        book = read_book([plan for plan, _ in pairs])
-        console.print(f"trials: {book.progress()}" + (f" (of {book.max_trials})" if book.max_trials else ""))
-    if run.summary.get("metrics"):
-        console.print("final metrics: " + ui.format_metrics(run.summary["metrics"]))
-    if run.summary.get("keras_path"):
-        console.print(f"model: {run.summary['keras_path']}")
-    return {"cluster": cluster.name, "run": run.run_id, "state": state,
-            "workers": {plan.name: worker.state for plan, worker in pairs}}
+    return run_status.print_run(store, cluster, backend, run, rows)
 
 
 def _print_watchdog(backend: Backend, cluster: ClusterState) -> None:

@@ -173,7 +173,7 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     elif cluster.data_url:
         remote_data = cluster.data_url
     elif script is None:
-        data_dir = store.synthetic_data_dir  # Generated below, unless this is a dry run.
+        data_dir = store.default_data_dir()  # `invoke data`'s last set, or the synthetic one (made below).
     payload = Payload(python=python, script=script, project=project, data_dir=data_dir,
                       args=list(request.trainer_args))
     run_id = store.new_run_id()
@@ -182,6 +182,8 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
         "AIP_MODEL_DIR": "{run_root}/output/model",
         "AIP_CHECKPOINT_DIR": "{run_root}/output/checkpoints",
         "AIP_TENSORBOARD_LOG_DIR": "{run_root}/output/tensorboard",
+        # For a script's learning rate (tfcluster.scaled_learning_rate): the replicas in sync.
+        "TFCLUSTER_REPLICAS": str(len(hosts) * backend.replicas_per_machine(settings)),
         **keras_env,
     }
     # TensorFlow's C++ logging stays at its own default, so each worker's log is complete; the
