@@ -189,6 +189,19 @@ def mutants(value, kind) -> list:
     raise AssertionError(f"no mutation for type {kind}")
 
 
+def present(planned: dict, path: tuple, block: dict) -> bool:
+    """Whether the blocks holding ``path`` (and the block at ``path``) exist in ``planned``: a
+    `dynamic` block may not."""
+    for name in path:
+        if name not in block.get("block_types", {}):
+            return True
+        items = planned.get(name) or []
+        if not items:
+            return False
+        planned, block = items[0], block["block_types"][name]["block"]
+    return True
+
+
 def mutated(planned: dict, path: tuple, block: dict) -> list[dict]:
     """``planned`` with the argument or block at ``path`` changed, one object per mutant."""
     inner_block = block
@@ -212,52 +225,65 @@ def mutated(planned: dict, path: tuple, block: dict) -> list[dict]:
     return out
 
 
+# Clusters planned so that every block terraform/ may write exists in one of them: an N1 with an
+# attached T4 and a retention (guest_accelerator, the age lifecycle rule), an A3 with its bundled
+# Local SSD (on_instance_stop_action).
+PLANNED_CLUSTERS = {"n1-t4": {"gpu": "nvidia-tesla-t4", "gpu_count": 1, "bucket_retention_days": 30},
+                    "a3-local-ssd": {"machine_type": "a3-highgpu-8g", "gpu": "nvidia-h100-80gb", "gpu_count": 8}}
+
+
 def test_every_argument_terraform_sets_reaches_the_create_request(tmp_path):
     """For every google resource of terraform/ and every argument or block its configuration
     sets (read from the .tf files against the provider schema), changing that argument in the
     planned object changes what the stand-in sends Google to create it (method, URL or body):
-    an argument the stand-in drops fails here by name. Planned with a GPU (the guest_accelerator
-    block) and a retention (the dynamic lifecycle rule), so that every block is present."""
+    an argument the stand-in drops fails here by name. Planned for the PLANNED_CLUSTERS, so that
+    every block, `dynamic` ones included, is present in one of them."""
     env = {**os.environ, **mirror.build(tmp_path / "providers")}
-    variables = product_variables(gpu="nvidia-tesla-t4", gpu_count=1, bucket_retention_days=30)
-    shown = planning.plan(env, tmp_path / "cluster", variables)
     schemas = load_schemas()["google"]["resource_schemas"]
-    cases, baseline, index = [], {}, []
-    for address, paths in configured(TF).items():
-        type_name = address.split(".")[0]
-        block = schemas[type_name]["block"]
-        instance = next(r["address"] for r in shown["planned_values"]["root_module"]["resources"]
-                        if r["address"] in (address, f"{address}[0]"))
-        [config] = [r for r in shown["configuration"]["root_module"]["resources"] if r["address"] == address]
-        planned = fill_unknown(planning.planned_values(shown, instance), planning.after_unknown(shown, instance),
-                               block, from_resources(config["expressions"]))
-        baseline[address] = len(cases)
-        cases.append({"type": type_name, "planned": planned})
-        for path in paths:
-            if (type_name, path) in STATE_ONLY:
-                continue
-            for variant in mutated(planned, path, block):
-                index.append((address, path, len(cases)))
-                cases.append({"type": type_name, "planned": variant})
-    provider = {"project": variables["project"], "zone": variables["zone"], "region": variables["zone"][:-2]}
+    cases, baseline, index, covered = [], {}, [], set()
+    for cluster, settings in PLANNED_CLUSTERS.items():
+        variables = product_variables(**settings)
+        shown = planning.plan(env, tmp_path / cluster, variables)
+        provider = {"project": variables["project"], "zone": variables["zone"], "region": variables["zone"][:-2]}
+        for address, paths in configured(TF).items():
+            type_name = address.split(".")[0]
+            block = schemas[type_name]["block"]
+            instance = next(r["address"] for r in shown["planned_values"]["root_module"]["resources"]
+                            if r["address"] in (address, f"{address}[0]"))
+            [config] = [r for r in shown["configuration"]["root_module"]["resources"] if r["address"] == address]
+            planned = fill_unknown(planning.planned_values(shown, instance),
+                                   planning.after_unknown(shown, instance), block, from_resources(config["expressions"]))
+            baseline[(cluster, address)] = len(cases)
+            cases.append({"type": type_name, "planned": planned})
+            for path in paths:
+                if (type_name, path) in STATE_ONLY or (address, path) in covered or not present(planned, path, block):
+                    continue
+                covered.add((address, path))
+                for variant in mutated(planned, path, block):
+                    index.append((cluster, address, path, len(cases)))
+                    cases.append({"type": type_name, "planned": variant})
+    absent = sorted(f"{a}: {'.'.join(p)}" for a, paths in configured(TF).items() for p in paths
+                    if (a, p) not in covered and (a.split(".")[0], p) not in STATE_ONLY)
+    assert absent == [], "no planned cluster has these blocks; add one to PLANNED_CLUSTERS:\n" + "\n".join(absent)
     result = subprocess.run([provider_python(), "-m", "tests.world.provider.create_calls"], cwd=REPO,
                             input=json.dumps({"provider": provider, "cases": cases}), capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
     calls = json.loads(result.stdout)
-    baselines = {address: calls[at] for address, at in baseline.items()}
-    errors = {address: call["error"] for address, call in baselines.items() if isinstance(call, dict)}
+    baselines = {key: calls[at] for key, at in baseline.items()}
+    errors = {key: call["error"] for key, call in baselines.items() if isinstance(call, dict)}
     assert errors == {}, errors
     changed: dict[tuple, bool] = {}
-    for address, path, at in index:
-        changed[(address, path)] = changed.get((address, path), False) or calls[at] != baselines[address]
+    for cluster, address, path, at in index:
+        changed[(address, path)] = changed.get((address, path), False) or calls[at] != baselines[(cluster, address)]
     dropped = sorted(f"{address}: {'.'.join(path)}" for (address, path), ok in changed.items() if not ok)
     assert dropped == [], "arguments terraform/ sets that the stand-in does not send:\n" + "\n".join(dropped)
     # Every google resource of terraform/ was checked, the instance's blocks among them.
-    assert {address for address, _ in changed} == set(baseline)
+    assert {address for address, _ in changed} == {address for _, address in baseline}
     assert set(changed) >= {("google_compute_instance.worker", ("shielded_instance_config",)),
-                                            ("google_compute_instance.worker", ("guest_accelerator", "count")),
-                                            ("google_compute_instance.worker", ("scheduling", "automatic_restart"))}
+                            ("google_compute_instance.worker", ("guest_accelerator", "count")),
+                            ("google_compute_instance.worker", ("scheduling", "on_instance_stop_action")),
+                            ("google_compute_instance.worker", ("scheduling", "automatic_restart"))}
     # Scopes go as the provider sends them: URLs, not gcloud's aliases.
-    instance = baselines["google_compute_instance.worker"][2]
+    instance = baselines[("n1-t4", "google_compute_instance.worker")][2]
     assert instance["serviceAccounts"][0]["scopes"] == ["https://www.googleapis.com/auth/cloud-platform"]
