@@ -17,8 +17,9 @@ Compute reads the custom roles' permissions from ``state.custom_roles`` (compute
 from __future__ import annotations
 
 import re
+import time
 
-from tests.world.compute_auth import token_for
+from tests.world.compute_auth import iam_shows, token_for
 
 
 def _error(code: int, status: str, message: str) -> tuple[int, dict]:
@@ -33,6 +34,8 @@ def create_account(state, project: str, account_id: str, fields: dict) -> dict:
     accounts[email] = {"name": f"projects/{project}/serviceAccounts/{email}", "email": email,
                        "uniqueId": str(100000000000000000000 + len(accounts)), **fields}
     state.tokens[token_for(email)] = f"serviceAccount:{email}"
+    # IAM shows it (get, list, its token) only after its propagation delay (compute_auth.iam_shows).
+    state.account_visible_at[email] = time.time() + state.iam_delay
     return accounts[email]
 
 
@@ -50,14 +53,14 @@ def route(state, method: str, path: str, body: dict | None, query: dict | None =
             # projects.serviceAccounts.list: every account of the project, a page at a time
             # (pageSize, default 20, at most 100; nextPageToken while more remain):
             # https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/list.
-            listed = sorted(accounts)
+            listed = sorted(e for e in accounts if iam_shows(state, e))
             size = min(int((query or {}).get("pageSize", ["20"])[0]), 100)
             start = int((query or {}).get("pageToken", ["0"])[0] or 0)
             page = {"accounts": [accounts[e] for e in listed[start:start + size]]}
             if start + size < len(listed):
                 page["nextPageToken"] = str(start + size)
             return 200, page
-        if match["email"] not in accounts:
+        if match["email"] not in accounts or (method == "GET" and not iam_shows(state, match["email"])):
             return _error(404, "NOT_FOUND", f"Unknown service account {match['email']}")
         if method == "DELETE":
             accounts.pop(match["email"])
