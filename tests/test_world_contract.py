@@ -17,14 +17,8 @@ UNKNOWN_FIELD = "Invalid JSON payload received. Unknown name \"bogus\""
 
 
 @pytest.fixture(scope="module")
-def google(tmp_path_factory):
-    """One world for the module's requests (they change nothing in it)."""
-    from tests.world.names import GoogleWorld
-
-    world = GoogleWorld(tmp_path_factory.mktemp("world"))
-    with world.resolving():
-        yield world
-    world.close()
+def google(module_world):
+    return module_world
 
 
 # Per stand-in: (verb, url, JSON body) with an unknown field, and with a value its enum lacks.

@@ -31,13 +31,8 @@ READS = {
 
 
 @pytest.fixture(scope="module")
-def google(tmp_path_factory):
-    from tests.world.names import GoogleWorld
-
-    world = GoogleWorld(tmp_path_factory.mktemp("world"))
-    with world.resolving():
-        yield world
-    world.close()
+def google(module_world):
+    return module_world
 
 
 def get(google, url: str, token: str) -> requests.Response:

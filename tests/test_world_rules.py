@@ -79,14 +79,9 @@ CASES = {
 
 
 @pytest.fixture(scope="module")
-def google(tmp_path_factory):
-    from tests.world.names import GoogleWorld
-
-    world = GoogleWorld(tmp_path_factory.mktemp("world"))
-    world.compute.state.accelerators[ZONE] = ["nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-l4"]
-    with world.resolving():
-        yield world
-    world.close()
+def google(module_world):
+    module_world.compute.state.accelerators[ZONE] = ["nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-l4"]
+    return module_world
 
 
 def insert(google, body: dict) -> requests.Response:
