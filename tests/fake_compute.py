@@ -135,15 +135,16 @@ class FakeCompute:
     issued: dict = field(default_factory=dict)
     # Seconds an issued token lives (expires_in); Google's is an hour.
     token_lifetime: float = 3600.0
-    # Seconds before IAM enforces a change: a new service account is usable, a setIamPolicy takes
-    # effect (https://cloud.google.com/iam/docs/access-change-propagation: typically under 2
-    # minutes). Small here so CI stays fast; a test raises it to see the product wait.
-    iam_delay: float = 0.5
-    # Service account email -> when IAM shows it (create time + iam_delay).
-    account_visible_at: dict = field(default_factory=dict)
     # IAM (tests/world/iam_api.py): email -> service account; custom role name -> permissions;
     # ids of deleted custom roles, reserved.
     service_accounts: dict = field(default_factory=dict)
+    # IAM's eventual consistency: seconds after projects.serviceAccounts.create before IAM's reads
+    # and Compute see the new account (tests/world/iam_api.py), and after a setIamPolicy before IAM
+    # enforces it (https://cloud.google.com/iam/docs/access-change-propagation: typically under 2
+    # minutes). Small so CI stays fast; a test raises it to see the product wait. Email -> the
+    # moment IAM shows the account (monotonic).
+    iam_delay_seconds: float = 0.5
+    account_visible_at: dict = field(default_factory=dict)
     custom_roles: dict = field(default_factory=dict)
     deleted_roles: set = field(default_factory=set)
     # Images, "project/name" -> image (tests/world/images.py): the Deep Learning VM families.

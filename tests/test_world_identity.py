@@ -104,7 +104,7 @@ def test_tokens_expire_and_the_google_clients_refresh_them(google, monkeypatch):
 
 def test_a_new_account_and_a_grant_take_effect_after_iams_delay(google):
     state = google.compute.state
-    state.iam_delay = 3.0
+    state.iam_delay_seconds = 3.0
     email = f"late-vm@{P}.iam.gserviceaccount.com"
     try:
         created = requests.post(f"https://iam.googleapis.com/v1/projects/{P}/serviceAccounts", json={"accountId": "late-vm"},
@@ -124,6 +124,6 @@ def test_a_new_account_and_a_grant_take_effect_after_iams_delay(google):
         assert get(google, instance, token_for(email)).status_code == 403
         wait_for(lambda: get(google, instance, token_for(email)).status_code == 200, 10, what="the grant to apply")
     finally:
-        state.iam_delay = 0.5
+        state.iam_delay_seconds = 0.5
         state.instances.pop("late-0", None)
     assert discovery.take_violations() == []

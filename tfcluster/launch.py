@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 from tfcluster import container, stall, tfconfig
 from tfcluster.backends.base import WorkerHost
 from tfcluster.errors import HostUnreachable
+from tfcluster.pace import Pace
 from tfcluster.throughput import ThroughputMeter
 from trainer import events
 
@@ -312,6 +313,8 @@ class Progress:
     strategy: dict = field(default_factory=dict)
     # Every worker's step times and GPU samples, for the throughput figures.
     throughput: ThroughputMeter = field(default_factory=ThroughputMeter)
+    # Where the chief is (epoch, step of steps, images/s, ETA), for the live line.
+    pace: Pace = field(default_factory=Pace)
 
     def update(self, plan: WorkerPlan, event: dict, attempt: int) -> None:
         kind = event["event"]
@@ -324,6 +327,7 @@ class Progress:
                 target.append(event.get("path"))
         if plan.index != 0:
             return  # Everything else comes from the chief, which sees the global view.
+        self.pace.observe(event)
         if kind == "strategy":
             self.replicas_in_sync = event.get("replicas_in_sync")
             self.strategy = event

@@ -120,11 +120,11 @@ def principal(state, headers: dict) -> tuple[str | None, tuple[int, dict] | None
 
 
 def iam_shows(state, email: str) -> bool:
-    """A new service account is usable once IAM has propagated it (``state.iam_delay`` seconds
+    """A new service account is usable once IAM has propagated it (``state.iam_delay_seconds``
     after create: "it might take some time before the service account is available",
     https://cloud.google.com/iam/docs/service-accounts-create#creating; the provider waits for it,
-    magic-modules #14447)."""
-    return time.time() >= state.account_visible_at.get(email, 0.0)
+    magic-modules #14447; tests/world/iam_api.py's ``unseen``)."""
+    return time.monotonic() >= state.account_visible_at.get(email, 0.0)
 
 
 def instance_scopes(state, email: str) -> set[str]:
@@ -228,11 +228,11 @@ def check(state, method: str, path: str, headers: dict) -> tuple[int, dict] | No
 
 def effective_bindings(state, instance: dict) -> list[dict]:
     """The instance's IAM bindings as IAM enforces them now: a policy set by setIamPolicy takes
-    effect ``state.iam_delay`` seconds later ("typically ... within 2 minutes", up to 7,
+    effect ``state.iam_delay_seconds`` later ("typically ... within 2 minutes", up to 7,
     https://cloud.google.com/iam/docs/access-change-propagation); until then the one before."""
     if "iam_history" not in instance:  # Bindings a test wrote straight into the record: in effect.
         return instance.get("iam_bindings", [])
-    now = time.time()
+    now = time.monotonic()
     versions = [bindings for at, bindings in instance["iam_history"] if at <= now]
     return versions[-1] if versions else []
 

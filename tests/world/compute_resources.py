@@ -29,7 +29,7 @@ import re
 import time
 
 from tests.fake_operations import _now_iso, busy, capacity_error, new_operation
-from tests.world import compute_lists, instance_rules
+from tests.world import compute_lists, iam_api, instance_rules
 from tests.world.instance_rules import label_refusal
 from tests.world import quotas as world_quotas
 
@@ -121,7 +121,7 @@ def route(state, method: str, path: str, body: dict | None, query: dict | None =
         if match["verb"] == "setIamPolicy":
             with state.lock:  # Read back at once; enforced after IAM's delay (compute_auth.effective_bindings).
                 instance["iam_bindings"] = body["policy"].get("bindings", [])
-                instance.setdefault("iam_history", []).append((time.time() + state.iam_delay,
+                instance.setdefault("iam_history", []).append((time.monotonic() + state.iam_delay_seconds,
                                                                instance["iam_bindings"]))
             return 200, {"version": 1, "etag": "BwY=", "bindings": instance["iam_bindings"]}
         with state.lock:
@@ -221,7 +221,7 @@ def _insert_instance(state, project: str, zone: str, body: dict) -> tuple[int, d
     with state.lock:
         if state.insert_errors:
             return state.insert_errors.pop(0)
-    refused = _refusal(state, zone, body)
+    refused = _refusal(state, zone, body) or iam_api.unseen_account(state, body)
     if refused:
         return refused
     if name in state.instances:

@@ -114,7 +114,7 @@ class GoogleWorld:
         self.storage_proxy = IamStorageProxy(
             [(self.storage_address, 443, context), (self.storage_address, 80, None)], ("127.0.0.1", port),
             identify=lambda token: compute_auth.identify(self.compute.state, token),
-            iam_delay=lambda: self.compute.state.iam_delay)
+            iam_delay=lambda: self.compute.state.iam_delay_seconds)
         self.hosts = root / "hosts"
         self.hosts.write_text("127.0.0.1 localhost\n::1 localhost\n"
                               f"{self.compute_address} {' '.join(COMPUTE_NAMES)}\n"

@@ -206,7 +206,7 @@ class IamStorageProxy:
                     proxy.log.append((self.command, path, token, True))
                     if self.command == "PUT":
                         proxy.policies[iam[1]] = json.loads(body).get("bindings", [])
-                        proxy.enforced.setdefault(iam[1], []).append((time.time() + proxy.iam_delay(),
+                        proxy.enforced.setdefault(iam[1], []).append((time.monotonic() + proxy.iam_delay(),
                                                                       proxy.policies[iam[1]]))
                     policy = {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{iam[1]}",
                               "version": 1, "etag": "CAE=", "bindings": proxy.policies.get(iam[1], [])}
@@ -290,7 +290,7 @@ class IamStorageProxy:
         if match is None:
             return set()
         if match[1] in self.enforced:
-            now = time.time()
+            now = time.monotonic()
             versions = [bindings for at, bindings in self.enforced[match[1]] if at <= now]
             bindings = versions[-1] if versions else []
         else:  # A policy a test wrote straight into ``policies``: in effect.

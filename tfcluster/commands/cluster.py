@@ -6,15 +6,16 @@ import dataclasses
 import shlex
 import time
 
-from tfcluster import ledger, tfconfig, ui
+from tfcluster import launch, ledger, tfconfig, ui
 from tfcluster.backends import Backend
-from tfcluster.commands.common import (backend_for_cluster, backend_named, console,
+from tfcluster.commands.common import (backend_for_cluster, backend_named, console, end_launchers,
                                        require_cluster, run_state, run_statuses)
-from tfcluster.commands import spend
+from tfcluster.commands import overview, run_status, spend
 from tfcluster.commands.runs import report_preemptions, stop_active_run
 from tfcluster.commands.tune_plans import read_book
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
+from tfcluster.holds import ClusterHold
 from tfcluster.state import ClusterState, StateStore
 
 
@@ -63,7 +64,10 @@ def _pre_pull(store: StateStore, backend: Backend, cluster: ClusterState, image:
                   f"already present on {outcomes.count('present')}.")
 
 
-def status(settings: Settings) -> dict:
+def status(settings: Settings, every: bool = False) -> dict | list:
+    """The cluster, its workers and its current or last run; ``every``: one row per cluster instead."""
+    if every:
+        return overview.status_all(settings)
     store = StateStore(settings)
     cluster = require_cluster(store)
     backend = backend_for_cluster(store, cluster)
@@ -91,33 +95,7 @@ def status(settings: Settings) -> dict:
     if run is None:
         console.print("No run yet. Start one with: invoke train")
         return {"cluster": cluster.name, "run": None}
-    pairs = run_statuses(store, cluster, run, backend)
-    state = run_state(run, [s for _, s in pairs])
-    colour = {"running": "yellow", "succeeded": "green"}.get(state, "red")
-    table = ui.table(f"Run {run.run_id}: [{colour}]{state}[/], attempt {run.attempts} of "
-                     f"{run.retries + 1}, started {ui.when(run.started_at)}",
-                     ["worker", "state", "pid", "exit code"])
-    for plan, worker in pairs:
-        table.add_row(f"[{ui.worker_colour(plan.index)}]{plan.name}[/]", worker.state,
-                      str(worker.pid or "-"), "-" if worker.exit_code is None else str(worker.exit_code))
-    console.print(table)
-    if state != "succeeded" and run.kind == "train":
-        report_preemptions(backend, cluster, run)
-    if run.outcome is None and run.summary.get("then") and rows and all(row.status == "TERMINATED" for row in rows):
-        # The launcher was gone when the run ended: each VM's watchdog halted it (--then).
-        follow = "remove the cluster with `invoke down`, as --then down asked" if run.summary["then"] == "down" \
-            else "`invoke up` starts them again, `invoke down` removes the cluster"
-        console.print(f"[yellow]Run {run.run_id} ended while no launcher ran; each VM halted itself "
-                      f"(--then {run.summary['then']}): {follow}.[/]", soft_wrap=True)
-    if run.kind == "tune":
-        book = read_book([plan for plan, _ in pairs])
-        console.print(f"trials: {book.progress()}" + (f" (of {book.max_trials})" if book.max_trials else ""))
-    if run.summary.get("metrics"):
-        console.print("final metrics: " + ui.format_metrics(run.summary["metrics"]))
-    if run.summary.get("keras_path"):
-        console.print(f"model: {run.summary['keras_path']}")
-    return {"cluster": cluster.name, "run": run.run_id, "state": state,
-            "workers": {plan.name: worker.state for plan, worker in pairs}}
+    return run_status.print_run(store, cluster, backend, run, rows)
 
 
 def _print_watchdog(backend: Backend, cluster: ClusterState) -> None:
@@ -182,13 +160,29 @@ def down(settings: Settings, keep: bool = False, delete_bucket: bool = False) ->
     store = StateStore(settings)
     cluster = store.load_cluster()
     if cluster is None:
+        others = overview.named(settings)
+        if others:  # A typo, or a cluster made under another name: never "nothing to do" while others bill.
+            raise ClusterError(f"no cluster '{settings.cluster}' in {store.root}; the clusters there are {others}: "
+                               "take one down with --cluster NAME")
         console.print(f"Cluster '{settings.cluster}' is not up. Nothing to do.")
         return
     backend = backend_for_cluster(store, cluster)
     gone = {}
     if backend.hosts_outlive_cluster and cluster.hosts:
         gone = {name: why for name, why in backend.reachability(cluster).items() if why}
-    stop_active_run(settings, store, cluster, backend)
+    stop_active_run(settings, store, cluster, backend, "`invoke down`")
+    # No launcher of the cluster may start anything from here on: wait for every one to exit (a run
+    # still staging sees the stop too), and hold the cluster until it is gone.
+    hold = ClusterHold(store)
+    try:
+        end_launchers(store, hold.try_acquire, "`invoke down`")
+        _tear_down(settings, store, cluster, backend, gone, keep, delete_bucket)
+    finally:
+        hold.release()
+
+
+def _tear_down(settings: Settings, store: StateStore, cluster: ClusterState, backend: Backend, gone: dict,
+               keep: bool, delete_bucket: bool) -> None:
     reachable = dataclasses.replace(cluster, hosts=[h for h in cluster.hosts if h.name not in gone])
     leftovers = backend.leftover_processes(reachable)
     if leftovers:

@@ -21,9 +21,7 @@ def print_summary(run: RunRecord, progress: launch.Progress, wall: float, tensor
     table.add_row("learning rate", rate["text"] if rate else "n/a")
     speed = run.summary["throughput"]
     if speed["global_images_per_second"]:
-        per_worker = ", ".join(f"{v:.0f}" for v in speed["per_worker_images_per_second"].values())
-        table.add_row("throughput", f"{speed['global_images_per_second']:.0f} images/s (per worker: {per_worker}), "
-                                    f"median step {speed['median_step_seconds'] * 1000:.1f} ms")
+        table.add_row("throughput", _speed_line(speed))
     else:
         table.add_row("throughput", "n/a")
     scaling = run.summary.get("scaling")
@@ -64,18 +62,32 @@ def print_summary(run: RunRecord, progress: launch.Progress, wall: float, tensor
         console.print(progress.signatures, markup=False, highlight=False, soft_wrap=True)
 
 
+def _speed_line(speed: dict) -> str:
+    """Wall clock beside the median step, then each worker's own (tfcluster/throughput.py)."""
+    wall = speed.get("wall_images_per_second")
+    text = (f"{wall:.0f} images/s by wall clock, " if wall else "") + \
+        f"{speed['global_images_per_second']:.0f} at the median step ({speed['median_step_seconds'] * 1000:.1f} ms)"
+    mine = speed.get("per_worker_wall_images_per_second") or speed["per_worker_images_per_second"]
+    return text + "; per worker: " + "  ".join(f"w{w} {v:.0f}" for w, v in mine.items())
+
+
 def _print_throughput(speed: dict) -> None:
-    """Per epoch: the chief's median step time, images/s for all workers and each, GPU use."""
+    """Per epoch: the chief's median step time, images/s for all workers (wall clock and median step)
+    and each worker's by its own wall clock, GPU use."""
     if not speed.get("epochs"):
         return
     gpu = any(record.get("gpu_utilization") for record in speed["epochs"])
-    table = ui.table("Throughput per epoch", ["epoch", "median step", "images/s (all)", "images/s per worker",
+    table = ui.table("Throughput per epoch", ["epoch", "median step", "images/s (median step)",
+                                              "images/s (wall clock)", "wall clock per worker",
                                               *(["GPU utilisation per worker"] if gpu else [])])
     for record in speed["epochs"]:
         step = record["median_step_seconds"]
+        wall = record.get("wall_images_per_second")
         row = [str(record["epoch"]), f"{step * 1000:.1f} ms" if step else "n/a",
                f"{record['global_images_per_second']:.0f}" if record["global_images_per_second"] else "n/a",
-               "  ".join(f"w{w} {v:.0f}" for w, v in record["per_worker_images_per_second"].items()) or "n/a"]
+               f"{wall:.0f}" if wall else "n/a",
+               "  ".join(f"w{w} {v:.0f}" for w, v in (record.get("per_worker_wall_images_per_second") or {}).items())
+               or "n/a"]
         if gpu:
             row.append("  ".join(f"w{w} {v:.0f}%" for w, v in (record.get("gpu_utilization") or {}).items())
                        or "n/a")

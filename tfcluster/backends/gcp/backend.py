@@ -61,6 +61,10 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
     def workdir(self, cluster_name: str) -> Path:
         return self._store.root / "gcp" / cluster_name
 
+    def replicas_per_machine(self, settings) -> int:
+        """MultiWorkerMirroredStrategy makes a replica of every GPU of the VM."""
+        return max(1, settings.gpu_count)
+
     def variables(self, settings, public_key: str, operator_cidr: str) -> dict:
         return {
             "project": settings.project, "zone": settings.zone, "cluster_name": settings.cluster,
