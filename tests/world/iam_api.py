@@ -47,7 +47,7 @@ def create_account(state, project: str, account_id: str, fields: dict) -> dict:
 
 def unseen(state, email: str) -> bool:
     """A service account made less than the world's IAM delay ago (the module docstring)."""
-    return time.monotonic() < state.account_visible_at.get(email, 0.0)
+    return not iam_shows(state, email)
 
 
 def unseen_account(state, body: dict) -> tuple[int, dict] | None:
