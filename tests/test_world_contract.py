@@ -195,3 +195,24 @@ def test_a_change_applies_when_its_operation_is_done_and_a_second_waits(google):
     finally:
         state.other_seconds = 0.3
         state.instances.pop("ops-0")
+
+
+def test_the_products_bucket_reads_read_every_page(google, monkeypatch, tmp_path):
+    """objects.list pages at the storage door (the emulator does not): with one object a page,
+    the product's download of a prefix (google-cloud-storage's iterator) finds every object."""
+    from tfcluster.backends.gcp import storage as gcs
+
+    for key, value in google.env().items():
+        monkeypatch.setenv(key, value)
+    client = gcs.client(P)
+    bucket = client.create_bucket("paged-bucket")
+    for index in range(3):
+        bucket.blob(f"runs/r/{index}.txt").upload_from_string(str(index))
+    google.storage_proxy.page_limit = 1
+    try:
+        got = gcs.download_prefix(client, "gs://paged-bucket/runs/r", tmp_path / "down")
+    finally:
+        google.storage_proxy.page_limit = 1000
+    assert sorted(path.name for path in got) == ["0.txt", "1.txt", "2.txt"]
+    assert sum(1 for method, path, _, _ in google.storage_proxy.log
+               if method == "GET" and path == "/storage/v1/b/paged-bucket/o") >= 3

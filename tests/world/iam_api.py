@@ -102,10 +102,16 @@ def route(state, method: str, path: str, body: dict | None, query: dict | None =
         if method == "GET" and not match["id"]:
             # projects.roles.list: the project's custom roles, deleted ones only with showDeleted
             # (https://cloud.google.com/iam/docs/reference/rest/v1/projects.roles/list).
+            # A page at a time: pageSize "default is 300, and the maximum is 1,000" (same page).
             shown = [{"name": n, "includedPermissions": sorted(p)} for n, p in sorted(roles.items())]
             if (query or {}).get("showDeleted", [""])[0] == "true":
                 shown += [{"name": n, "deleted": True} for n in sorted(state.deleted_roles)]
-            return 200, {"roles": shown}
+            size = min(int((query or {}).get("pageSize", ["300"])[0] or 300), 1000)
+            start = int((query or {}).get("pageToken", ["0"])[0] or 0)
+            page = {"roles": shown[start:start + size]}
+            if start + size < len(shown):
+                page["nextPageToken"] = str(start + size)
+            return 200, page
         name = f"projects/{match['project']}/roles/{match['id']}"
         if name in state.deleted_roles and method == "GET":
             # A deleted role stays readable, marked deleted, until it is purged

@@ -94,6 +94,33 @@ def xml_scopes(method: str) -> list[str]:
     return READ_SCOPES + WRITE_SCOPES if method in ("GET", "HEAD") else WRITE_SCOPES
 
 
+def whole_list(target: str) -> str:
+    """objects.list as the emulator is asked it: every item (it does not page); the door pages."""
+    from urllib.parse import urlencode
+
+    parts = urlsplit(target)
+    query = [(k, v) for k, values in parse_qs(parts.query, keep_blank_values=True).items() for v in values
+             if k not in ("pageToken", "maxResults")]
+    return parts.path + ("?" + urlencode(query) if query else "")
+
+
+def one_page(answer: dict, query: dict, limit: int) -> dict:
+    """objects.list a page at a time: "maxResults: Maximum combined number of entries in items[]
+    and prefixes[] to return in a single page of responses ... The service uses this parameter or
+    1,000 items, whichever is smaller", and nextPageToken while more remain
+    (https://cloud.google.com/storage/docs/json_api/v1/objects/list). Prefixes ride on the first page."""
+    size = min(int((query.get("maxResults") or ["1000"])[0] or 1000), 1000, limit)
+    token = (query.get("pageToken") or [""])[0]
+    start = int(token) if token.isdigit() else 0
+    items = answer.get("items") or []
+    page = {**answer, "items": items[start:start + size]}
+    if start:
+        page.pop("prefixes", None)
+    if start + size < len(items):
+        page["nextPageToken"] = str(start + size)
+    return page
+
+
 def encoded_links(answer: dict) -> dict:
     """The emulator's object links as Cloud Storage writes them: its mediaLink and selfLink carry
     the object name raw, where Google's encode it as one path segment ("/" as %2F: "the JSON API
@@ -130,6 +157,9 @@ class IamStorageProxy:
         # Permissions the project owner's token (the operator) lacks, as when a project's admin
         # grants Compute but not Storage: its requests that need one answer 403 as IAM does.
         self.owner_missing: set[str] = set()
+        # The most objects one objects.list page holds (Google's default and cap: 1000); lowered
+        # by a test that must see every page read.
+        self.page_limit = 1000
         # Object writes passed on so far, and the number after which further writes are held
         # (None: never), so a test can kill a writer mid-upload: a held write waits for
         # ``release`` and is then refused with a 503 instead of reaching the emulator, as a
@@ -251,11 +281,15 @@ class IamStorageProxy:
                 connection = http.client.HTTPConnection(*upstream, timeout=60)
                 headers = {k: v for k, v in self.headers.items()
                            if k.lower() not in HOP_BY_HOP and k.lower() not in ("expect", "content-length")}
-                connection.request(self.command, self.path, body=body, headers=headers)
+                listing = call is not None and call.id == "storage.objects.list"
+                connection.request(self.command, whole_list(self.path) if listing else self.path, body=body,
+                                   headers=headers)
                 response = connection.getresponse()
                 data = response.read()
                 if call is not None and "json" in (response.getheader("Content-Type") or "") and data.strip():
                     answer = encoded_links(json.loads(data))
+                    if listing and response.status == 200:
+                        answer = one_page(answer, call.query, proxy.page_limit)
                     call.api.check_response(call, response.status, answer)
                     data = json.dumps(answer).encode()
                 gone = re.fullmatch(r"/storage/v1/b/([^/]+)", path)
