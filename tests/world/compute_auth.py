@@ -1,9 +1,14 @@
-"""Who is calling Compute, and may they: the bearer token, and the IAM bindings that exist.
+"""Who is calling, and may they: the bearer token, its scopes, and the IAM bindings in effect.
+One identity system for every stand-in (Compute, IAM, Artifact Registry, Billing, the project
+APIs and the storage door all ask ``identify``).
 
 - Every request needs a valid access token: none is 401 with reason "required" ("Login Required."),
-  an unknown one 401 reason "authError" ("Invalid Credentials")
+  an unknown or expired one 401 reason "authError" ("Invalid Credentials")
   (https://cloud.google.com/compute/docs/api/how-tos/authorization; the JSON error reference
   https://cloud.google.com/apis/design/errors#http_mapping).
+- A token carries OAuth scopes, and a method takes a token with any one of its discovery
+  `scopes` (tests/world/discovery.py), else 403 "Request had insufficient authentication scopes."
+  (``scope_refusal``); tokens expire (``issue_token``, the JWTs' `exp`).
 - ``state.tokens`` maps a token to its principal: the operator's (owner of the project: every
   permission, less ``state.missing_permissions``), or a VM's service account, which holds only
   what the bindings on an instance grant it (instances.setIamPolicy, as iam.tf's
