@@ -131,7 +131,7 @@ def test_outputs_parse_and_cost_estimate():
     cost = gcp.hourly_cost("n1-standard-8", "nvidia-tesla-t4", 1, 100, 3, spot=False)
     prices = json.loads(gcp.PRICES.read_text())
     vm = 8 * prices["n1_vcpu_hour"] + 30 * prices["n1_memory_gib_hour"]
-    assert cost["per_vm"] == pytest.approx(vm + 0.35 + 100 * 0.10 / 730)
+    assert cost["per_vm"] == pytest.approx(vm + 0.35 + 100 * 0.10 / 730 + prices["external_ip_hour"]["standard"])
     assert cost["total"] == pytest.approx(3 * cost["per_vm"])
     assert prices["date"] and "cloud.google.com" in prices["source"]
     assert gcp.hourly_cost("n1-standard-8", "nvidia-tesla-t4", 1, 100, 1, spot=True)["gpu"] < 0.35

@@ -163,7 +163,7 @@ class StateStore:
 
     def remember_data(self, folder: Path) -> None:
         """The set `invoke data` made last: the bundled trainer's default data from then on."""
-        _write_json(self.root / "data" / "default.json", {"path": str(folder.resolve())})
+        write_json(self.root / "data" / "default.json", {"path": str(folder.resolve())})
 
     def default_data_dir(self) -> Path:
         """The set `invoke data` made last while it is there, else the synthetic one."""
