@@ -302,6 +302,12 @@ def test_up_status_down(gcp_cli, world):
     status = gcp_cli.run("status")
     assert status.returncode == 0, status.stderr
     assert "my-run-0" in status.stdout and "RUNNING" in status.stdout and "$" in status.stdout
+    # Every cluster at once, with what it costs now: both VMs run, at the rate `status` quotes.
+    rate = float(re.search(r"\(in use\): \$([0-9.]+)/hour", status.stdout).group(1))
+    every = gcp_cli.run("status", "--all")
+    row = next((line for line in every.stdout.splitlines() if "│ my-run " in line), "")
+    assert every.returncode == 0 and re.search(rf"│ my-run +│ gcp +│ 2 +│ up +│ - +│ \${rate:.2f}/h \(2 of 2 VMs running\) +│", row), \
+        every.stdout + every.stderr
 
     # A run on the VMs: code goes over SSH with the pinned keys; outputs are addressed to the bucket.
     script = gcp_cli.state_dir.parent / "report.py"
