@@ -16,6 +16,10 @@ AR = f"https://artifactregistry.googleapis.com/v1/projects/{P}/locations/us-west
 UNKNOWN_FIELD = "Invalid JSON payload received. Unknown name \"bogus\""
 
 
+# One worker runs the module in file order on its module-scoped world (tests/scheduling.py).
+pytestmark = pytest.mark.xdist_group("world_contract")
+
+
 @pytest.fixture(scope="module")
 def google(module_world):
     return module_world

@@ -30,6 +30,10 @@ READS = {
 }
 
 
+# One worker runs the module in file order on its module-scoped world (tests/scheduling.py).
+pytestmark = pytest.mark.xdist_group("world_identity")
+
+
 @pytest.fixture(scope="module")
 def google(module_world):
     return module_world

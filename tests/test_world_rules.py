@@ -78,6 +78,10 @@ CASES = {
 }
 
 
+# One worker runs the module in file order on its module-scoped world (tests/scheduling.py).
+pytestmark = pytest.mark.xdist_group("world_rules")
+
+
 @pytest.fixture(scope="module")
 def google(module_world):
     module_world.compute.state.accelerators[ZONE] = ["nvidia-tesla-t4", "nvidia-tesla-v100", "nvidia-l4"]
