@@ -55,7 +55,9 @@ def lab(tmp_path):
     reason = available()
     if reason:
         pytest.skip(f"test hosts: {reason}")
-    lab = HostLab(tmp_path / "lab", 1, tag="tw")
+    # A PID namespace of its own, as a VM has: the watchdog's probes must not see the training
+    # processes and SSH sessions of the tests that run beside this one.
+    lab = HostLab(tmp_path / "lab", 1, tag="tw", own_pids=True)
     yield lab
     lab.teardown()
 
@@ -69,9 +71,9 @@ def start_watchdog(lab, tmp_path):
         config.write_text(json.dumps({"idle_minutes": idle_minutes, "action": "stop", "probes": probes}))
         acted = tmp_path / "acted.log"
         dog = RunningWatchdog(
-            ["ip", "netns", "exec", lab.hosts[0].netns, sys.executable, str(WATCHDOG), "--config", str(config),
+            lab.hosts[0].inside(sys.executable, str(WATCHDOG), "--config", str(config),
              "--state-dir", str(tmp_path / "state"), "--poll-seconds", str(POLL),
-             "--action-command", f"echo \"$TFCLUSTER_IDLE_ACTION $(date +%s.%N)\" >> {acted}"],
+             "--action-command", f"echo \"$TFCLUSTER_IDLE_ACTION $(date +%s.%N)\" >> {acted}"),
             tmp_path / "state")
         dog.acted = acted
         dog.config = config
@@ -92,8 +94,16 @@ def logged_idle_seconds(dog) -> list[float]:
 
 
 def test_acts_within_idle_plus_one_poll(start_watchdog):
-    dog = start_watchdog()
-    wait_for(lambda: acted_times(dog), 30, what="the idle action")
+    # A tfcluster job of this machine that is not on the host (another test's, beside this one)
+    # is not the host's: it must not hold the watchdog off.
+    elsewhere = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                 env={**os.environ, "TFCLUSTER_RUN_ID": "another-tests-run"})
+    try:
+        dog = start_watchdog()
+        wait_for(lambda: acted_times(dog), 30, what="the idle action")
+    finally:
+        elsewhere.kill()
+        elsewhere.wait(timeout=10)
     first_idle = logged_idle_seconds(dog)[0]
     # Never early; late by at most one poll, plus a few seconds for a loaded machine's scheduling.
     assert IDLE_SECONDS <= first_idle <= IDLE_SECONDS + POLL + SCHEDULING_SLACK
@@ -126,9 +136,9 @@ def test_open_ssh_session_holds_it_off(start_watchdog, lab):
     assert acted_times(dog)[0] >= closed_at + IDLE_SECONDS - POLL
 
 
-def test_training_process_holds_it_off_until_it_ends(start_watchdog, tmp_path):
+def test_training_process_holds_it_off_until_it_ends(start_watchdog, lab, tmp_path):
     dog = start_watchdog(probes="jobs")
-    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(6)"],
+    job = subprocess.Popen(lab.hosts[0].inside(sys.executable, "-c", "import time; time.sleep(6)"),
                            env={**os.environ, "TFCLUSTER_RUN_ID": "test-run"})
     try:
         wait_for(lambda: (dog.status() or {}).get("readings", {}).get("jobs") is True, 30, what="job seen busy")
