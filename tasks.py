@@ -35,7 +35,7 @@ def _user_errors(body):
 
 @task(auto_shortflags=False,
       help={"workers": "number of workers (default: tfcluster.workers, 3)",
-            "backend": "local (default), ssh or gcp", "cluster": "cluster name (default: default)",
+            "backend": "local (default), ssh, gcp or vertex", "cluster": "cluster name (default: default)",
             "hosts": "ssh: HOST[:SSHPORT],... one worker each",
             "ssh_user": "ssh: login user (default root)",
             "ssh_key": "ssh: private key file (default ~/.ssh/id_ed25519)",
@@ -44,6 +44,7 @@ def _user_errors(body):
             "tf_port": "ssh: TensorFlow port on every host (default 23456)",
             "python": "interpreter that runs the workers (ssh default: python3)",
             "project": "gcp: project ID", "zone": "gcp: zone, e.g. us-west1-b",
+            "region": "vertex: region of the jobs, e.g. us-central1 (default: the zone's)",
             "gpu": "gcp: t4, v100, l4, a100, a100-80gb or h100", "gpu_count": "gcp: GPUs per VM (default 1)",
             "machine_type": "gcp: machine type (default: n1-standard-8, or the GPU's G2/A2/A3 type for gpu_count)",
             "spot": "gcp: SPOT VMs (cheaper; may be stopped by Google)",
@@ -63,7 +64,8 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        gpu_count: Optional[int] = None, machine_type: Optional[str] = None, spot: bool = False,
        operator_cidr: Optional[str] = None, idle_minutes: Optional[int] = None,
        idle_action: Optional[str] = None, max_run_hours: Optional[int] = None,
-       image: Optional[str] = None, boot_image: Optional[str] = None, budget: Optional[str] = None):
+       image: Optional[str] = None, boot_image: Optional[str] = None, budget: Optional[str] = None,
+       region: Optional[str] = None):
     """Create the cluster. Idempotent: running it twice changes nothing."""
     install_watchdog = True if idle_minutes is not None and (backend or c.config.tfcluster.backend) == "ssh" else None
     if hosts and workers is None and backend in (None, "ssh"):
@@ -75,7 +77,7 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
                           machine_type=machine_type, spot=spot or None, operator_cidr=operator_cidr,
                           idle_minutes=idle_minutes, idle_action=idle_action,
                           max_run_hours=max_run_hours, install_watchdog=install_watchdog, image=image,
-                          boot_image=boot_image, budget=budget))
+                          boot_image=boot_image, budget=budget, region=region))
 
 
 @task(help={

@@ -67,6 +67,53 @@ class WorkerHost(Protocol):
         the program is not installed there."""
 
 
+@dataclass
+class JobSpec:
+    """What an attempt runs, for a backend whose attempts are cloud jobs (Backend.cloud_job)."""
+
+    # argv every worker runs, as Staged.argv (no "{run_root}": the cloud job has no host folder).
+    argv: list[str]
+    # The workers' environment beyond what the cloud sets itself (TF_CONFIG, the AIP_* folders).
+    env: dict[str, str]
+    # Workers: the chief and workers - 1 others.
+    workers: int
+    # The image every worker runs in.
+    image: str
+
+
+@dataclass
+class JobReport:
+    """One look at an attempt that runs as one cloud job."""
+
+    # STARTING (queued, being provisioned), RUNNING, SUCCEEDED, FAILED or STOPPED (cancelled).
+    state: str
+    # The cloud's own name for it (JOB_STATE_RUNNING), as `status` shows it.
+    cloud_state: str = ""
+    # On FAILED: the worker the cloud names and its exit code (None when it names none), and its words.
+    failed_worker: int | None = None
+    exit_code: int | None = None
+    message: str = ""
+    # Workers the cloud started again since the last look (a Spot preemption restarts the whole job).
+    restarted: list[int] = field(default_factory=list)
+    # The cloud's own lines about the job since the last look ("Job is running."), oldest first.
+    notes: list[str] = field(default_factory=list)
+
+
+class CloudJob(Protocol):
+    """An attempt as one job of a managed service (Vertex AI): the service starts, restarts and
+    stops the workers; the launcher submits, looks and cancels. Each worker's lines arrive in its
+    local log (the run folder's worker-I.log), where the launcher follows them."""
+
+    def submit(self, attempt: int) -> None:
+        """Start attempt ``attempt``: one new job."""
+
+    def poll(self) -> JobReport:
+        """The job now, with its new lines appended to the workers' local logs."""
+
+    def cancel(self) -> None:
+        """Cancel the job; return once the service says it ended and nothing of it runs."""
+
+
 @dataclass(frozen=True)
 class Finding:
     """One prerequisite `invoke check` looked at."""
@@ -248,6 +295,11 @@ class Backend:
         """Stop the announced workers' machines and start them again (on another host), updating
         ``cluster``'s host records. Default: no machine here has host maintenance."""
         raise ClusterError(f"the {self.name} backend has no machines with host maintenance")
+
+    def cloud_job(self, cluster: ClusterState, run_id: str, spec: JobSpec) -> CloudJob | None:
+        """The run's attempts as jobs of a managed service (Vertex AI), one job each. Default: None,
+        the workers are processes the launcher starts on the hosts."""
+        return None
 
     def gather(self, hosts: list[WorkerHost], run_id: str, folder: str, local_run_dir: Path) -> None:
         """Merge ``folder`` (relative to each host's run folder) from every host into the local
