@@ -17,9 +17,19 @@ sys.path.insert(0, str(REPO))
 
 from tests import labnet  # noqa: E402
 
-labnet.claim()  # Before any lab module reads it: this run's own network number.
+labnet.claim()  # Before any lab module reads it: this process's own network number.
 
 from tfcluster.backends.local import processes_with_env  # noqa: E402
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    """`--dist loadgroup` (pyproject.toml), longest unit first (tests/scheduling.py)."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from tests.scheduling import LongestFirstScheduling
+
+    return LongestFirstScheduling(config, log)
 
 
 def wait_for(predicate, timeout: float, interval: float = 0.1, what: str = "condition"):
@@ -48,7 +58,10 @@ class Cli:
     def __init__(self, state_dir: Path, data_dir: Path | None):
         self.state_dir = state_dir
         self.env = {**os.environ, "INVOKE_TFCLUSTER_STATE_DIR": str(state_dir),
-                    "COLUMNS": "200", "TF_CPP_MIN_LOG_LEVEL": "2"}
+                    "COLUMNS": "200", "TF_CPP_MIN_LOG_LEVEL": "2",
+                    # Local clusters listen in this lab's own ports (tests/labnet.py: TensorFlow binds
+                    # every address, so labs running side by side cannot share the kernel's picks).
+                    "INVOKE_TFCLUSTER_LOCAL_PORTS": labnet.cluster_ports()}
         if data_dir is not None:
             self.env["INVOKE_TFCLUSTER_DATA_DIR"] = str(data_dir)
         # Runs the CLI in another world (tests/world: Google's names on local stand-ins).

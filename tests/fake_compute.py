@@ -58,6 +58,7 @@ BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 
 from tests.world import compute_auth, compute_resources, iam_api  # noqa: E402
 from tests.world import images as world_images  # noqa: E402
+from tests.world import quotas as world_quotas  # noqa: E402
 from tests.world.http import send_json  # noqa: E402
 from tests.fake_operations import (_now_iso, advance, capacity_error, new_operation, preempt_instance,  # noqa: E402
                                    start_effect)
@@ -72,6 +73,9 @@ class FakeCompute:
     region_quotas: dict = field(default_factory=lambda: {"us-west1": {"NVIDIA_T4_GPUS": (8.0, 0.0),
                                                                       "NVIDIA_V100_GPUS": (4.0, 0.0)}})
     project_quotas: dict = field(default_factory=lambda: {"GPUS_ALL_REGIONS": (16.0, 0.0)})
+    # Cloud Quotas' family grants: quota ID -> [(dimensions, value)] (tests/world/quotas.py holds the
+    # whole table: what is not set here is a new project's default, and instances add their usage).
+    family_quotas: dict = field(default_factory=dict)
     # name -> {"zone", "labels", "status", "guest": {path: value}, "metadata": {...}, "internal_ip",
     #          "external_ip", "max_run_seconds", "termination_action", "spot"}
     instances: dict = field(default_factory=dict)
@@ -282,17 +286,18 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
     if re.fullmatch(BASE + "/regions", path) and method == "GET":  # regions.list: every region with its quotas.
         return 200, {"kind": "compute#regionList", "items": [
             {"kind": "compute#region", "name": region, "status": "UP",
-             "quotas": [{"metric": m, "limit": limit, "usage": usage} for m, (limit, usage) in quotas.items()]}
-            for region, quotas in sorted(state.region_quotas.items())]}
+             "quotas": [{"metric": m, "limit": limit, "usage": usage}
+                        for m, (limit, usage) in world_quotas.region_quotas(state, region).items()]}
+            for region in world_quotas.regions(state)]}
     match = re.fullmatch(BASE + "/regions/(?P<region>[^/]+)", path)
     if match and method == "GET":
         quotas = [{"metric": metric, "limit": limit, "usage": usage}
-                  for metric, (limit, usage) in state.region_quotas.get(match["region"], {}).items()]
+                  for metric, (limit, usage) in world_quotas.region_quotas(state, match["region"]).items()]
         return 200, {"kind": "compute#region", "name": match["region"], "status": "UP", "quotas": quotas}
     match = re.fullmatch(BASE, path)
     if match and method == "GET":
         quotas = [{"metric": metric, "limit": limit, "usage": usage}
-                  for metric, (limit, usage) in state.project_quotas.items()]
+                  for metric, (limit, usage) in world_quotas.project_quotas(state).items()]
         return 200, {"kind": "compute#project", "name": match["project"], "quotas": quotas}
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)/getGuestAttributes", path)
     if match and method == "GET":

@@ -4,6 +4,7 @@ lines' fixes, the exit codes, and `up` stopping on a ✗ before anything is crea
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -192,3 +193,146 @@ def test_the_driver_branch_must_fit_the_gpu():
     assert rules.driver_fits("nvidia-l4", 470) == "L4 (Ada) needs 525 or newer"
     assert rules.driver_fits("nvidia-h100-80gb", 470) == "H100 (Hopper) needs 525 or newer"
     assert [rules.driver_fits(gpu, 590) for gpu in ("nvidia-l4", "nvidia-tesla-a100", "nvidia-h100-80gb")] == [""] * 3
+
+
+# ---------------------------------------------------------------- quota where Google keeps it
+
+GPU_FAMILY, VM_FAMILY = "GPUS-PER-GPU-FAMILY-per-project-region", "CPUS-PER-VM-FAMILY-per-project-region"
+
+
+def quota_line(**overrides) -> str:
+    return lines(**overrides)["quota"]
+
+
+def h100_project(world, h100: int) -> dict:
+    """A project whose Cloud Quotas grant ``h100`` on-demand H100s and 416 A3 vCPUs in us-central1 (and
+    512 vCPUs in all regions, without which those could not be used), as Google reports such grants:
+    DimensionsInfos of the family quotas, nothing in regions.get."""
+    state = world.compute.state
+    state.accelerators["us-central1-a"] = ["nvidia-h100-80gb"]
+    state.region_quotas["us-central1"] = {}
+    state.family_quotas = {GPU_FAMILY: [({"region": "us-central1", "gpu_family": "NVIDIA_H100"}, h100), ({}, 0)],
+                           VM_FAMILY: [({"region": "us-central1", "vm_family": "A3"}, 416), ({}, 24)]}
+    state.project_quotas["CPUS_ALL_REGIONS"] = (512.0, 0.0)
+    return {"gpu": "h100", "gpu_count": 8, "workers": 2, "zone": "us-central1-a"}
+
+
+def hold_h100s(world, count: int) -> None:
+    """Another VM of the project holds ``count`` H100s in us-central1 (the world counts its usage)."""
+    from tests.world import quotas as table
+
+    body = {"machineType": f"zones/us-central1-a/machineTypes/a3-highgpu-{count}g",
+            "scheduling": {"provisioningModel": "STANDARD"}}
+    world.compute.state.instances["someone-elses"] = {
+        "zone": "us-central1-a", "status": "RUNNING", "guest": {}, "labels": {},
+        "quota_charges": table.charges(world.compute.state, "us-central1-a", body)}
+
+
+def test_h100_quota_is_read_from_cloud_quotas_and_its_usage_from_monitoring(world):
+    wanted = h100_project(world, 16)
+    assert quota_line(**wanted).startswith("✓ quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in us-central1-a: "
+                                           "7 quotas have room (CPUS-PER-VM-FAMILY-per-project-region")
+    asked = [path for path, _ in world.cloudquotas.quotas.requests]
+    assert asked == [f"/v1/projects/demo-project/locations/global/services/compute.googleapis.com/quotaInfos/{q}"
+                     for q in (VM_FAMILY, GPU_FAMILY)]
+    # Nothing from regions.get names a metric Google does not have there.
+    assert not any("H100_GPUS" == r["path"] for r in world.compute.state.requests)
+
+    # Another VM holds 8 of the 16 H100s (Cloud Monitoring's allocation usage) and 208 vCPUs: one line names
+    # every quota that falls short, each as the console filters it.
+    hold_h100s(world, 8)
+    line = quota_line(**wanted)
+    assert line.startswith("✗ quota: quota CPUS-PER-VM-FAMILY-per-project-region (vm_family:A3, region:us-central1) "
+                           "has 208 vCPUs free (limit 416, in use 208); the cluster needs 416; ")
+    assert ("; quota GPUS-PER-GPU-FAMILY-per-project-region (gpu_family:NVIDIA_H100, region:us-central1) has 8 GPUs "
+            "free (limit 16, in use 8); the cluster needs 16; ") in line
+    assert re.findall(r"quota ([A-Z-]+-per-project(?:-region)?)", line) == [
+        VM_FAMILY, "CPUS-ALL-REGIONS-per-project", GPU_FAMILY, "GPUS-ALL-REGIONS-per-project"]
+    assert line.endswith("; request more in the console (IAM & Admin > Quotas & System Limits: filter by each quota "
+                         "ID and its dimensions)")
+    # Series that do not name their family are every family's together: "up to 8 in use" cannot say short.
+    world.monitoring.monitoring.family_labels = False
+    world.compute.state.project_quotas.update({"CPUS_ALL_REGIONS": (1024.0, 0.0), "GPUS_ALL_REGIONS": (32.0, 0.0)})
+    line = quota_line(**wanted)
+    assert line.startswith("? quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in us-central1-a: cannot tell: "), line
+    assert ("quota GPUS-PER-GPU-FAMILY-per-project-region (gpu_family:NVIDIA_H100, region:us-central1) has a limit of "
+            "16 GPUs, the cluster needs 16, and up to 8 are in use (Cloud Monitoring does not tell the family's "
+            "share)") in line
+    world.compute.state.instances.clear()
+
+    # Usage that cannot be read is ?, naming the role; `up` stops only on ✗.
+    world.monitoring.monitoring.refused = True
+    report = check.run(settings(**wanted))
+    [quota] = [f for f in report.findings if f.subject == "quota"]
+    assert quota.holds is None and report.failed == [] and report.zones == ["us-central1-a"]
+    assert ("has a limit of 16 GPUs and the cluster needs 16; how much is in use cannot be read "
+            "(monitoring.googleapis.com refused it (403): ask for roles/monitoring.viewer)") in quota.detail
+    # Limits that cannot be read: ?, with the API to enable.
+    world.project_apis.apis.disabled.add("cloudquotas.googleapis.com")
+    assert ("its limit cannot be read (cloudquotas.googleapis.com is off: `gcloud services enable "
+            "cloudquotas.googleapis.com`)") in quota_line(**wanted)
+
+    # No H100 granted: the ✗ names the quota and the family as the console filters them.
+    world.project_apis.apis.disabled.clear()
+    world.monitoring.monitoring.refused = False
+    h100_project(world, 0)
+    assert quota_line(**wanted).startswith(
+        "✗ quota: quota GPUS-PER-GPU-FAMILY-per-project-region (gpu_family:NVIDIA_H100, region:us-central1) has 0 GPUs "
+        "free (limit 0, in use 0); the cluster needs 16; request more")
+
+
+def test_a_new_projects_defaults_refuse_four_t4_vms_naming_every_shortfall_in_one_line(world):
+    # A new project: 24 vCPUs and 8 in-use addresses per region (tests/world/quotas.py); 6 addresses are taken.
+    world.compute.state.region_quotas["us-west1"]["IN_USE_ADDRESSES"] = (8.0, 6.0)
+    assert quota_line(workers=4) == (
+        "✗ quota: quota CPUS-per-project-region (region:us-west1) has 24 vCPUs free (limit 24, in use 0); the cluster "
+        "needs 32; quota IN-USE-ADDRESSES-per-project-region (region:us-west1) has 2 addresses free (limit 8, in use "
+        "6); the cluster needs 4; request more in the console (IAM & Admin > Quotas & System Limits: filter by each "
+        "quota ID and its dimensions)")
+    # A metric regions.get does not list is unknown, never a limit of 0.
+    world.compute.state.region_quotas["us-west1"]["CPUS"] = None
+    assert "quota CPUS-per-project-region (region:us-west1): its limit cannot be read (regions.get for us-west1 " \
+        "does not list CPUS)" in quota_line(workers=2)
+
+
+def test_the_cloud_quotas_stand_in_speaks_the_clients_types(world):
+    """No discovery document exists for Cloud Quotas: the stand-in binds query parameters to the
+    request message's fields and parses its own answers back into the client's types."""
+    import requests
+    from google.cloud import cloudquotas_v1
+
+    from tests.world import cloudquotas
+
+    base = "https://cloudquotas.googleapis.com/v1/projects/demo-project/locations/global/services/compute.googleapis.com"
+    headers = {"Authorization": "Bearer ya29.test-world"}
+    unknown = requests.get(f"{base}/quotaInfos", params={"filter": "x"}, headers=headers, timeout=10)
+    assert unknown.status_code == 400 and unknown.json()["error"]["message"].startswith(
+        'Invalid JSON payload received. Unknown name "filter": Cannot bind query parameter.')
+    listed = requests.get(f"{base}/quotaInfos", params={"pageSize": 3}, headers=headers, timeout=10).json()
+    assert len(listed["quotaInfos"]) == 3 and listed["nextPageToken"]
+    assert requests.get(f"{base}/quotaInfos/NO-SUCH-per-project", headers=headers, timeout=10).status_code == 404
+    assert requests.get(f"{base}/quotaInfos", timeout=10).status_code == 401
+    with pytest.raises(Exception, match="quotaValue"):  # A field Google's type does not have.
+        cloudquotas.checked({"quotaId": "CPUS-per-project-region", "dimensionsInfos": [{"details": {"quotaValue": 5}}]},
+                            cloudquotas_v1.QuotaInfo)
+
+
+def test_the_monitoring_stand_in_checks_requests_and_answers_against_monitoring_v3(world):
+    import requests
+
+    from tests.world import monitoring
+
+    url = "https://monitoring.googleapis.com/v3/projects/demo-project/timeSeries"
+    headers = {"Authorization": "Bearer ya29.test-world"}
+    good = {"filter": f'metric.type = "{monitoring.USAGE}"', "interval.endTime": "2026-11-26T10:00:00Z"}
+    assert requests.get(url, params=good, headers=headers, timeout=10).json() == {}
+    for params, words in [({**good, "view": "PARTIAL"}, 'Invalid value at \'view\''),
+                          ({**good, "interval.end": "x"}, 'Unknown name "interval.end": Cannot bind query parameter'),
+                          ({**good, "filter": "metric.type = "}, "Field filter had an invalid value"),
+                          ({"filter": good["filter"]}, "Field interval.endTime had an invalid value")]:
+        refused = requests.get(url, params=params, headers=headers, timeout=10)
+        assert refused.status_code == 400 and words in refused.json()["error"]["message"], refused.text
+    with pytest.raises(AssertionError, match="a field Google does not have: quotaMetric"):
+        monitoring.check_response({"timeSeries": [{"quotaMetric": "x"}]}, monitoring.method()["response"])
+    with pytest.raises(AssertionError, match="'SOMETIMES' is not one of Google's values"):
+        monitoring.check_response({"timeSeries": [{"metricKind": "SOMETIMES"}]}, monitoring.method()["response"])

@@ -48,27 +48,27 @@ def test_preflight_names_the_zone_and_the_quota_fix(fake_compute):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False)
     fake_compute.state.accelerators["us-west1-b"] = ["nvidia-tesla-t4"]
     fake_compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (4.0, 2.0)
-    with pytest.raises(ConfigError, match=r"quota NVIDIA_T4_GPUS in us-west1 has 2 GPUs free \(limit 4, used 2\); "
-                                          r"the cluster needs 3\. Request more"):
+    with pytest.raises(ConfigError, match=r"quota NVIDIA-T4-GPUS-per-project-region \(region:us-west1\) has 2 GPUs "
+                                          r"free \(limit 4, in use 2\); the cluster needs 3; request more"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False)
     fake_compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (8.0, 0.0)
     fake_compute.state.project_quotas["GPUS_ALL_REGIONS"] = (2.0, 0.0)
-    with pytest.raises(ConfigError, match="quota GPUS_ALL_REGIONS has 2 GPUs free"):
+    with pytest.raises(ConfigError, match="quota GPUS-ALL-REGIONS-per-project has 2 GPUs free"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False)
     fake_compute.state.project_quotas["GPUS_ALL_REGIONS"] = (16.0, 0.0)
     # No PREEMPTIBLE_* quota granted: Spot VMs draw from the standard one.
     gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=True)
     fake_compute.state.region_quotas["us-west1"]["PREEMPTIBLE_NVIDIA_T4_GPUS"] = (2.0, 0.0)
-    with pytest.raises(ConfigError, match="quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1 has 2 GPUs free"):
+    with pytest.raises(ConfigError, match=r"quota PREEMPTIBLE-NVIDIA-T4-GPUS-per-project-region \(region:us-west1\) has 2 GPUs free"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=True)
     # On-demand GPU VMs the hypervisor deletes within 7 days may use the preemptible quota too.
     fake_compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (1.0, 0.0)
     fake_compute.state.region_quotas["us-west1"]["PREEMPTIBLE_NVIDIA_T4_GPUS"] = (4.0, 0.0)
     gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False, deleted_within_hours=168)
     for hours in (None, 169):  # STOP, or a deadline past 7 days: the standard quota alone.
-        with pytest.raises(ConfigError, match=r"quota NVIDIA_T4_GPUS in us-west1 has 1 GPUs free"):
+        with pytest.raises(ConfigError, match=r"quota NVIDIA-T4-GPUS-per-project-region \(region:us-west1\) has 1 GPUs free"):
             gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 3, spot=False, deleted_within_hours=hours)
-    with pytest.raises(ConfigError, match=r"quota PREEMPTIBLE_NVIDIA_T4_GPUS in us-west1 has 4 GPUs free"):
+    with pytest.raises(ConfigError, match=r"quota PREEMPTIBLE-NVIDIA-T4-GPUS-per-project-region \(region:us-west1\) has 4 GPUs free"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 5, spot=False, deleted_within_hours=12)
     fake_compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (8.0, 0.0)
     # Rate limited twice, as 403 rateLimitExceeded and as 429: retried with backoff, then it answers.
@@ -329,7 +329,8 @@ def test_preflight_failure_creates_nothing(gcp_cli):
     gcp_cli.compute.state.region_quotas["us-west1"]["NVIDIA_T4_GPUS"] = (1.0, 0.0)
     up = gcp_cli.run("up", timeout=60)
     assert up.returncode == 2
-    assert up.stderr.strip().splitlines()[-1].startswith("error: quota NVIDIA_T4_GPUS in us-west1 has 1 GPUs free")
+    assert up.stderr.strip().splitlines()[-1].startswith(
+        "error: quota NVIDIA-T4-GPUS-per-project-region (region:us-west1) has 1 GPUs free")
     assert "apply" not in terraform_calls(gcp_cli)
     assert gcp_cli.cluster() is None and gcp_cli.compute.state.instances == {}
 

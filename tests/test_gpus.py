@@ -1,5 +1,5 @@
 """The GPUs beside T4 and V100 (tfcluster/gpus.py) in the gcp world: the family's vCPU quota beside
-the GPU quota, and L4 (G2) and A100 (A2) clusters through the real terraform, readiness and down."""
+the GPU quota (where Google keeps each), the world refusing an insert over quota, and L4 (G2) and A100 (A2) clusters through the real terraform, readiness and down."""
 
 from __future__ import annotations
 
@@ -15,26 +15,60 @@ from tfcluster.errors import ConfigError
 
 
 def test_preflight_checks_the_family_vcpu_quota_beside_the_gpus(fake_compute):
-    """G2, A2 and A3 VMs count against their family's vCPU quota too (tfcluster/gpus.py); one line
-    names every quota that falls short."""
+    """G2 and A3 vCPUs count on Cloud Quotas' CPUS-PER-VM-FAMILY-per-project-region (vm_family), A2's on
+    regions.get's A2_CPUS, N1's on CPUS (tfcluster/gpus.py); one line names every quota that falls short."""
     api = api_for(fake_compute)
     state = fake_compute.state
     state.accelerators["us-west1-b"] = ["nvidia-tesla-t4", "nvidia-l4"]
-    state.region_quotas["us-west1"].update({"NVIDIA_L4_GPUS": (4.0, 0.0), "G2_CPUS": (48.0, 0.0)})
+    state.region_quotas["us-west1"].update({"NVIDIA_L4_GPUS": (4.0, 0.0)})
+    state.family_quotas["CPUS-PER-VM-FAMILY-per-project-region"] = [({"region": "us-west1", "vm_family": "G2"}, 48)]
+    state.project_quotas["CPUS_ALL_REGIONS"] = (64.0, 0.0)
     gcp.preflight_quota(api, "us-west1-b", "nvidia-l4", 2, 2, spot=False, machine_type="g2-standard-24")
-    state.region_quotas["us-west1"].update({"NVIDIA_L4_GPUS": (4.0, 3.0), "G2_CPUS": (32.0, 0.0)})
+    state.region_quotas["us-west1"].update({"NVIDIA_L4_GPUS": (4.0, 3.0)})
+    state.family_quotas["CPUS-PER-VM-FAMILY-per-project-region"] = [({"region": "us-west1", "vm_family": "G2"}, 32)]
     with pytest.raises(ConfigError) as error:
         gcp.preflight_quota(api, "us-west1-b", "nvidia-l4", 2, 2, spot=False, machine_type="g2-standard-24")
     assert str(error.value) == (
-        "quota NVIDIA_L4_GPUS in us-west1 has 1 GPUs free (limit 4, used 3); the cluster needs 4, and quota G2_CPUS "
-        "in us-west1 has 32 vCPUs free (limit 32, used 0); the cluster needs 48. Request more in the console: "
-        "IAM & Admin > Quotas, filter NVIDIA_L4_GPUS, G2_CPUS, region us-west1")
-    # Spot: the PREEMPTIBLE_ forms where granted, for the GPUs and the vCPUs alike.
-    state.region_quotas["us-west1"].update({"PREEMPTIBLE_NVIDIA_L4_GPUS": (8.0, 0.0), "PREEMPTIBLE_G2_CPUS": (8.0, 0.0)})
-    with pytest.raises(ConfigError, match=r"^quota PREEMPTIBLE_G2_CPUS in us-west1 has 8 vCPUs free"):
+        "quota CPUS-PER-VM-FAMILY-per-project-region (vm_family:G2, region:us-west1) has 32 vCPUs free (limit 32, in "
+        "use 0); the cluster needs 48; quota NVIDIA-L4-GPUS-per-project-region (region:us-west1) has 1 GPUs free "
+        "(limit 4, in use 3); the cluster needs 4; request more in the console (IAM & Admin > Quotas & System Limits: "
+        "filter by each quota ID and its dimensions)")
+    # Spot: the GPUs' PREEMPTIBLE_ form where granted; the family's vCPUs have no such form.
+    state.region_quotas["us-west1"].update({"PREEMPTIBLE_NVIDIA_L4_GPUS": (2.0, 0.0)})
+    with pytest.raises(ConfigError, match=r"^quota CPUS-PER-VM-FAMILY-per-project-region .*; quota "
+                                          r"PREEMPTIBLE-NVIDIA-L4-GPUS-per-project-region \(region:us-west1\) has 2 GPUs"):
         gcp.preflight_quota(api, "us-west1-b", "nvidia-l4", 2, 2, spot=True, machine_type="g2-standard-24")
-    # N1's vCPUs are the general CPUS quota, which is not checked.
+    # N1's vCPUs are the CPUS quota (24 in a new project): 2 x n1-standard-8 fit, 4 do not.
     gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 2, spot=False, machine_type="n1-standard-8")
+    with pytest.raises(ConfigError, match=r"^quota CPUS-per-project-region \(region:us-west1\) has 24 vCPUs free"):
+        gcp.preflight_quota(api, "us-west1-b", "nvidia-tesla-t4", 1, 4, spot=False, machine_type="n1-standard-8")
+
+
+def test_the_world_refuses_an_insert_over_quota_as_google_does(fake_compute):
+    """instances.insert past a quota: 403 quotaExceeded in Google's words, nothing made (tests/world/quotas.py)."""
+    from google.api_core import exceptions
+    from google.cloud import compute_v1
+
+    api = api_for(fake_compute)
+    body = {"name": "big", "machine_type": "zones/us-west1-b/machineTypes/n1-standard-32",
+            "disks": [compute_v1.AttachedDisk(boot=True, initialize_params=compute_v1.AttachedDiskInitializeParams(
+                source_image="projects/deeplearning-platform-release/global/images/"
+                             "common-cu129-ubuntu-2204-nvidia-580-v20261115", disk_size_gb=100,
+                disk_type="zones/us-west1-b/diskTypes/pd-balanced"))]}
+    with pytest.raises(exceptions.Forbidden) as refused:
+        api.instances.insert(project="demo-project", zone="us-west1-b", instance_resource=compute_v1.Instance(**body))
+    assert refused.value.message.endswith(": Quota 'CPUS' exceeded.  Limit: 24.0 in region us-west1.")
+    assert [e["reason"] for e in refused.value.errors] == ["quotaExceeded"] and "big" not in fake_compute.state.instances
+    # H100s on demand: the family quota, by its metric's name.
+    fake_compute.state.accelerators["us-west1-b"].append("nvidia-h100-80gb")
+    body.update(machine_type="zones/us-west1-b/machineTypes/a3-highgpu-8g",
+                network_interfaces=[compute_v1.NetworkInterface(nic_type="GVNIC")])
+    with pytest.raises(exceptions.Forbidden, match=r"Quota 'CPUS_PER_VM_FAMILY' exceeded.  Limit: 24.0 in region"):
+        api.instances.insert(project="demo-project", zone="us-west1-b", instance_resource=compute_v1.Instance(**body))
+    fake_compute.state.family_quotas["CPUS-PER-VM-FAMILY-per-project-region"] = [({"vm_family": "A3"}, 208)]
+    fake_compute.state.project_quotas["CPUS_ALL_REGIONS"] = (208.0, 0.0)
+    with pytest.raises(exceptions.Forbidden, match=r"Quota 'GPUS_PER_GPU_FAMILY' exceeded.  Limit: 0.0 in region"):
+        api.instances.insert(project="demo-project", zone="us-west1-b", instance_resource=compute_v1.Instance(**body))
 
 
 def single_host_cli(tmp_path, world, synthetic_data, tag: str) -> Cli:
@@ -50,20 +84,25 @@ def test_up_l4_and_a100_through_terraform_readiness_and_down(tmp_path, world, sy
     cli = single_host_cli(tmp_path, world, synthetic_data, "tl")
     state = cli.compute.state
     state.accelerators["us-west1-b"] += ["nvidia-l4", "nvidia-tesla-a100"]
-    state.region_quotas["us-west1"].update({"NVIDIA_L4_GPUS": (1.0, 0.0), "G2_CPUS": (4.0, 0.0),
-                                            "NVIDIA_A100_GPUS": (1.0, 0.0), "A2_CPUS": (12.0, 0.0)})
+    state.region_quotas["us-west1"].update({"NVIDIA_L4_GPUS": (1.0, 0.0), "NVIDIA_A100_GPUS": (1.0, 0.0),
+                                            "A2_CPUS": (12.0, 0.0)})
+    g2 = "CPUS-PER-VM-FAMILY-per-project-region"  # G2's vCPUs: in Cloud Quotas, not in regions.get.
+    state.family_quotas[g2] = [({"region": "us-west1", "vm_family": "G2"}, 4)]
     table = json.loads(gcp.PRICES.read_text())
     try:
         refused = cli.run("up", "--gpu", "l4", "--workers", "1", timeout=60)
         assert refused.returncode == 2 and refused.stderr.strip().splitlines()[-1] == (
-            "error: quota G2_CPUS in us-west1 has 4 vCPUs free (limit 4, used 0); the cluster needs 8. Request more "
-            "in the console: IAM & Admin > Quotas, filter G2_CPUS, region us-west1"), refused.stderr
+            "error: quota CPUS-PER-VM-FAMILY-per-project-region (vm_family:G2, region:us-west1) has 4 vCPUs free (limit "
+            "4, in use 0); the cluster needs 8; request more in the console (IAM & Admin > Quotas & System Limits: "
+            "filter by each quota ID and its dimensions)"), refused.stderr
         assert "apply" not in terraform_calls(cli) and state.instances == {}
-        state.region_quotas["us-west1"]["G2_CPUS"] = (8.0, 0.0)
+        state.family_quotas[g2] = [({"region": "us-west1", "vm_family": "G2"}, 8)]
 
         up = cli.run("up", "--gpu", "l4", "--workers", "1", timeout=180)
         assert up.returncode == 0, up.stdout + up.stderr
-        assert "✓ quota: 1 x nvidia-l4, G2 vCPUs fit in us-west1-b's region" in up.stdout
+        assert "✓ quota: 1 x g2-standard-8 with 1 x nvidia-l4 in us-west1-b: 7 quotas have room " \
+            "(CPUS-PER-VM-FAMILY-per-project-region, CPUS-ALL-REGIONS-per-project, NVIDIA-L4-GPUS-per-project-region" \
+            in up.stdout
         assert "plan: 1 x g2-standard-8 + 1 x nvidia-l4 in us-west1-b" in up.stdout
         g2 = table["families"]["rates"]["g2"]
         per_vm = 8 * g2["vcpu_hour"] + 32 * g2["memory_gib_hour"] + table["gpu_hour"]["nvidia-l4"] + 100 * 0.1 / 730
@@ -80,7 +119,8 @@ def test_up_l4_and_a100_through_terraform_readiness_and_down(tmp_path, world, sy
         (cli.state_dir / "cache" / "prices-us-west1.json").unlink()  # The refusal is remembered for an hour.
         up = cli.run("up", "--gpu", "a100", "--workers", "1", timeout=180)
         assert up.returncode == 0, up.stdout + up.stderr
-        assert "✓ quota: 1 x nvidia-tesla-a100, A2 vCPUs fit" in up.stdout
+        assert "✓ quota: 1 x a2-highgpu-1g with 1 x nvidia-tesla-a100 in us-west1-b: 7 quotas have room " \
+            "(A2-CPUS-per-project-region," in up.stdout
         assert "plan: 1 x a2-highgpu-1g + 1 x nvidia-tesla-a100 in us-west1-b" in up.stdout
         per_vm = 12 * 0.032 + 85 * 0.0043 + 3.00 + 100 * 0.1 / 730  # tests/world/billing.py FAMILY/GPU_PRICES.
         assert f"cost: on-demand (in use): ${per_vm:.2f}/hour" in up.stdout and "Cloud Billing Catalog" in up.stdout

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import imagelab
+from tests import imagelab, labnet
 from tests.conftest import events_of, wait_for
 from tfcluster.backends.local import free_ports, processes_with_env
 from tfcluster.container import LABEL_CLUSTER
@@ -217,8 +217,11 @@ def test_preflight_names_the_host_and_the_fix(icli, images, tmp_path):
     assert "image 127.0.0.1:9/absent/trainer:1 is not on this host and cannot be pulled" in line
     # A malformed reference never reaches Docker.
     assert "image must be an image reference" in one_error("--image", "Not An Image")
+    # No preflight container of this cluster is left (they carry its id: other labs' tests run
+    # beside this one on the same daemon, so nothing here looks at the daemon as a whole).
     assert containers(icli) == [] and not subprocess.run(
-        ["docker", "ps", "-aq", "--filter", "label=tfcluster.run=preflight"], capture_output=True, text=True).stdout.split()
+        ["docker", "ps", "-aq", "--filter", "label=tfcluster.run=preflight", "--filter",
+         f"label={LABEL_CLUSTER}={icli.cluster()['cluster_id']}"], capture_output=True, text=True).stdout.split()
 
 
 @pytest.fixture
@@ -226,7 +229,7 @@ def registry(tmp_path):
     """Debian's docker-registry on a free loopback port, storage in the test's folder."""
     if shutil.which("docker-registry") is None:
         pytest.skip("docker-registry is not installed (apt-get install docker-registry)")
-    port = free_ports(1)[0]
+    port = labnet.free_ports(1)[0]
     config = tmp_path / "registry.yml"
     config.write_text(f"version: 0.1\nstorage:\n  filesystem:\n    rootdirectory: {tmp_path / 'registry'}\n"
                       f"http:\n  addr: 127.0.0.1:{port}\n")
@@ -278,11 +281,13 @@ def test_image_build_pushes_and_up_pre_pulls(icli, images, registry, tmp_path):
         subprocess.run(["docker", "rmi", reference], capture_output=True)
 
     # A registry that does not answer: one line, with the fix.
+    # (The tag names this lab: the daemon is shared with the labs running beside this one.)
+    dead = f"127.0.0.1:9/tfc-lab{labnet.number()}"
     failed = icli.run("image", "build", "--dockerfile", str(context / "Dockerfile"), "--tag", "trainer:2",
-                      "--registry", "127.0.0.1:9/tfc", timeout=600)
+                      "--registry", dead, timeout=600)
     assert failed.returncode == 2 and "Traceback" not in failed.stderr
-    assert failed.stderr.strip().startswith("error: docker push 127.0.0.1:9/tfc/trainer:2 failed (")
-    subprocess.run(["docker", "rmi", "127.0.0.1:9/tfc/trainer:2"], capture_output=True)
+    assert failed.stderr.strip().startswith(f"error: docker push {dead}/trainer:2 failed (")
+    subprocess.run(["docker", "rmi", f"{dead}/trainer:2"], capture_output=True)
 
 
 class LoopbackHosts:
@@ -345,6 +350,8 @@ def test_three_ssh_hosts_train_in_containers(icli, images, tmp_path):
             "INVOKE_TFCLUSTER_SSH_KEY": str(hosts.key), "INVOKE_TFCLUSTER_KNOWN_HOSTS": str(hosts.known_hosts),
             "INVOKE_TFCLUSTER_PYTHON": "/usr/bin/python3",  # Without TensorFlow: the image has it.
             "INVOKE_TFCLUSTER_REMOTE_DIR": str(tmp_path / "remote"),
+            # The hosts share this machine's network: their TensorFlow ports come from the lab's block.
+            "INVOKE_TFCLUSTER_TF_PORT": str(labnet.loopback_tf_ports()[0]),
         })
         up = icli.run("up", "--image", tf_image, timeout=300)
         assert up.returncode == 0, up.stdout + up.stderr

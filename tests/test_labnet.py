@@ -42,3 +42,35 @@ def test_concurrent_suites_claim_distinct_networks_and_a_dead_one_frees_its_numb
         for process in (first, second):
             process.kill()
             process.wait(timeout=10)
+
+
+REPORT = "TFCLUSTER_TEST_LAB_REPORT"
+
+
+@pytest.mark.parametrize("probe", ["first", "second"])
+def test_this_process_holds_the_lock_of_its_own_number(probe):
+    """Every test process, xdist worker or not, holds the flock of the number it uses. (Also the
+    probe the next test runs in two xdist workers: it then reports which worker has which number.)"""
+    ours = labnet.number()
+    with open(labnet.LOCKS / f"{ours}.lock") as lock, pytest.raises(BlockingIOError):
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # Held, by this process.
+    if os.environ.get(REPORT):
+        with open(os.environ[REPORT], "a") as report:
+            report.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')} {ours} {probe}\n")
+
+
+def test_two_xdist_workers_hold_two_numbers(tmp_path):
+    """xdist workers inherit the controller's environment, number included: each drops it and
+    claims its own, so no two workers share a bridge, a /24, world addresses or ports."""
+    report = tmp_path / "report.txt"
+    env = {**os.environ, REPORT: str(report)}
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q",
+         f"--junitxml={tmp_path / 'junit.xml'}", "tests/test_labnet.py::test_this_process_holds_the_lock_of_its_own_number"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    workers = dict(line.split()[:2] for line in report.read_text().splitlines())
+    assert sorted(workers) == ["gw0", "gw1"], report.read_text()
+    numbers = {int(number) for number in workers.values()}
+    assert len(numbers) == 2 and labnet.number() not in numbers, report.read_text()
+    assert {labnet.port_block(n)[0] for n in numbers} & {labnet.port_block()[0]} == set()

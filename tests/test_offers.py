@@ -40,7 +40,7 @@ def test_offers_lists_every_zone_cheapest_first_with_the_regions_quota(offers_cl
     listed = offers_cli.run("offers", "--gpu", "l4", timeout=120)
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert listed.stdout.startswith("l4: 4 zone(s) offer nvidia-l4; one VM is g2-standard-8 with 1 GPU(s); cheapest "
-                                    "on-demand first; quota: GPUs free of NVIDIA_L4_GPUS in the zone's region")
+                                    "on-demand first; quota: GPUs free of NVIDIA-L4-GPUS-per-project-region in the zone's region")
     # g2-standard-8 (8 vCPUs, 32 GB) + 1 L4 at tests/world/billing.py's prices: the Netherlands are
     # cheaper than the Americas; Taiwan has no SKU in the catalog, so no price, and comes last.
     assert rows(listed.stdout) == [["europe-west4-a", "$0.70", "$0.25", "5"],

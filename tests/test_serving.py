@@ -15,6 +15,10 @@ from tests.conftest import REPO
 from trainer.synthetic import CLASSES
 
 
+# One worker trains the module's model once (the `trained` fixture) for all its tests.
+pytestmark = pytest.mark.xdist_group("serving")
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory, synthetic_data):
     """One single-worker run on the local cluster: (stdout of train, run folder, run.json)."""

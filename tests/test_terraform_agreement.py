@@ -8,13 +8,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.test_terraform import TF
-from tests.world.provider import mirror
+from tests.world.provider import mirror, planning
+from tests.world.provider.planning import terraform
 from tfcluster import config
 from tfcluster.backends.gcp.backend import GcpBackend
 from tfcluster.errors import ConfigError
@@ -43,11 +43,6 @@ def terraform_env(tmp_path_factory):
     import os
 
     return {**os.environ, **mirror.build(root)}
-
-
-def terraform(env, workdir, *args) -> subprocess.CompletedProcess:
-    return subprocess.run([mirror.TERRAFORM, f"-chdir={workdir}", *args, "-no-color"], env=env,
-                          capture_output=True, text=True, timeout=300)
 
 
 def test_the_tfvars_keys_are_the_module_variables():
@@ -124,16 +119,7 @@ def test_numeric_settings_agree_with_the_module_at_their_boundaries(tmp_path, te
 
 def planned_bucket(env, workdir: Path, variables: dict) -> dict:
     """google_storage_bucket.cluster as `terraform plan` would create it from ``variables``."""
-    shutil.copytree(TF, workdir)
-    (workdir / "terraform.tfvars.json").write_text(json.dumps(variables))
-    assert terraform(env, workdir, "init", "-input=false").returncode == 0
-    planned = terraform(env, workdir, "plan", "-input=false", "-refresh=false", "-out=plan.bin")
-    assert planned.returncode == 0, planned.stdout + planned.stderr
-    shown = json.loads(subprocess.run([mirror.TERRAFORM, f"-chdir={workdir}", "show", "-json", "-no-color", "plan.bin"],
-                                      env=env, capture_output=True, text=True, timeout=300, check=True).stdout)
-    [bucket] = [r for r in shown["planned_values"]["root_module"]["resources"]
-                if r["address"] == "google_storage_bucket.cluster"]
-    return bucket["values"]
+    return planning.planned_values(planning.plan(env, workdir, variables), "google_storage_bucket.cluster")
 
 
 def test_the_bucket_deletes_no_live_object_unless_asked(tmp_path, terraform_env):

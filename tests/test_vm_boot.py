@@ -27,8 +27,10 @@ from tests.vmlab import VmLab, terraform_metadata_keys
 TF_VERSION = "2.21.0"
 VENV_ERROR = "The virtual environment was not created successfully because ensurepip is not available."
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("debootstrap") is None,
-                                reason="needs root, debootstrap and Docker (.ci/run installs them)")
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0 or shutil.which("debootstrap") is None,
+                                reason="needs root, debootstrap and Docker (.ci/run installs them)"),
+              # One worker boots the module's machines once (the `lab` fixture) for all its tests.
+              pytest.mark.xdist_group("vm_boot")]
 
 
 @pytest.fixture(scope="module")

@@ -66,6 +66,9 @@ class Settings:
     tf_port: int = 23456
     # ssh/gcp: `tune`'s oracle port on the chief's machine (local clusters take a free one).
     oracle_port: int = 23457
+    # local: the ports the workers (and `tune`'s oracle) may listen on, "FIRST-LAST"; empty lets the
+    # kernel pick free ones. A range keeps them clear of other services, or of another cluster's.
+    local_ports: str = ""
     # ssh backend: folder (relative to the login's home, or absolute) for runs, code and data.
     remote_dir: str = ".tfcluster-remote"
     # gcp: project ID and zone (the zone must offer the GPU).
@@ -161,6 +164,26 @@ def parse_int(key: str, value: Any, minimum: int) -> int:
     return number
 
 
+def parse_port_range(key: str, value: Any) -> str:
+    """"FIRST-LAST" of unprivileged ports ("" = the kernel's choice), normalised."""
+    text = str(value or "").strip()
+    if not text:
+        return ""
+    match = re.fullmatch(r"(\d+)\s*-\s*(\d+)", text)
+    if not match or not 1024 <= int(match[1]) <= int(match[2]) <= 65535:
+        raise ConfigError(f"{key} must be a port range FIRST-LAST within 1024-65535, such as 20000-20099, "
+                          f"or empty for any free port (got {value!r}); set it in {_flag_hint(key)}")
+    return f"{int(match[1])}-{int(match[2])}"
+
+
+def port_range(text: str) -> range | None:
+    """The ports of a parsed ``local_ports`` value, or None for the kernel's choice."""
+    if not text:
+        return None
+    first, last = (int(part) for part in text.split("-"))
+    return range(first, last + 1)
+
+
 # Docker's reference grammar, simplified: [registry[:port]/]path[:tag][@digest], lowercase path.
 IMAGE_REFERENCE = re.compile(r"^[a-z0-9]+([._-][a-z0-9]+)*(:[0-9]+)?(/[a-z0-9]+([._-]+[a-z0-9]+)*)*"
                              r"(:[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?(@sha256:[0-9a-f]{64})?$")
@@ -250,6 +273,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
     if oracle_port > 65535 or oracle_port == tf_port:
         raise ConfigError(f"oracle_port must be between 1024 and 65535 and differ from tf_port {tf_port} "
                           f"(got {oracle_port})")
+    local_ports = parse_port_range("local_ports", values["local_ports"])
     # The module's limits (terraform/variables.tf), for every backend: one range to learn.
     workers = parse_int("workers", values["workers"], 1)
     if workers > MAX_WORKERS:
@@ -349,6 +373,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         trust_new_hosts=parse_bool("trust_new_hosts", values["trust_new_hosts"]),
         tf_port=tf_port,
         oracle_port=oracle_port,
+        local_ports=local_ports,
         remote_dir=str(values["remote_dir"] or ".tfcluster-remote"),
         cluster=cluster,
         backend=backend,

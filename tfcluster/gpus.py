@@ -13,11 +13,13 @@ Sources, read 2026-11-25 (through excerpts of the pages; what the excerpts did n
   pages' machine-type and storage tables as tfcluster knows them (re-check when Google changes
   them): each type's vCPUs and memory below; A3 and G2 take no Standard Persistent Disk; A3
   requires gVNIC; a3-highgpu-1g, -2g and -4g are for Spot VMs (or Flex-start, not used here).
-- Quota metrics: Compute's Quota.Metric enum (google-cloud-compute reference: A2_CPUS,
-  COMMITTED_NVIDIA_L4_GPUS, ..._A100_GPUS, ..._A100_80GB_GPUS, ..._H100_GPUS, GPUS_ALL_REGIONS);
-  the PREEMPTIBLE_ forms from https://cloud.google.com/compute/resource-usage. G2_CPUS and A3_CPUS
-  are not in that enum's published list; they are the names regions.get reports as users quote
-  them. N1 draws on the general CPUS quota, which tfcluster does not check.
+- Quota: Compute's Quota.metric enum (compute.v1.json revision 20261106) has CPUS, A2_CPUS,
+  NVIDIA_T4/V100/L4/A100/A100_80GB_GPUS and their PREEMPTIBLE_ forms, and PREEMPTIBLE_NVIDIA_H100_GPUS,
+  but no NVIDIA_H100_GPUS, G2_CPUS or A3_CPUS: on-demand H100s count on the Cloud Quotas API's
+  GPUS-PER-GPU-FAMILY-per-project-region (gpu_family NVIDIA_H100), G2 and A3 vCPUs on
+  CPUS-PER-VM-FAMILY-per-project-region (vm_family G2, A3)
+  (https://cloud.google.com/docs/quotas/configure-dimensions). N1 vCPUs count on CPUS.
+  tfcluster/backends/gcp/quota.py reads each where Google keeps it.
 - Driver branches: NVIDIA's data-center driver notes: R580 is the last branch for Volta (V100);
   Ada (L4) and Hopper (H100) need R525 or newer, Ampere (A100) R450.
 """
@@ -55,8 +57,10 @@ class Family:
     name: str
     # Boot disk types it supports.
     disk_types: tuple[str, ...]
-    # Regional vCPU quota metric tfcluster checks; "" when none is checked (N1: general CPUS).
+    # Compute's regional vCPU quota metric (CPUS, A2_CPUS); "" when the family's is in Cloud Quotas.
     cpu_quota: str
+    # Its vm_family in Cloud Quotas' CPUS-PER-VM-FAMILY-per-project-region ("" when cpu_quota names it).
+    vm_family: str = ""
     # The NIC type it requires ("" when any).
     required_nic: str = ""
     # Catalog SKU words for its cores and RAM ("N1 Predefined Instance", "A2 Instance").
@@ -75,12 +79,15 @@ class Gpu:
     accelerator: str
     # The family it runs in.
     family: str
-    # Regional quota metric (Spot: PREEMPTIBLE_ + this when granted).
-    quota: str
+    # Its Quota.metric name ("NVIDIA_T4_GPUS"); Spot VMs use PREEMPTIBLE_ + this where granted.
+    metric_name: str
     # Catalog SKU model words ("Nvidia L4 GPU"), on-demand; Spot SKUs add "attached to Spot Preemptible VMs".
     sku: str
     # NVIDIA architecture, as driver notes name it.
     arch: str = ""
+    # Cloud Quotas' gpu_family when on-demand VMs count on GPUS-PER-GPU-FAMILY-per-project-region
+    # (metric_name is then not in Compute's enum; only its PREEMPTIBLE_ form is).
+    gpu_family: str = ""
     # Driver branches that support it (inclusive; None = no bound).
     driver_min: int | None = None
     driver_max: int | None = None
@@ -88,6 +95,11 @@ class Gpu:
     machine_types: dict[str, Shape] = field(default_factory=dict)
     # N1 only: GPU count -> (most vCPUs, most GB of memory) the VM may have with them.
     n1_limits: dict[int, tuple[int, int]] = field(default_factory=dict)
+
+    @property
+    def quota(self) -> str:
+        """The regional Quota.metric on-demand VMs draw on ("" when it is gpu_family's, in Cloud Quotas)."""
+        return "" if self.gpu_family else self.metric_name
 
     @property
     def attached(self) -> bool:
@@ -103,10 +115,10 @@ class Gpu:
 
 
 FAMILIES = {
-    "n1": Family("n1", DISK_TYPES, "", sku="N1 Predefined Instance", sku_group="N1Standard"),
-    "g2": Family("g2", ("pd-balanced", "pd-ssd"), "G2_CPUS", sku="G2 Instance", sku_group="G2Standard"),
+    "n1": Family("n1", DISK_TYPES, "CPUS", sku="N1 Predefined Instance", sku_group="N1Standard"),
+    "g2": Family("g2", ("pd-balanced", "pd-ssd"), "", "G2", sku="G2 Instance", sku_group="G2Standard"),
     "a2": Family("a2", DISK_TYPES, "A2_CPUS", sku="A2 Instance", sku_group="A2Standard"),
-    "a3": Family("a3", ("pd-balanced", "pd-ssd"), "A3_CPUS", required_nic="GVNIC", sku="A3 Instance",
+    "a3": Family("a3", ("pd-balanced", "pd-ssd"), "", "A3", required_nic="GVNIC", sku="A3 Instance",
                  sku_group="A3Standard"),
 }
 
@@ -129,6 +141,7 @@ GPUS = {
                          "a2-ultragpu-1g": Shape(1, 12, 170), "a2-ultragpu-2g": Shape(2, 24, 340),
                          "a2-ultragpu-4g": Shape(4, 48, 680), "a2-ultragpu-8g": Shape(8, 96, 1360)}),
     "h100": Gpu("h100", "nvidia-h100-80gb", "a3", "NVIDIA_H100_GPUS", "Nvidia H100 80GB GPU", arch="Hopper", driver_min=525,
+                gpu_family="NVIDIA_H100",
                 machine_types={"a3-highgpu-1g": Shape(1, 26, 234, True), "a3-highgpu-2g": Shape(2, 52, 468, True),
                                "a3-highgpu-4g": Shape(4, 104, 936, True), "a3-highgpu-8g": Shape(8, 208, 1872)}),
 }

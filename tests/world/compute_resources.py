@@ -17,6 +17,8 @@ Behaviours, from the Compute API reference (https://cloud.google.com/compute/doc
   an unknown zone, machine type, disk type or accelerator type is 400 invalid ("Invalid value for
   field 'resource.machineType': ..."), an image that does not exist 404 notFound ("The resource
   'projects/P/global/images/NAME' was not found"); a subnetwork in an unknown region 400 invalid.
+- instances.insert over an allocation quota is refused at the call, 403 quotaExceeded
+  (tests/world/quotas.py: the world's quota table and Google's words).
 The world decides which machine plays a new VM: ``state.on_insert(name, record)`` (set by the
 test world) gives it addresses and boots it; without one it gets 10.128.0.N and 34.0.0.N.
 """
@@ -26,6 +28,7 @@ from __future__ import annotations
 import re
 
 from tests.fake_operations import _now_iso, capacity_error, new_operation
+from tests.world import quotas as world_quotas
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 # What exists in this world (a small part of Google's catalogue, enough for terraform/'s choices):
@@ -213,6 +216,9 @@ def _insert_instance(state, project: str, zone: str, body: dict) -> tuple[int, d
     if name in state.instances:
         return _error(409, "alreadyExists", f"The resource 'projects/{project}/zones/{zone}/instances/{name}' "
                                             "already exists")
+    over, quota_charges = world_quotas.insert_refusal(state, zone, body)  # Quota is checked at the call.
+    if over:
+        return over
     code = state.no_capacity_zones.get(zone)
     with state.lock:
         if code and state.zone_room.get(zone, 0) > 0:
@@ -229,7 +235,7 @@ def _insert_instance(state, project: str, zone: str, body: dict) -> tuple[int, d
               "metadata": {item["key"]: item["value"] for item in (body.get("metadata") or {}).get("items", [])},
               "max_run_seconds": int((scheduling.get("maxRunDuration") or {}).get("seconds") or 0) or None,
               "termination_action": scheduling.get("instanceTerminationAction") or None,
-              "spot": scheduling.get("provisioningModel") == "SPOT", "body": body}
+              "spot": scheduling.get("provisioningModel") == "SPOT", "body": body, "quota_charges": quota_charges}
     with state.lock:
         index = len(state.instances) + 1
         record.update(internal_ip=f"10.128.0.{index + 1}", external_ip=f"34.0.0.{index + 1}")

@@ -17,6 +17,11 @@
   orgpolicy.googleapis.com, what `invoke check` reads): tests/world/project_apis.py over HTTPS on
   <project APIs address>:443. Every API tfcluster needs is on and no organisation policy is set,
   as in a sandbox project; tests switch them.
+- Cloud Quotas (cloudquotas.googleapis.com) and Cloud Monitoring (monitoring.googleapis.com), where
+  the quotas outside Compute's Quota.metric and their usage are read: tests/world/cloudquotas.py and
+  tests/world/monitoring.py over HTTPS on <cloud quotas address>:443 and <monitoring address>:443,
+  both answering from the world's quota table (tests/world/quotas.py), on when the project's
+  Service Usage says so.
 - Vertex AI ({region}-aiplatform.googleapis.com, tests/world/vertex.py) and Cloud Logging
   (logging.googleapis.com, tests/world/cloud_logging.py) over HTTPS on <vertex address>:443 and
   <logging address>:443; a job's replicas are Docker containers on the lab's own network
@@ -45,6 +50,8 @@ from tests.world.billing import Catalog, CatalogServer
 from tests.world.storage import IamStorageProxy
 from tests.world.checkip import CHECKIP_NAMES, CheckIpServer
 from tests.world.cloud_logging import LOGGING_NAMES, LoggingServer, LoggingState
+from tests.world.cloudquotas import CLOUDQUOTAS_NAMES, CloudQuotas, CloudQuotasServer
+from tests.world.monitoring import MONITORING_NAMES, Monitoring, MonitoringServer
 from tests.world.project_apis import PROJECT_NAMES, ProjectApis, ProjectApisServer
 from tests.world.tls import GOOGLE_NAMES, make_certificates, operator_key, service_account_key
 from tests.world.vertex import VERTEX_NAMES, Vertex, VertexServer, VertexState
@@ -109,11 +116,12 @@ class GoogleWorld:
         self.billing_address = f"127.77.{net}.5"
         self.checkip_address = f"127.77.{net}.6"
         self.project_address = f"127.77.{net}.7"
+        self.cloudquotas_address, self.monitoring_address = f"127.77.{net}.8", f"127.77.{net}.9"
         self.artifacts_address = f"127.77.{net}.3"
         self.vertex_address, self.logging_address = f"127.77.{net}.11", f"127.77.{net}.12"
         self.ca, cert, key = make_certificates(root / "tls", GOOGLE_NAMES + BILLING_NAMES + ARTIFACTS_NAMES
                                                + ("iam.googleapis.com",) + CHECKIP_NAMES + PROJECT_NAMES
-                                               + VERTEX_NAMES + LOGGING_NAMES)
+                                               + CLOUDQUOTAS_NAMES + MONITORING_NAMES + VERTEX_NAMES + LOGGING_NAMES)
         self.artifacts = FakeArtifactRegistryServer(FakeArtifactRegistry(project=project),
                                                     tls=(self.artifacts_address, str(cert), str(key)))
         self.credentials = service_account_key(root / "operator-key.json", project)
@@ -123,9 +131,9 @@ class GoogleWorld:
         from gcp_storage_emulator.server import create_server
 
         _emulator_accepts_empty_objects()
-        from tfcluster.backends.local import free_ports
+        from tests import labnet
 
-        port = free_ports(1)[0]
+        port = labnet.free_ports(1)[0]
         self.storage = create_server("127.0.0.1", port, in_memory=True)
         self.storage.start()
         self.storage_url = f"http://127.0.0.1:{port}"
@@ -143,12 +151,18 @@ class GoogleWorld:
                               f"{self.artifacts_address} {' '.join(ARTIFACTS_NAMES)}\n"
                               f"{self.checkip_address} {' '.join(CHECKIP_NAMES)}\n"
                               f"{self.project_address} {' '.join(PROJECT_NAMES)}\n"
+                              f"{self.cloudquotas_address} {' '.join(CLOUDQUOTAS_NAMES)}\n"
+                              f"{self.monitoring_address} {' '.join(MONITORING_NAMES)}\n"
                               f"{self.vertex_address} {' '.join(VERTEX_NAMES)}\n"
                               f"{self.logging_address} {' '.join(LOGGING_NAMES)}\n")
         self.billing = CatalogServer(Catalog(disabled_projects={project}), self.billing_address, context)
         self.checkip = CheckIpServer(self.checkip_address, context)
         self.project_apis = ProjectApisServer(ProjectApis(project), self.compute.state, self.billing.catalog,
                                               self.project_address, context)
+        self.cloudquotas = CloudQuotasServer(CloudQuotas(), self.compute.state, self.project_apis.enabled,
+                                             self.cloudquotas_address, context)
+        self.monitoring = MonitoringServer(Monitoring(), self.compute.state, self.project_apis.enabled,
+                                           self.monitoring_address, context)
         self.cloud_logging = LoggingServer(LoggingState(project), self.compute.state, self.project_apis,
                                            self.logging_address, context)
         # tests/world/vertex_replicas.py's runtime, made for the first job.
@@ -203,6 +217,8 @@ class GoogleWorld:
                    **dict.fromkeys(ARTIFACTS_NAMES, self.artifacts_address),
                    **dict.fromkeys(CHECKIP_NAMES, self.checkip_address),
                    **dict.fromkeys(PROJECT_NAMES, self.project_address),
+                   **dict.fromkeys(CLOUDQUOTAS_NAMES, self.cloudquotas_address),
+                   **dict.fromkeys(MONITORING_NAMES, self.monitoring_address),
                    **dict.fromkeys(VERTEX_NAMES, self.vertex_address),
                    **dict.fromkeys(LOGGING_NAMES, self.logging_address)}
         real = socket.getaddrinfo
@@ -220,7 +236,7 @@ class GoogleWorld:
         """All at once: each server's shutdown waits out its serve_forever poll (0.5 s)."""
         if self._replicas is not None:  # Containers and the lab's network first: no replica outlives the world.
             self._replicas.close()
-        closers = [self.vertex.close, self.cloud_logging.close, self.project_apis.close, self.checkip.close,
+        closers = [self.cloudquotas.close, self.monitoring.close, self.vertex.close, self.cloud_logging.close, self.project_apis.close, self.checkip.close,
                    self.billing.close, self.artifacts.close, self.storage_proxy.close, self.storage.stop,
                    self.compute.close]
         threads = [threading.Thread(target=close) for close in closers]

@@ -83,11 +83,13 @@ def _check_marker(identity: str, modules: list[str]) -> str:
     return f"{CHECKS}/{identity.removeprefix('sha256:')}-{'-'.join(modules)}"
 
 
-def check_python(host: WorkerHost, image: str, modules: list[str]) -> None:
-    """python3 in the image imports what the program needs (no network, removed afterwards)."""
+def check_python(host: WorkerHost, image: str, modules: list[str], cluster_id: str) -> None:
+    """python3 in the image imports what the program needs (no network, removed afterwards;
+    labelled with the cluster id like every container of the cluster, so `down` finds it if the
+    launcher died meanwhile)."""
     code, out = host.run_command(
         ["docker", "run", "--rm", "--network", "none", "--label", f"{container.LABEL_RUN}=preflight",
-         "--entrypoint", container.IMAGE_PYTHON, image, "-c", f"import {', '.join(modules)}"], timeout=300)
+         "--label", f"{container.LABEL_CLUSTER}={cluster_id}", "--entrypoint", container.IMAGE_PYTHON, image, "-c", f"import {', '.join(modules)}"], timeout=300)
     if code == 0:
         return
     if code == 127 or "executable file not found" in out:
@@ -104,7 +106,7 @@ def required_modules(bundled_trainer: bool) -> list[str]:
     return ["tensorflow", "tf_keras", "tensorboard"] if bundled_trainer else ["tensorflow"]
 
 
-def preflight(hosts: list[WorkerHost], image: str, modules: list[str]) -> None:
+def preflight(hosts: list[WorkerHost], image: str, modules: list[str], cluster_id: str) -> None:
     """Docker, the image and TensorFlow in it, on every machine at once; one error naming each failure."""
     def check(host: WorkerHost) -> None:
         check_docker(host)
@@ -113,7 +115,7 @@ def preflight(hosts: list[WorkerHost], image: str, modules: list[str]) -> None:
         marker = _check_marker(identity, modules) if identity else ""
         if marker and host.run_command(["sh", "-c", f'test -f "{marker}"'], timeout=30)[0] == 0:
             return  # This very image passed on this machine before.
-        check_python(host, image, modules)
+        check_python(host, image, modules, cluster_id)
         if marker:
             host.run_command(["sh", "-c", f'mkdir -p "{CHECKS}" && touch "{marker}"'], timeout=30)
 

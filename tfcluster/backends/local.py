@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import random
 import shlex
 import signal
 import socket
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import trainer
 from tfcluster.backends.base import Backend, JobFiles, Payload, Staged
-from tfcluster.config import Settings
+from tfcluster.config import Settings, port_range
 from tfcluster.errors import ClusterError
 from tfcluster.state import ClusterState, HostRecord, StateStore
 
@@ -19,22 +20,39 @@ LOOPBACK = "127.0.0.1"
 PROJECT_ROOT = Path(trainer.__file__).resolve().parent.parent
 
 
-def free_ports(count: int, address: str = LOOPBACK) -> list[int]:
-    """``count`` distinct ports the kernel reports free right now.
+def free_ports(count: int, address: str = LOOPBACK, within: range | None = None,
+               avoid: frozenset[int] = frozenset()) -> list[int]:
+    """``count`` distinct ports free right now and not in ``avoid`` (ports already promised, such
+    as the cluster's workers', which listen only while a run lasts): any the kernel picks, or ones of
+    ``within`` (tfcluster.local_ports), tried from a random start so two clusters made one after
+    the other rarely pick the same ports before either listens.
 
-    All sockets stay open until every port is chosen, so the kernel cannot hand
-    out the same port twice.
+    Every socket stays bound until all ports are chosen, so none is handed out twice.
     """
-    sockets = []
+    if within is not None:
+        start = random.randrange(len(within))
+        candidates = [port for port in [*within[start:], *within[:start]] if port not in avoid]
+    else:
+        candidates = [0] * (count + len(avoid))  # The kernel's choice; at worst each avoided port once.
+    bound, chosen = [], []
     try:
-        for _ in range(count):
+        for port in candidates:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((address, 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
+            bound.append(sock)
+            try:
+                sock.bind((address, port))
+            except OSError:
+                continue  # Taken (only a port of ``within`` can be).
+            if sock.getsockname()[1] not in avoid:
+                chosen.append(sock.getsockname()[1])
+            if len(chosen) == count:
+                return chosen
     finally:
-        for sock in sockets:
+        for sock in bound:
             sock.close()
+    raise ClusterError(f"local_ports {within[0]}-{within[-1]} has fewer than {count} free ports; widen "
+                       "tfcluster.local_ports or leave it empty for any free port" if within is not None
+                       else f"the kernel has fewer than {count} free ports on {address}")
 
 
 def _proc_stat(pid: int) -> list[str] | None:
@@ -172,7 +190,7 @@ class LocalBackend(Backend):
     def up(self, settings: Settings, existing: ClusterState | None) -> ClusterState:
         if existing is not None:
             return existing
-        ports = free_ports(settings.workers)
+        ports = free_ports(settings.workers, within=port_range(settings.local_ports))
         hosts = [HostRecord(name=f"worker-{i}", address=LOOPBACK, tf_port=port)
                  for i, port in enumerate(ports)]
         return ClusterState(name=settings.cluster, backend=self.name, hosts=hosts)
@@ -196,7 +214,7 @@ class LocalBackend(Backend):
         if image:
             from tfcluster.backends import docker
 
-            docker.preflight(hosts, image, docker.required_modules(need_tensorflow))
+            docker.preflight(hosts, image, docker.required_modules(need_tensorflow), cluster.cluster_id)
         busy = [f"{host.record.name} ({host.record.endpoint})" for host in hosts
                 if host.port_in_use(host.record.tf_port)]
         if busy:

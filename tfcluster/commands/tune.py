@@ -23,7 +23,7 @@ from tfcluster.commands.common import active_run, backend_for_cluster, console, 
 from tfcluster.commands.train import _script_and_project, _worker_count, ensure_synthetic_data
 from tfcluster.commands.tune_loop import run_search
 from tfcluster.commands.tune_plans import build_tune_plans
-from tfcluster.config import Settings, parse_int
+from tfcluster.config import Settings, parse_int, port_range
 from tfcluster.errors import ClusterError, ConfigError
 from tfcluster.state import RunRecord, StateStore
 
@@ -87,7 +87,9 @@ def tune(settings: Settings, request: TuneRequest) -> RunRecord | None:
         args += ["--max-trials", str(max_trials)]
     run_id = store.new_run_id()
     # Local: any free loopback port. Own hosts and VMs: the configured one (the gcp firewall opens it).
-    oracle_port = free_ports(1)[0] if cluster.backend == "local" else settings.oracle_port
+    oracle_port = (free_ports(1, within=port_range(settings.local_ports),
+                              avoid=frozenset(host.tf_port for host in cluster.hosts))[0]
+                   if cluster.backend == "local" else settings.oracle_port)
     tune_dir = f"gs://{cluster.bucket}/tune/{run_id}" if cluster.bucket else "{run_root}/tune"
     env = {"TFCLUSTER_CLUSTER_ID": cluster.cluster_id,
            "TF_CPP_MIN_LOG_LEVEL": os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2")}

@@ -2,7 +2,32 @@
 
 from __future__ import annotations
 
+from tests.world.provider.instance_body import effective_labels
 from tests.world.provider.schema import JsonSchema, resource_block
+from tf.types import Unknown
+
+
+def labels_plan(planned: dict, prior: dict | None) -> dict:
+    """terraform_labels and effective_labels as the provider plans them for a resource with
+    labels (tpgresource/labels.go SetLabelsDiff, in every labelled resource's CustomizeDiff):
+    the attribution label at creation, kept after; effective_labels also keeps what Google
+    added, less what terraform_labels dropped."""
+    labels = planned.get("labels")
+    if labels is Unknown:
+        return {"terraform_labels": Unknown, "effective_labels": Unknown}
+    prior_effective = dict((prior or {}).get("effective_labels") or {})
+    terraform_labels = effective_labels(labels, prior_effective, creating=prior is None)
+    dropped = set((prior or {}).get("terraform_labels") or {}) - set(terraform_labels)
+    return {"terraform_labels": terraform_labels,
+            "effective_labels": {**{k: v for k, v in prior_effective.items() if k not in dropped}, **terraform_labels}}
+
+
+def labels_read(state: dict, found: dict) -> dict:
+    """Labels as the provider reads them back (tpgresource/labels.go SetLabels): labels and
+    terraform_labels only the keys they held, effective_labels all of the resource's."""
+    def held(name):
+        return None if state.get(name) is None else {k: found.get(k) for k in state[name]}
+    return {"labels": held("labels"), "terraform_labels": held("terraform_labels"), "effective_labels": dict(found)}
 
 
 class Resource:
@@ -30,6 +55,12 @@ class Resource:
 
     def validate(self, diags, type_name, config) -> None:
         pass
+
+    def create_request(self, planned: dict) -> tuple[str, str, dict | None]:
+        """(method, URL, body) of the call that creates the resource, built from ``planned``
+        alone; tests/test_provider_standins.py checks that every argument terraform/ sets
+        changes it. None for a resource that calls no API."""
+        return None
 
     def plan_create(self, planned: dict) -> dict:
         return planned

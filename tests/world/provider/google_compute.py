@@ -39,10 +39,13 @@ class ComputeResource(Resource):
     def body(self, planned: dict) -> dict:
         raise NotImplementedError
 
+    def create_request(self, planned: dict) -> tuple[str, str, dict]:
+        return "POST", f"{COMPUTE}/{self.path(planned)}", self.body(planned)
+
     def create(self, planned: dict) -> dict:
         path = self.path(planned)
         try:
-            operation = call("POST", f"{COMPUTE}/{path}", self.body(planned))
+            operation = call(*self.create_request(planned))
         except GoogleApiError as error:
             raise fail(f"creating {self.label}", error) from None
         wait_compute(operation, self.project(planned), f"{self.label} to create")

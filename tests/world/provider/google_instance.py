@@ -1,19 +1,17 @@
-"""google_compute_instance and google_compute_instance_iam_member against the Compute stand-in.
+"""google_compute_instance against the Compute stand-in (its IAM member: google_iam.py).
 
-Request bodies as the provider builds them (resource_compute_instance.go expandComputeInstance:
-machineType and diskType and acceleratorType as zone-relative URLs, metadata as items, the access
-config ONE_TO_ONE_NAT "external-nat"); it waits on the zone operation and then reads the instance
-for networkIP and natIP. In place: metadata by instances.setMetadata with the current fingerprint,
-labels by instances.setLabels. IAM members as the provider's iam_compute_instance.go: read the
-instance's policy (getIamPolicy), add the member to the role's binding, setIamPolicy; delete
-removes it the same way.
+The insert body as the provider builds it (instance_body.py, from resource_compute_instance.go and
+compute_instance_helpers.go); it waits on the zone operation and then reads the instance for
+networkIP and natIP. Labels are the provider's effective labels (base.py). In place: metadata by
+instances.setMetadata with the current fingerprint, labels by instances.setLabels.
 """
 
 from __future__ import annotations
 
-from tests.world.provider.base import Resource
+from tests.world.provider.base import Resource, labels_plan, labels_read
 from tests.world.provider.google_api import COMPUTE, GoogleApiError, call, fail, not_found, wait_compute
 from tests.world.provider.google_compute import SELF_LINK
+from tests.world.provider.instance_body import Unexpanded, insert_body
 from tests.world.provider.servicer import ProviderFailure
 
 
@@ -35,39 +33,25 @@ class Instance(Resource):
 
     def body(self, planned: dict) -> dict:
         project, zone = self.where(planned)
-        params = _one(_one(planned.get("boot_disk")).get("initialize_params"))
-        scheduling = _one(planned.get("scheduling"))
-        deadline = _one(scheduling.get("max_run_duration"))
-        interface = _one(planned.get("network_interface"))
-        account = _one(planned.get("service_account"))
-        body = {
-            "name": planned["name"], "machineType": f"zones/{zone}/machineTypes/{planned['machine_type']}",
-            "labels": planned.get("labels") or {}, "tags": {"items": planned.get("tags") or []},
-            "disks": [{"boot": True, "autoDelete": True, "initializeParams": {
-                "sourceImage": params.get("image"), "diskSizeGb": str(int(params.get("size") or 10)),
-                "diskType": f"projects/{project}/zones/{zone}/diskTypes/{params.get('type') or 'pd-standard'}",
-                "labels": params.get("labels") or {}}}],
-            "guestAccelerators": [{"acceleratorType": f"projects/{project}/zones/{zone}/acceleratorTypes/{g['type']}",
-                                   "acceleratorCount": int(g["count"])} for g in planned.get("guest_accelerator") or []],
-            "scheduling": {"onHostMaintenance": scheduling.get("on_host_maintenance"),
-                           "automaticRestart": scheduling.get("automatic_restart"),
-                           "provisioningModel": scheduling.get("provisioning_model"),
-                           "preemptible": bool(scheduling.get("preemptible")),
-                           "instanceTerminationAction": scheduling.get("instance_termination_action")},
-            "networkInterfaces": [{"subnetwork": SELF_LINK + interface["subnetwork"], "accessConfigs": [
-                {"type": "ONE_TO_ONE_NAT", "name": "external-nat"} for _ in interface.get("access_config") or []],
-                **({"nicType": interface["nic_type"]} if interface.get("nic_type") else {})}],
-            "serviceAccounts": [{"email": account.get("email"), "scopes": account.get("scopes") or []}],
-            "metadata": {"items": [{"key": k, "value": v} for k, v in sorted((planned.get("metadata") or {}).items())]},
-        }
-        if deadline.get("seconds"):
-            body["scheduling"]["maxRunDuration"] = {"seconds": str(int(deadline["seconds"]))}
-        return body
+        try:
+            return insert_body(planned, project, zone)
+        except Unexpanded as error:
+            raise ProviderFailure(f"Error creating instance: {error}") from None
+
+    def plan_create(self, planned: dict) -> dict:
+        return {**planned, **labels_plan(planned, None)}
+
+    def plan_update(self, prior: dict, proposed: dict, replacing: bool) -> dict:
+        return {**proposed, **labels_plan(proposed, prior)}
+
+    def create_request(self, planned: dict) -> tuple[str, str, dict]:
+        project, zone = self.where(planned)
+        return "POST", f"{COMPUTE}/projects/{project}/zones/{zone}/instances", self.body(planned)
 
     def create(self, planned: dict) -> dict:
         project, zone = self.where(planned)
         try:
-            operation = call("POST", f"{COMPUTE}/projects/{project}/zones/{zone}/instances", self.body(planned))
+            operation = call(*self.create_request(planned))
         except GoogleApiError as error:
             raise fail("creating instance", error) from None
         wait_compute(operation, project, "instance to create")
@@ -91,7 +75,7 @@ class Instance(Resource):
         interfaces[0]["access_config"] = [dict(item, nat_ip=access.get("natIP"))
                                           for item in interfaces[0].get("access_config") or []]
         return {**state, "network_interface": interfaces, "current_status": found.get("status"),
-                "labels": found.get("labels") or {}, "metadata_fingerprint": found["metadata"].get("fingerprint"),
+                **labels_read(state, found.get("labels") or {}), "metadata_fingerprint": found["metadata"].get("fingerprint"),
                 "metadata": {item["key"]: item["value"] for item in found["metadata"].get("items", [])},
                 "instance_id": "1000000000000000002", "cpu_platform": "Intel Broadwell",
                 "label_fingerprint": "bGFiZWwx", "tags_fingerprint": "dGFnczE="}
@@ -106,14 +90,15 @@ class Instance(Resource):
             except GoogleApiError as error:
                 raise fail("updating metadata", error) from None
             wait_compute(operation, self.where(prior)[0], "metadata to update")
-        if "labels" in changed:
+        if "effective_labels" in changed:  # resourceComputeInstanceUpdate: d.HasChange("effective_labels")
             try:
-                operation = call("POST", self.url(prior) + "/setLabels", {"labels": planned.get("labels") or {},
-                                                                           "labelFingerprint": "bGFiZWwx"})
+                operation = call("POST", self.url(prior) + "/setLabels", {
+                    "labels": planned.get("effective_labels") or {}, "labelFingerprint": prior.get("label_fingerprint")})
             except GoogleApiError as error:
                 raise fail("updating labels", error) from None
             wait_compute(operation, self.where(prior)[0], "labels to update")
-        others = changed - {"metadata", "labels", "metadata_fingerprint", "current_status"}
+        others = changed - {"metadata", "labels", "terraform_labels", "effective_labels", "metadata_fingerprint",
+                            "current_status"}
         if others:
             raise ProviderFailure(f"Error updating instance: the stand-in updates only metadata and labels "
                                   f"in place, not {sorted(others)}")
@@ -127,58 +112,3 @@ class Instance(Resource):
                 return
             raise fail("deleting instance", error) from None
         wait_compute(operation, self.where(state)[0], "instance to delete")
-
-
-class InstanceIamMember(Resource):
-    type_name = "google_compute_instance_iam_member"
-    forces_new = ("instance_name", "zone", "role", "member", "project")
-
-    def url(self, state: dict) -> str:
-        project = state.get("project") or self.provider.config["project"]
-        zone = state.get("zone") or self.provider.config["zone"]
-        return f"{COMPUTE}/projects/{project}/zones/{zone}/instances/{state['instance_name']}"
-
-    def _policy(self, state: dict) -> dict:
-        return call("GET", self.url(state) + "/getIamPolicy")
-
-    def _change(self, state: dict, add: bool) -> None:
-        policy = self._policy(state)
-        bindings = [dict(b) for b in policy.get("bindings", [])]
-        binding = next((b for b in bindings if b["role"] == state["role"]), None)
-        if binding is None:
-            binding = {"role": state["role"], "members": []}
-            bindings.append(binding)
-        members = set(binding["members"])
-        members = members | {state["member"]} if add else members - {state["member"]}
-        binding["members"] = sorted(members)
-        bindings = [b for b in bindings if b["members"]]
-        call("POST", self.url(state) + "/setIamPolicy", {"policy": {"bindings": bindings, "etag": policy.get("etag")}})
-
-    def create(self, planned: dict) -> dict:
-        try:
-            self._change(planned, add=True)
-        except GoogleApiError as error:
-            raise fail(f"applying IAM policy for compute instance {planned['instance_name']}", error) from None
-        project = planned.get("project") or self.provider.config["project"]
-        zone = planned.get("zone") or self.provider.config["zone"]
-        return {**planned, "project": project, "zone": zone, "etag": "BwY=",
-                "id": f"projects/{project}/zones/{zone}/instances/{planned['instance_name']}/{planned['role']}/"
-                      f"{planned['member']}"}
-
-    def read(self, state: dict) -> dict | None:
-        try:
-            policy = self._policy(state)
-        except GoogleApiError as error:
-            if not_found(error):
-                return None
-            raise fail("reading IAM policy", error) from None
-        held = any(state["member"] in b["members"] for b in policy.get("bindings", []) if b["role"] == state["role"])
-        return state if held else None
-
-    def delete(self, state: dict) -> None:
-        try:
-            self._change(state, add=False)
-        except GoogleApiError as error:
-            if not_found(error):
-                return
-            raise fail("removing IAM policy member", error) from None

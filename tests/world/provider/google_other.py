@@ -1,4 +1,4 @@
-"""The google provider's IAM, Storage and Artifact Registry resources of terraform/.
+"""The google provider's Storage and Artifact Registry resources of terraform/ (IAM: google_iam.py).
 
 - google_storage_bucket against Cloud Storage's JSON API (the world's storage door): buckets.insert
   with project; delete lists the objects first and refuses a bucket that holds any unless
@@ -7,195 +7,95 @@
 - google_artifact_registry_repository against the Artifact Registry REST API
   (projects.locations.repositories create / get / delete, long-running operations); import by
   "projects/{{project}}/locations/{{location}}/repositories/{{repository_id}}".
-- google_storage_bucket_iam_member through buckets.getIamPolicy / setIamPolicy (the world's storage
-  door holds the policy and grants by it).
-- google_service_account and google_project_iam_custom_role through IAM's REST API
-  (tests/world/iam_api.py).
-- google_artifact_registry_repository_iam_member through repositories.getIamPolicy / setIamPolicy, a
-  read-modify-write of the repository's policy as for the bucket (provider source
-  iam_artifact_registry_repository.go: GetResourceIamPolicy / SetResourceIamPolicy).
+- Labels are the provider's effective labels (base.py labels_plan).
 """
 
 from __future__ import annotations
 
-import threading
 import time
 import urllib.parse
-from collections import defaultdict
 
-from tests.world.provider.base import Resource
-from tests.world.provider.google_api import ARTIFACTS, IAM, STORAGE, GoogleApiError, call, fail, not_found
+from tests.world.provider.base import Resource, labels_plan
+from tests.world.provider.instance_body import ATTRIBUTION
+from tests.world.provider.google_api import ARTIFACTS, STORAGE, GoogleApiError, call, fail, not_found
 from tests.world.provider.servicer import ProviderFailure
 
 
-class ServiceAccount(Resource):
-    """projects.serviceAccounts create / get / delete (resource_google_service_account.go)."""
-    type_name = "google_service_account"
-    forces_new = ("account_id", "project")
-
-    def url(self, state, email: str = "") -> str:
-        project = state.get("project") or self.provider.config["project"]
-        return f"{IAM}/projects/{project}/serviceAccounts" + (f"/{email}" if email else "")
-
-    def create(self, planned):
-        project = planned.get("project") or self.provider.config["project"]
-        try:
-            made = call("POST", self.url(planned), {"accountId": planned["account_id"], "serviceAccount": {
-                "displayName": planned.get("display_name"), "description": planned.get("description")}})
-        except GoogleApiError as error:
-            raise fail("creating service account", error) from None
-        email = made["email"]
-        return {**planned, "project": project, "email": email, "member": f"serviceAccount:{email}",
-                "name": made["name"], "id": made["name"], "unique_id": made["uniqueId"]}
-
-    def read(self, state):
-        try:
-            call("GET", self.url(state, state["email"]))
-        except GoogleApiError as error:
-            if not_found(error):
-                return None
-            raise fail("reading service account", error) from None
-        return state
-
-    def delete(self, state):
-        try:
-            call("DELETE", self.url(state, state["email"]))
-        except GoogleApiError as error:
-            if not not_found(error):
-                raise fail("deleting service account", error) from None
-
-
-class CustomRole(Resource):
-    """projects.roles create / get / delete (resource_google_project_iam_custom_role.go)."""
-    type_name = "google_project_iam_custom_role"
-    forces_new = ("role_id", "project")
-
-    def create(self, planned):
-        project = planned.get("project") or self.provider.config["project"]
-        try:
-            made = call("POST", f"{IAM}/projects/{project}/roles", {"roleId": planned["role_id"], "role": {
-                "title": planned["title"], "description": planned.get("description"),
-                "includedPermissions": planned["permissions"], "stage": planned.get("stage") or "GA"}})
-        except GoogleApiError as error:
-            raise fail(f"creating the custom project role {planned['title']}", error) from None
-        return {**planned, "project": project, "name": made["name"], "id": made["name"], "deleted": False}
-
-    def read(self, state):
-        try:
-            call("GET", f"{IAM}/{state['name']}")
-        except GoogleApiError as error:
-            if not_found(error):
-                return None
-            raise fail("reading custom role", error) from None
-        return state
-
-    def delete(self, state):
-        try:
-            call("DELETE", f"{IAM}/{state['name']}")
-        except GoogleApiError as error:
-            if not not_found(error):
-                raise fail("deleting custom role", error) from None
-
-
-class IamMember(Resource):
-    def create(self, planned):
-        return {**planned, "etag": "BwY=", "id": "/".join(str(planned.get(k)) for k in self.keys)}
-
-    def delete(self, state):
-        pass
-
-
-# Terraform applies independent resources at once (one provider process, one gRPC thread each),
-# and two members of one bucket are a read-modify-write of one policy: the provider serialises
-# them with a mutex per policy (tpgiamresource/iam.go, iamPolicyReadModifyWrite:
-# mutexKV.Lock(updater.GetMutexKey())), or the second setIamPolicy drops the first's member.
-_POLICY_LOCKS: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
-
-
-class BucketIamMember(IamMember):
-    """As the provider's iam_storage_bucket.go: read the bucket's policy, add or remove the member
-    in the role's binding, write it back (buckets.getIamPolicy / setIamPolicy), one writer per
-    bucket at a time."""
-    type_name = "google_storage_bucket_iam_member"
-    keys = ("bucket", "role", "member")
-    forces_new = keys
-    what = "storage bucket"
-
-    def _url(self, state) -> str:
-        return f"{STORAGE}/b/{state['bucket']}/iam"
-
-    def _bindings(self, state) -> list[dict]:
-        return call("GET", self._url(state)).get("bindings", [])
-
-    def _write(self, state, bindings: list[dict]) -> None:
-        call("PUT", self._url(state), {"bindings": bindings})
-
-    def _change(self, state, add: bool) -> None:
-        with _POLICY_LOCKS[self._url(state)]:
-            bindings = [dict(b) for b in self._bindings(state)]
-            binding = next((b for b in bindings if b["role"] == state["role"]), None)
-            if binding is None:
-                bindings.append(binding := {"role": state["role"], "members": []})
-            members = set(binding["members"])
-            binding["members"] = sorted(members | {state["member"]} if add else members - {state["member"]})
-            self._write(state, [b for b in bindings if b["members"]])
-
-    def create(self, planned):
-        try:
-            self._change(planned, add=True)
-        except GoogleApiError as error:
-            raise fail(f"applying IAM policy for {self.what} {planned[self.keys[-3]]}", error) from None
-        return super().create(planned)
-
-    def read(self, state):
-        try:
-            bindings = self._bindings(state)
-        except GoogleApiError as error:
-            if not_found(error):
-                return None
-            raise fail("reading IAM policy", error) from None
-        held = any(state["member"] in b["members"] for b in bindings if b["role"] == state["role"])
-        return state if held else None
-
-    def delete(self, state):
-        try:
-            self._change(state, add=False)
-        except GoogleApiError as error:
-            if not not_found(error):
-                raise fail("removing IAM policy member", error) from None
-
-
-class RepositoryIamMember(BucketIamMember):
-    """As iam_artifact_registry_repository.go: the same read-modify-write, on the repository's
-    policy (GET :getIamPolicy, POST :setIamPolicy {"policy"})."""
-    type_name = "google_artifact_registry_repository_iam_member"
-    keys = ("project", "location", "repository", "role", "member")
-    forces_new = keys
-    what = "repository"
-
-    def _url(self, state) -> str:
-        project = state.get("project") or self.provider.config["project"]
-        return f"{ARTIFACTS}/projects/{project}/locations/{state['location']}/repositories/{state['repository']}"
-
-    def _bindings(self, state) -> list[dict]:
-        return call("GET", self._url(state) + ":getIamPolicy").get("bindings", [])
-
-    def _write(self, state, bindings: list[dict]) -> None:
-        call("POST", self._url(state) + ":setIamPolicy", {"policy": {"bindings": bindings}})
+def lifecycle_rule(rule: dict) -> dict:
+    """expandStorageBucketLifecycleRule with its action and condition (resource_storage_bucket.go),
+    through storage.BucketLifecycleRuleCondition: zero values are left out, except where a
+    send_*_if_zero flag says otherwise; with_state LIVE/ARCHIVED is isLive true/false."""
+    action = ((rule.get("action") or [{}])[0]) or {}
+    condition = ((rule.get("condition") or [{}])[0]) or {}
+    out = {"action": {k: v for k, v in (("type", action.get("type")), ("storageClass", action.get("storage_class")))
+                      if v}}
+    sent = {}
+    age = int(condition.get("age") or 0)
+    if age > 0 or condition.get("send_age_if_zero"):
+        sent["age"] = age
+    state = condition.get("with_state") or ""
+    if state in ("LIVE", "ARCHIVED"):
+        sent["isLive"] = state == "LIVE"
+    elif state not in ("ANY", ""):
+        raise ProviderFailure(f"unexpected value {state!r} for condition.with_state")
+    for name, key in (("created_before", "createdBefore"), ("custom_time_before", "customTimeBefore"),
+                      ("noncurrent_time_before", "noncurrentTimeBefore")):
+        if condition.get(name):
+            sent[key] = condition[name]
+    for name, key in (("num_newer_versions", "numNewerVersions"), ("days_since_custom_time", "daysSinceCustomTime"),
+                      ("days_since_noncurrent_time", "daysSinceNoncurrentTime")):
+        if condition.get(name) or condition.get(f"send_{name}_if_zero"):
+            sent[key] = int(condition.get(name) or 0)
+    for name, key in (("matches_storage_class", "matchesStorageClass"), ("matches_prefix", "matchesPrefix"),
+                      ("matches_suffix", "matchesSuffix")):
+        if condition.get(name):
+            sent[key] = list(condition[name])
+    for name, key in (("size_above_bytes", "sizeAboveBytes"), ("size_below_bytes", "sizeBelowBytes")):
+        if condition.get(name):
+            sent[key] = int(condition[name])
+    out["condition"] = sent
+    return out
 
 
 class Bucket(Resource):
     type_name = "google_storage_bucket"
     forces_new = ("name", "location", "project")
 
+    def plan_create(self, planned):
+        return {**planned, **labels_plan(planned, None)}
+
+    def plan_update(self, prior, proposed, replacing):
+        return {**proposed, **labels_plan(proposed, prior)}
+
+    def create_request(self, planned):
+        """resourceStorageBucketCreate (resource_storage_bucket.go): name, effective labels,
+        location, expandIamConfiguration (uniformBucketLevelAccess always sent), the lifecycle
+        (expandStorageBucketLifecycle: "rule": [] when there is none), versioning when set, and
+        storage_class when set; through storage.Bucket, so zero values are left out."""
+        project = planned.get("project") or self.provider.config["project"]
+        body = {"name": planned["name"], "location": planned["location"],
+                "iamConfiguration": {"uniformBucketLevelAccess": {
+                    "enabled": bool(planned.get("uniform_bucket_level_access"))}},
+                "lifecycle": {"rule": [lifecycle_rule(rule) for rule in planned.get("lifecycle_rule") or []]}}
+        if planned.get("effective_labels"):
+            body["labels"] = dict(planned["effective_labels"])
+        if planned.get("public_access_prevention"):
+            body["iamConfiguration"]["publicAccessPrevention"] = planned["public_access_prevention"]
+        if planned.get("storage_class"):
+            body["storageClass"] = planned["storage_class"]
+        if planned.get("versioning"):
+            body["versioning"] = {"enabled": bool((planned["versioning"][0] or {}).get("enabled"))}
+        for name in ("autoclass", "website", "retention_policy", "cors", "logging", "encryption", "requester_pays",
+                     "custom_placement_config", "rpo", "soft_delete_policy", "hierarchical_namespace", "ip_filter"):
+            if planned.get(name):
+                raise ProviderFailure(f"Error creating bucket: google_storage_bucket.{name} is set, and the "
+                                      "provider stand-in does not expand it (tests/world/provider/google_other.py)")
+        return "POST", f"{STORAGE}/b?project={project}", body
+
     def create(self, planned):
         project = planned.get("project") or self.provider.config["project"]
-        body = {"name": planned["name"], "location": planned["location"], "labels": planned.get("labels") or {},
-                "versioning": {"enabled": bool((planned.get("versioning") or [{}])[0].get("enabled"))},
-                "iamConfiguration": {"uniformBucketLevelAccess": {"enabled": True},
-                                     "publicAccessPrevention": planned.get("public_access_prevention")}}
         try:
-            call("POST", f"{STORAGE}/b?project={project}", body)
+            call(*self.create_request(planned))
         except GoogleApiError as error:
             raise fail(f"creating bucket {planned['name']}", error) from None
         return {**planned, "project": project, "id": planned["name"], "url": f"gs://{planned['name']}",
@@ -237,13 +137,23 @@ class Repository(Resource):
         project = state.get("project") or self.provider.config["project"]
         return f"projects/{project}/locations/{state['location']}/repositories/{state['repository_id']}"
 
+    def plan_create(self, planned):
+        return {**planned, **labels_plan(planned, None)}
+
+    def plan_update(self, prior, proposed, replacing):
+        return {**proposed, **labels_plan(proposed, prior)}
+
+    def create_request(self, planned):
+        parent, _, repository_id = self.name(planned).rpartition("/repositories/")
+        body = {"format": planned["format"], "description": planned.get("description")}
+        if planned.get("effective_labels"):
+            body["labels"] = dict(planned["effective_labels"])
+        return "POST", f"{ARTIFACTS}/{parent}/repositories?repositoryId={repository_id}", body
+
     def create(self, planned):
         name = self.name(planned)
-        parent, _, repository_id = name.rpartition("/repositories/")
         try:
-            operation = call("POST", f"{ARTIFACTS}/{parent}/repositories?repositoryId={repository_id}", {
-                "format": planned["format"], "description": planned.get("description"),
-                "labels": planned.get("labels") or {}})
+            operation = call(*self.create_request(planned))
         except GoogleApiError as error:
             raise fail("creating Repository", error) from None
         deadline = time.monotonic() + 60
@@ -255,8 +165,8 @@ class Repository(Resource):
     def _state(self, planned, name):
         return {**planned, "project": name.split("/")[1], "name": name.rsplit("/", 1)[1], "id": name,
                 "mode": planned.get("mode") or "STANDARD_REPOSITORY", "create_time": "2026-11-22T20:00:00Z",
-                "update_time": "2026-11-22T20:00:00Z", "effective_labels": planned.get("labels") or {},
-                "terraform_labels": planned.get("labels") or {}}
+                "update_time": "2026-11-22T20:00:00Z",
+                **({} if "effective_labels" in planned else labels_plan(planned, None))}
 
     def read(self, state):
         try:
@@ -280,5 +190,10 @@ class Repository(Resource):
         except GoogleApiError as error:
             raise fail("importing Repository", error) from None
         parts = import_id.split("/")
+        # The API's labels are the effective ones (the attribution label included); labels and
+        # terraform_labels hold what the configuration will set, so the next plan has no change.
+        found_labels = dict(found.get("labels") or {})
+        given = {k: v for k, v in found_labels.items() if k != ATTRIBUTION[0]}
         return self._state({"repository_id": parts[5], "location": parts[3], "format": found.get("format"),
-                            "labels": found.get("labels"), "description": found.get("description")}, import_id)
+                            "labels": given, "terraform_labels": found_labels, "effective_labels": found_labels,
+                            "description": found.get("description")}, import_id)

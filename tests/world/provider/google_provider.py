@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from tests.world.provider.base import Provider
 from tests.world.provider.google_compute import Firewall, Network, Subnetwork
-from tests.world.provider.google_instance import Instance, InstanceIamMember
-from tests.world.provider.google_other import (Bucket, BucketIamMember, CustomRole, Repository,
-                                               RepositoryIamMember, ServiceAccount)
+from tests.world.provider.google_iam import (BucketIamMember, CustomRole, InstanceIamMember, RepositoryIamMember,
+                                             ServiceAccount)
+from tests.world.provider.google_instance import Instance
+from tests.world.provider.google_other import Bucket, Repository
 
 
 class Google(Provider):

@@ -97,16 +97,16 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         terraform = Terraform(self.workdir(settings.cluster), project=settings.project)  # Fails early if missing.
         api = ComputeApi(settings.project)  # Fails early without credentials.
         # Before anything is created: the same lines as `invoke check`, and a stop on any ✗.
-        report = prerequisites.run(settings)
-        for finding in report.findings:
-            self._announce(finding.line())
+        report = prerequisites.run(settings, failover.made_before(api, terraform, settings.cluster))
+        for line in [finding.line() for finding in report.findings] + report.dropped:
+            self._announce(line)
         if report.failed:
             first = report.failed[0]
             raise ConfigError(first.detail if len(report.failed) == 1 else
                               f"{len(report.failed)} prerequisites fail ({', '.join(f.subject for f in report.failed)}); "
                               "each ✗ line above names its fix")
-        with translated(settings.project, "up"):
-            return self._create(settings, terraform, api, gpu, report.image)
+        with translated(settings.project, "up"):  # The zones whose offer and quota hold, in order.
+            return self._create(failover.keep_zones(settings, report.zones), terraform, api, gpu, report.image)
 
     def _create(self, settings, terraform: Terraform, api: ComputeApi, gpu: str, image: str):
         zones = list(settings.zones) or [settings.zone]

@@ -10,7 +10,7 @@ The rules live in prerequisites.py; this module asks Google:
   holds (https://cloud.google.com/resource-manager/reference/rest/v1/projects/testIamPermissions);
 - organisation constraints: Org Policy v2 projects.policies.getEffectivePolicy
   (https://cloud.google.com/resource-manager/docs/reference/orgpolicy/rest/v2/projects.policies/getEffectivePolicy);
-- quota: compute.preflight_quota; the boot image: images.getFromFamily / images.get
+- quota: every quota the cluster takes, per zone of `zones` (quota.py); the boot image: images.getFromFamily / images.get
   (https://cloud.google.com/compute/docs/reference/rest/v1/images), whose `deprecated.state` is
   DEPRECATED (still boots), OBSOLETE or DELETED (refused);
 - terraform: `terraform version -json` against versions.tf's required_version;
@@ -24,11 +24,12 @@ import os
 import re
 import shutil
 import subprocess
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tfcluster.backends.base import Finding
 from tfcluster.backends.gcp import prerequisites as rules
 from tfcluster.backends.gcp.address import detect_operator_cidr
+from tfcluster.backends.gcp.quota import Zones
 from tfcluster.backends.gcp.terraform import MODULE_DIR
 from tfcluster.errors import ConfigError
 
@@ -43,6 +44,10 @@ class Report:
 
     findings: list[Finding]
     image: str | None  # projects/P/global/images/NAME, or None when it could not be resolved.
+    # The zones `up` may try, in order: each one's offer and quota hold or cannot be told.
+    zones: list[str] = field(default_factory=list)
+    # One line for each zone dropped before anything is made (its offer or quota falls short).
+    dropped: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[Finding]:
@@ -218,27 +223,32 @@ def address_finding(operator_cidr: str) -> Finding:
         return Finding("your address", False, str(error))
 
 
-def quota_finding(project: str, zone: str, gpu: str, gpu_count: int, workers: int, spot: bool,
-                  deleted_within_hours: int | None, machine_type: str = "") -> Finding:
+def quota_finding(settings, gpu: str, zones: list[str], made: dict | None = None) -> tuple[Finding, Zones | None]:
+    """Every quota the cluster takes, judged zone by zone (quota.py); the zones that can take it."""
     from google.api_core import exceptions
 
-    from tfcluster.backends.gcp.compute import ComputeApi, preflight_quota
+    from tfcluster.backends.gcp.compute import ComputeApi
+    from tfcluster.backends.gcp.quota import QuotaSource, judge_zones
 
+    hours = settings.max_run_hours if settings.termination_action == "DELETE" else None
     try:
-        preflight_quota(ComputeApi(project), zone, gpu, gpu_count, workers, spot, deleted_within_hours, machine_type)
-    except ConfigError as error:
-        return Finding("quota", False, str(error))
+        api = ComputeApi(settings.project)
+        judged = judge_zones(QuotaSource(api, settings.project), zones, gpu, settings.gpu_count, settings.workers,
+                             settings.spot, hours, settings.machine_type, settings.boot_disk_gb,
+                             settings.boot_disk_type, made)
     except exceptions.GoogleAPICallError as error:
         return Finding("quota", None, f"cannot read it ({getattr(error, 'reason', None) or error.code}: "
-                                      f"{error.message[:160]})")
-    family = machine_type.split("-")[0].upper()
-    cpus = f", {family} vCPUs" if family in ("G2", "A2", "A3") else ""
-    return Finding("quota", True, f"{gpu_count * workers} x {gpu}{cpus} fit in {zone}'s region and the project's GPUS_ALL_REGIONS"
-                   if gpu_count else "no GPUs asked for")
+                                      f"{(error.message or '')[:160]})"), None
+    except (OSError, ValueError) as error:  # Transport or an answer that is not JSON: a ?, never a traceback.
+        return Finding("quota", None, f"cannot read it ({type(error).__name__}: {str(error)[:160]})"), None
+    needed = (f"{settings.workers} x {settings.machine_type}"
+              + (f" with {settings.gpu_count} x {gpu}" if settings.gpu_count else ""))
+    return Finding("quota", judged.holds, judged.detail(needed)), judged
 
 
-def run(settings) -> Report:
-    """Every check, in the order a user fixes them."""
+def run(settings, made: dict | None = None) -> Report:
+    """Every check, in the order a user fixes them. ``made``: zone -> VMs of this cluster already
+    there (a resumed `up`)."""
     from tfcluster.backends.gcp.compute import gpu_type
 
     gpu = gpu_type(settings.gpu)
@@ -248,7 +258,9 @@ def run(settings) -> Report:
     image = None
     wanted = settings.boot_image or DEFAULT_FAMILY
     names = [f"{settings.cluster}-{index}" for index in range(settings.workers)]
-    target = rules.Target(settings.project, settings.zone, names, IMAGE_PATH.fullmatch(wanted)["project"])
+    zones = list(settings.zones) or [settings.zone]
+    target = rules.Target(settings.project, zones[0], names, IMAGE_PATH.fullmatch(wanted)["project"])
+    judged = None
     if credentials is None:
         findings.append(Finding("Google Cloud", None, "not checked without credentials: APIs, permissions, "
                                                       "organisation policies, quota, boot image"))
@@ -256,10 +268,11 @@ def run(settings) -> Report:
         google = Google(credentials)
         apis = services_finding(google, settings.project)
         findings += [apis, permissions_finding(google, settings.project), *constraint_findings(google, target)]
-        findings.append(quota_finding(settings.project, settings.zone, gpu, settings.gpu_count, settings.workers,
-                                      settings.spot, settings.max_run_hours if settings.termination_action == "DELETE"
-                                      else None, settings.machine_type))
+        quota_line, judged = quota_finding(settings, gpu, zones, made)
+        findings.append(quota_line)
         image_line, image = image_finding(google, wanted, gpu)
         findings.append(image_line)
     findings.append(address_finding(settings.operator_cidr))
-    return Report(findings, image)
+    usable = judged.usable if judged is not None else zones
+    return Report(findings, image, usable, [f"zone {zone} dropped: {why}" for zone, why in
+                                            (judged.dropped if judged is not None and judged.usable else [])])

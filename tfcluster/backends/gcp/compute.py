@@ -1,5 +1,5 @@
-"""The Compute Engine calls tfcluster makes (google-cloud-compute over REST): quota preflight,
-readiness from guest attributes, host keys published by the guest agent."""
+"""The Compute Engine calls tfcluster makes (google-cloud-compute over REST): quotas (judged in
+quota.py), readiness from guest attributes, host keys published by the guest agent."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ from tfcluster import gpus
 from tfcluster.backends.gcp.errors import NoCapacity, capacity_code, is_rate_limit
 from tfcluster.errors import ClusterError, ConfigError, HostErrors
 
-GPU_QUOTA = {gpu.accelerator: gpu.quota for gpu in gpus.GPUS.values()}
 LABEL = "tfcluster-cluster"
 
 
@@ -239,69 +238,17 @@ def gpu_type(name: str) -> str:
     return model.accelerator
 
 
-# "GPU VMs that are configured to be automatically deleted after a predefined run time of 7 days or
-# less can consume either preemptible or standard allocation quotas"
-# (https://cloud.google.com/compute/docs/instances/limit-vm-runtime, note at the top).
-TIME_LIMITED_HOURS = 168
-
-
-def _metric(quotas: dict, metric: str, spot: bool, deleted_within_hours: int | None) -> str:
-    """Which of ``metric`` and its PREEMPTIBLE_ form answers for the cluster's VMs."""
-    # Spot VMs draw from the PREEMPTIBLE_* quota when the project has one granted, else from the
-    # standard quota (https://cloud.google.com/compute/resource-usage#preemptible_quotas).
-    if spot and quotas.get("PREEMPTIBLE_" + metric, (0.0, 0.0))[0] > 0:
-        return "PREEMPTIBLE_" + metric
-    if not spot and deleted_within_hours is not None and deleted_within_hours <= TIME_LIMITED_HOURS:
-        # Either quota may hold these VMs: the one with more room answers for both.
-        free = {m: quotas.get(m, (0.0, 0.0))[0] - quotas.get(m, (0.0, 0.0))[1] for m in (metric, "PREEMPTIBLE_" + metric)}
-        return max(free, key=free.get)
-    return metric
-
-
-def free_gpus(quotas: dict, accelerator: str, spot: bool) -> float:
-    """GPUs of ``accelerator`` the region's quota has room for (the metric Spot or on-demand VMs use)."""
-    metric = _metric(quotas, GPU_QUOTA[accelerator], spot, None)
-    limit, usage = quotas.get(metric, (0.0, 0.0))
-    return limit - usage
-
-
 def preflight_quota(api: ComputeApi, zone: str, gpu: str, gpu_count: int, workers: int, spot: bool,
-                    deleted_within_hours: int | None = None, machine_type: str = "") -> None:
-    """The zone offers the GPU, and the regional GPU and family vCPU quotas and the global GPU
-    quota cover the cluster; one error names every quota that falls short.
-    ``deleted_within_hours``: the hypervisor deadline's hours when its action is DELETE."""
-    if gpu_count == 0:
-        return
-    offered = api.accelerator_types(zone)
-    if gpu not in offered:
-        raise ConfigError(f"zone {zone} does not offer {gpu} (it has: {', '.join(sorted(offered)) or 'no GPUs'}); "
-                          f"pick a zone from `invoke offers --gpu {gpus.BY_ACCELERATOR[gpu].name}`")
-    if offered[gpu] and gpu_count > offered[gpu]:
-        raise ConfigError(f"gpu_count must be at most {offered[gpu]} for {gpu} in {zone} (its "
-                          f"maximumCardsPerInstance; got {gpu_count})")
-    region = region_of(zone)
-    quotas = api.region_quotas(region)
-    wanted = [(GPU_QUOTA[gpu], gpu_count * workers, "GPUs")]
-    family = gpus.family_of(machine_type) if machine_type else None
-    if family is not None and family.cpu_quota:
-        wanted.append((family.cpu_quota, gpus.shape_of(machine_type)[0] * workers, "vCPUs"))
-    short = []
-    for base, needed, unit in wanted:
-        metric = _metric(quotas, base, spot, deleted_within_hours)
-        limit, usage = quotas.get(metric, (0.0, 0.0))
-        if limit - usage < needed:
-            short.append((metric, f"quota {metric} in {region} has {limit - usage:g} {unit} free (limit {limit:g}, "
-                                  f"used {usage:g}); the cluster needs {needed}"))
-    needed = gpu_count * workers
-    limit, usage = api.project_quotas().get("GPUS_ALL_REGIONS", (0.0, 0.0))
-    if limit - usage < needed:
-        short.append(("GPUS_ALL_REGIONS", f"quota GPUS_ALL_REGIONS has {limit - usage:g} GPUs free (limit {limit:g}); "
-                                          f"the cluster needs {needed}"))
-    if short:
-        regional = any(metric != "GPUS_ALL_REGIONS" for metric, _ in short)
-        raise ConfigError(", and ".join(text for _, text in short) + ". Request more in the console: IAM & Admin > "
-                          f"Quotas, filter {', '.join(metric for metric, _ in short)}"
-                          + (f", region {region}" if regional else ""))
+                    deleted_within_hours: int | None = None, machine_type: str = "", disk_gb: int = 0,
+                    disk_type: str = "pd-balanced") -> None:
+    """The zone offers the GPU, and every quota ``workers`` VMs take has room (quota.py); one
+    ConfigError names every quota that falls short. A quota that cannot be read does not stop it."""
+    from tfcluster.backends.gcp.quota import QuotaSource, preflight
+
+    verdict = preflight(QuotaSource(api, api.project), zone, gpu, gpu_count, workers, spot, deleted_within_hours,
+                        machine_type, disk_gb, disk_type)
+    if verdict.holds is False:
+        raise ConfigError(verdict.line())
 
 
 # Google allows about 10 guest-attribute queries per minute per VM and may drop attributes being

@@ -111,6 +111,25 @@ def with_auto_zones(settings, announce: Callable[[str], None]):
     return dataclasses.replace(settings, zone=order[0], zones=tuple(order))
 
 
+def made_before(api: ComputeApi, terraform: Terraform, cluster: str) -> dict:
+    """Zone -> VMs of the cluster a failed `up` already made there (a resumed `up`: they need no quota
+    again); empty for a new cluster or when Compute cannot say."""
+    if not (terraform.workdir / "terraform.tfvars.json").exists():
+        return {}
+    zone = terraform.variables().get("zone", "")
+    try:
+        return {zone: len(api.list_cluster(zone, cluster))} if zone else {}
+    except Exception:  # noqa: BLE001 - the quota check then counts them again, which only errs on the safe side.
+        return {}
+
+
+def keep_zones(settings, usable: list[str]):
+    """``settings`` with only the zones whose offer and quota hold (check.Report.zones), in order."""
+    if not usable or list(usable) == (list(settings.zones) or [settings.zone]):
+        return settings
+    return dataclasses.replace(settings, zone=usable[0], zones=tuple(usable))
+
+
 def next_zones(current: str, zones: list[str]) -> list[str]:
     """Where a cluster in ``current`` may move: the zones listed after it, then those before it."""
     if current not in zones:

@@ -4,8 +4,9 @@ and Spot, and how much of the project's GPU quota its region has free, cheapest 
 Three reads, whatever the number of zones: Compute acceleratorTypes.aggregatedList filtered by the
 GPU's name (https://cloud.google.com/compute/docs/reference/rest/v1/acceleratorTypes/aggregatedList),
 one regions.list for every region's quotas (https://cloud.google.com/compute/docs/reference/rest/v1/regions/list),
-and the Cloud Billing Catalog's SKU pages once for all those regions (pricing.py), with the dated
-table (prices.json, us-central1 list prices) where the catalog cannot answer.
+or for a GPU whose quota only Cloud Quotas holds (H100 on-demand) one QuotaInfo and one Monitoring
+query (quota.py), and the Cloud Billing Catalog's SKU pages once for all those regions (pricing.py),
+with the dated table (prices.json, us-central1 list prices) where the catalog cannot answer.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import json
 from dataclasses import dataclass
 
 from tfcluster import gpus
-from tfcluster.backends.gcp.compute import ComputeApi, free_gpus, region_of
+from tfcluster.backends.gcp.compute import ComputeApi, region_of
 from tfcluster.backends.gcp.cost import PRICES, table_rates, table_source
 from tfcluster.backends.gcp.pricing import CatalogUnavailable, Rates, needs, rates_from, read_skus
+from tfcluster.backends.gcp.quota import QuotaSource, compute_quota, gpu_quota, gpu_room
 
 
 @dataclass(frozen=True)
@@ -29,8 +31,9 @@ class Offer:
     # the catalog has no price for that region.
     on_demand: float | None
     spot: float | None
-    # GPUs the region's quota has free (the metric on-demand or, with --spot, Spot VMs draw from).
-    quota_free: float
+    # GPUs the region's quota has free (the quota on-demand or, with --spot, Spot VMs draw on);
+    # None when it cannot be told (shown as ?).
+    quota_free: float | None
     # Most GPUs one VM may have there (acceleratorTypes.maximumCardsPerInstance).
     max_per_vm: int
 
@@ -54,11 +57,12 @@ class Offers:
         """The zones (in this order: cheapest first) whose region has GPU quota free for ``workers`` VMs
         and whose VMs may have gpu_count GPUs: what `--zone auto` tries, in turn."""
         need = workers * self.gpu_count
-        return [offer.zone for offer in self.zones
-                if offer.quota_free >= need and (not offer.max_per_vm or self.gpu_count <= offer.max_per_vm)]
+        return [offer.zone for offer in self.zones if (offer.quota_free is None or offer.quota_free >= need)
+                and (not offer.max_per_vm or self.gpu_count <= offer.max_per_vm)]
 
     def lines(self) -> list[str]:
-        quota = self.gpu.quota + (" (PREEMPTIBLE_ form where granted)" if self.spot else "")
+        quota = (compute_quota("PREEMPTIBLE_" + self.gpu.metric_name).quota_id + " where granted, else "
+                 if self.spot else "") + gpu_quota(self.gpu).named()
         head = (f"{self.gpu.name}: {len(self.zones)} zone(s) offer {self.gpu.accelerator}; one VM is "
                 f"{self.machine_type} with {self.gpu_count} GPU(s); cheapest {'Spot' if self.spot else 'on-demand'} "
                 f"first; quota: GPUs free of {quota} in the zone's region")
@@ -68,7 +72,8 @@ class Offers:
             return f"${value:.2f}" if value is not None else "?"
 
         for offer in self.zones:
-            rows.append(f"{offer.zone:<26} {usd(offer.on_demand):>12} {usd(offer.spot):>10} {offer.quota_free:>8g}")
+            free = "?" if offer.quota_free is None else f"{offer.quota_free:g}"
+            rows.append(f"{offer.zone:<26} {usd(offer.on_demand):>12} {usd(offer.spot):>10} {free:>8}")
         return [head, *rows, f"prices: {self.source}"]
 
 
@@ -84,7 +89,8 @@ def find_offers(project: str, gpu_name: str, gpu_count: int, machine_type: str, 
     model = gpus.gpu(gpu_name)
     api = ComputeApi(project)
     zones = api.accelerator_zones(model.accelerator)
-    quotas = api.all_region_quotas() if zones else {}
+    quotas = QuotaSource(api, project)
+    quotas.preload_regions(api.all_region_quotas() if zones else {})
     regions = sorted({region_of(zone) for zone in zones})
     wanted = needs(machine_type, model.accelerator)
     try:
@@ -103,7 +109,7 @@ def find_offers(project: str, gpu_name: str, gpu_count: int, machine_type: str, 
             zone=zone,
             on_demand=_vm_hour(on_demand, machine_type, model.accelerator, gpu_count) if on_demand else None,
             spot=_vm_hour(spot_rates, machine_type, model.accelerator, gpu_count) if spot_rates else None,
-            quota_free=free_gpus(quotas.get(region_of(zone), {}), model.accelerator, spot), max_per_vm=most))
+            quota_free=gpu_room(quotas, region_of(zone), model, spot), max_per_vm=most))
 
     def price(offer: Offer) -> tuple:
         value = offer.spot if spot else offer.on_demand

@@ -18,6 +18,8 @@ SERVICES = {
     "iam.googleapis.com": "the VMs' service accounts and the watchdog's custom role",
     "artifactregistry.googleapis.com": "the cluster's image registry",
     "cloudresourcemanager.googleapis.com": "permission checks and the provider's project lookups",
+    "cloudquotas.googleapis.com": "the quotas Compute's regions.get does not report (H100, G2 and A3 families)",
+    "monitoring.googleapis.com": "how much of those quotas is in use",
 }
 
 # The predefined roles the permission hint names (tfcluster/backends/gcp/errors.py), and what each

@@ -134,7 +134,7 @@ class SshBackend(Backend):
         if image:  # Python and TensorFlow come from the image; the host needs Docker.
             from tfcluster.backends import docker
 
-            docker.preflight(hosts, image, docker.required_modules(need_tensorflow))
+            docker.preflight(hosts, image, docker.required_modules(need_tensorflow), cluster.cluster_id)
 
         def check(host: SshHost) -> None:
             if image:
