@@ -186,8 +186,9 @@ def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bo
 
 
 @task(auto_shortflags=False,
-      help={"backend": "local (default), ssh or gcp", "project": "gcp: project ID",
-            "zone": "gcp: zone, e.g. us-west1-b", "gpu": "gcp: t4, v100, l4, a100, a100-80gb or h100",
+      help={"backend": "local (default), ssh, gcp or vertex", "project": "gcp: project ID",
+            "zone": "gcp: zone, e.g. us-west1-b", "region": "vertex: region of the jobs, e.g. us-central1",
+            "gpu": "gcp: t4, v100, l4, a100, a100-80gb or h100",
             "gpu_count": "gcp: GPUs per VM",
             "workers": "number of workers (default: tfcluster.workers, 3)", "spot": "gcp: check for SPOT VMs",
             "boot_image": "gcp: projects/P/global/images/NAME or .../images/family/FAMILY "
@@ -198,22 +199,24 @@ def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bo
 def check(c, backend: Optional[str] = None, project: Optional[str] = None, zone: Optional[str] = None,
           gpu: Optional[str] = None, gpu_count: Optional[int] = None, workers: Optional[int] = None,
           spot: bool = False, boot_image: Optional[str] = None, operator_cidr: Optional[str] = None,
-          cluster: Optional[str] = None):
+          cluster: Optional[str] = None, region: Optional[str] = None):
     """Before anything is created: one line per prerequisite (✓, ✗ with the fix, ? when it cannot tell)."""
     commands.check(_settings(c, backend=backend, project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
                              workers=workers, spot=spot or None, boot_image=boot_image,
-                             operator_cidr=operator_cidr, cluster=cluster))
+                             operator_cidr=operator_cidr, cluster=cluster, region=region))
 
 
 @task(auto_shortflags=False,
       help={"gpu": "t4, v100, l4, a100, a100-80gb or h100 (default: tfcluster.gpu)",
             "gpu_count": "GPUs per VM, which picks the machine type (default 1)",
-            "spot": "sort by the Spot price and show the Spot quota", "project": "gcp: project ID"})
+            "spot": "sort by the Spot price and show the Spot quota", "project": "gcp: project ID",
+            "backend": "gcp (default: VMs, per zone) or vertex (Vertex AI training, per region)"})
 @_user_errors
 def offers(c, gpu: Optional[str] = None, gpu_count: Optional[int] = None, spot: bool = False,
-           project: Optional[str] = None):
+           project: Optional[str] = None, backend: Optional[str] = None):
     """Every zone that offers the GPU: one VM's price per hour, on-demand and Spot, and your free quota; cheapest first."""
-    commands.offers(_settings(c, backend="gcp", gpu=gpu, gpu_count=gpu_count, spot=spot or None, project=project))
+    commands.offers(_settings(c, backend=backend or "gcp", gpu=gpu, gpu_count=gpu_count, spot=spot or None,
+                              project=project))
 
 
 @task(help={"src": "image folder with one sub-folder per class",

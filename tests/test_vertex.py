@@ -13,7 +13,7 @@ from tests.conftest import Cli
 from tests.world.provider import mirror
 from tests.world.vertex_replicas import LABEL, NET
 
-REGION = "us-central1"
+REGION = "us-west1"  # Where the world's Compute offers T4s (Vertex AI trains on its machines).
 
 
 def make_vertex_cli(tmp_path, world, synthetic_data) -> Cli:
@@ -41,3 +41,10 @@ def test_up_and_down(tmp_path, world, synthetic_data):
     down = cli.run("down", timeout=300)
     print(down.stdout, down.stderr)
     assert down.returncode == 0
+
+
+def test_check_offers_tune_tmp(tmp_path, world, synthetic_data):
+    cli = make_vertex_cli(tmp_path, world, synthetic_data)
+    for args in (("check",), ("offers", "--backend", "vertex"), ("check", "--gpu", "h100", "--region", "us-west1")):
+        r = cli.run(*args, timeout=300)
+        print(args, r.returncode, r.stdout, r.stderr)

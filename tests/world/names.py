@@ -159,16 +159,17 @@ class GoogleWorld:
         self.checkip = CheckIpServer(self.checkip_address, context)
         self.project_apis = ProjectApisServer(ProjectApis(project), self.compute.state, self.billing.catalog,
                                               self.project_address, context)
+        vertex_state = VertexState(project, self.project_apis.apis.project_number)
         self.cloudquotas = CloudQuotasServer(CloudQuotas(), self.compute.state, self.project_apis.enabled,
-                                             self.cloudquotas_address, context)
+                                             self.cloudquotas_address, context,
+                                             {"aiplatform.googleapis.com": vertex_state.quota_infos})
         self.monitoring = MonitoringServer(Monitoring(), self.compute.state, self.project_apis.enabled,
                                            self.monitoring_address, context)
         self.cloud_logging = LoggingServer(LoggingState(project), self.compute.state, self.project_apis,
                                            self.logging_address, context)
         # tests/world/vertex_replicas.py's runtime, made for the first job.
         self._replicas, self._replicas_lock = None, threading.Lock()
-        self.vertex = VertexServer(Vertex(VertexState(project, self.project_apis.apis.project_number),
-                                          self.compute.state, self.project_apis, self.cloud_logging.state,
+        self.vertex = VertexServer(Vertex(vertex_state, self.compute.state, self.project_apis, self.cloud_logging.state,
                                           lambda: self.replicas(root)), self.vertex_address, context)
 
     def replicas(self, root: Path):
@@ -236,8 +237,8 @@ class GoogleWorld:
         """All at once: each server's shutdown waits out its serve_forever poll (0.5 s)."""
         if self._replicas is not None:  # Containers and the lab's network first: no replica outlives the world.
             self._replicas.close()
-        closers = [self.cloudquotas.close, self.monitoring.close, self.vertex.close, self.cloud_logging.close, self.project_apis.close, self.checkip.close,
-                   self.billing.close, self.artifacts.close, self.storage_proxy.close, self.storage.stop,
+        closers = [self.cloudquotas.close, self.monitoring.close, self.vertex.close, self.cloud_logging.close,
+                   self.project_apis.close, self.checkip.close, self.billing.close, self.artifacts.close, self.storage_proxy.close, self.storage.stop,
                    self.compute.close]
         threads = [threading.Thread(target=close) for close in closers]
         for thread in threads:

@@ -150,6 +150,26 @@ class VertexState:
     def limit(self, region: str, metric: str) -> int:
         return self.quota.get((region, metric), self.default_quota)
 
+    def quota_infos(self, project: str) -> list[dict]:
+        """Vertex AI's training quotas as the Cloud Quotas API lists them (tests/world/cloudquotas.py):
+        one QuotaInfo per accelerator metric, on-demand and preemptible, a limit per region (the quota ID's
+        wording is this stand-in's; the metric is the one Vertex AI's 429 names)."""
+        infos = []
+        for word in sorted(QUOTA_WORDS.values()):
+            for spot in (False, True):
+                metric = f"custom_model_training_{'preemptible_' if spot else ''}{word}_gpus"
+                quota_id = "".join(part.capitalize() for part in metric.split("_")) + "PerProjectPerRegion"
+                infos.append({
+                    "name": f"projects/{project}/locations/global/services/aiplatform.googleapis.com/quotaInfos/{quota_id}",
+                    "quotaId": quota_id, "metric": f"aiplatform.googleapis.com/{metric}",
+                    "service": "aiplatform.googleapis.com", "isPrecise": True, "containerType": 1,
+                    "dimensions": ["region"],
+                    "dimensionsInfos": [{"dimensions": {"region": region}, "applicableLocations": [region],
+                                         **({"details": {"value": str(self.limit(region, metric))}}
+                                            if self.limit(region, metric) else {})}
+                                        for region in VERTEX_REGIONS]})
+        return infos
+
     def in_use(self, region: str, metric: str, besides: str = "") -> int:
         return sum(job.usage().get(metric, 0) for job in self.jobs.values()
                    if job.region == region and job.id != besides and job.state not in ENDED

@@ -142,6 +142,8 @@ class Backend:
     # Whether tfcluster may halt the machines (cloud VMs): `train --then stop`, and each machine
     # halting itself at the run's end when the launcher is gone (arm_then_stop, stop_machines).
     can_halt_machines: bool = False
+    # Why `invoke tune` cannot run on this backend, with what to use instead ("" when it can).
+    tune_unsupported: str = ""
 
     # ------------------------------------------------------------ required
 

@@ -16,6 +16,14 @@ def offers(settings: Settings) -> None:
     if not settings.project:
         raise ConfigError("offers needs --project (or tfcluster.project in invoke.yaml): the quotas and the "
                           "catalog's prices are the project's")
+    if settings.backend == "vertex":  # Vertex AI's own training prices and quota, per region.
+        from tfcluster.backends.vertex.preflight import offers as vertex_offers
+
+        with translated(settings.project, "offers"):
+            lines = vertex_offers(settings)
+        for line in lines:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        return
     with translated(settings.project, "offers"):
         found = find_offers(settings.project, settings.gpu, settings.gpu_count, settings.machine_type, settings.spot)
     if not found.zones:

@@ -21,7 +21,7 @@ from tfcluster.backends.gcp.registry import adopt_kept_repository
 from tfcluster.backends.gcp.teardown import bucket_rule, destroy_keeping_results
 from tfcluster.backends.gcp.terraform import MODULE_DIR, Terraform
 from tfcluster.backends.local import PROJECT_ROOT, LocalHost
-from tfcluster.backends.vertex import jobspec, stage
+from tfcluster.backends.vertex import jobspec, money, preflight, stage
 from tfcluster.backends.vertex.api import ENDED, Jobs, Logs
 from tfcluster.backends.vertex.job import VertexJob
 from tfcluster.errors import ClusterError, ConfigError
@@ -47,6 +47,9 @@ class VertexBackend(Backend):
     name = "vertex"
     hosts_outlive_cluster = False
     can_halt_machines = False  # No machine of the cluster runs between jobs.
+    tune_unsupported = ("tune is not supported on the vertex backend yet: run the search on your own VMs "
+                        "(`invoke up --backend gcp`, then `invoke tune`), or use Vertex AI's hyperparameter tuning "
+                        "jobs; `invoke train` runs on Vertex AI")
 
     def __init__(self, store, announce=print):
         self._store = store
@@ -63,6 +66,9 @@ class VertexBackend(Backend):
             raise ClusterError(f"cluster {cluster.name} has no Vertex AI settings ({path} is missing); run "
                                "`invoke down`, then `invoke up --backend vertex`")
         return json.loads(path.read_text())
+
+    def check(self, settings) -> list:
+        return preflight.run(settings, region_of(settings))
 
     # ------------------------------------------------------------ up and down
 
@@ -82,7 +88,16 @@ class VertexBackend(Backend):
         if existing is not None:
             return existing
         region = region_of(settings)
-        terraform = Terraform(self.workdir(settings.cluster), project=settings.project)
+        terraform = Terraform(self.workdir(settings.cluster), project=settings.project)  # Fails early if missing.
+        # Before anything is created: the same lines as `invoke check --backend vertex`, and a stop on any ✗.
+        findings = preflight.run(settings, region)
+        for finding in findings:
+            self._announce(finding.line())
+        failed = [finding for finding in findings if finding.holds is False]
+        if failed:
+            raise ConfigError(failed[0].detail if len(failed) == 1 else
+                              f"{len(failed)} prerequisites fail ({', '.join(f.subject for f in failed)}); each ✗ "
+                              "line above names its fix")
         gpu = f" + {settings.gpu_count} x {jobspec.ACCELERATORS[settings.gpu]}" if settings.gpu_count else ""
         self._announce(f"plan: a bucket, a registry and a service account for Vertex AI jobs in {region}; each "
                        f"`train` runs as a job of {settings.machine_type}{gpu} replicas{' (SPOT)' if settings.spot else ''}"
@@ -181,6 +196,22 @@ class VertexBackend(Backend):
 
     def pre_pull(self, cluster, image: str) -> list[str]:
         """Nothing to pull ahead: each job's machines pull the image when the job starts."""
+        return []
+
+    def hourly_rate(self, cluster, settings) -> float | None:
+        """A job of the cluster's workers, per hour, at Vertex AI's training prices (money.py)."""
+        return money.hourly(self.config(cluster), len(cluster.hosts))
+
+    def spend_sync(self, cluster, settings, book, own: str = "", run: str = "") -> list[str]:
+        """Each job's replicas into the ledger, from the job's own startTime and endTime (money.py);
+        nothing bills between jobs, so `up` and `down` record nothing of their own."""
+        config = self.config(cluster)
+        known = {(event.instance, event.kind) for event in book.events()}
+        with translated(cluster.project, "reading the cluster's Vertex AI jobs for the cost ledger"):
+            jobs = self._jobs(cluster).list(_cluster_filter(cluster))
+        book.append([event for job in jobs for event in money.job_events(job, known)])
+        replicas = max([len(money.replicas_of(job)) for job in jobs] or [len(cluster.hosts)])
+        book.note_prices(money.prices_record(config, replicas))
         return []
 
     def set_budget_end(self, cluster, end: float | None) -> None:
