@@ -1,19 +1,41 @@
-"""`--backend vertex`: each run's attempts as Vertex AI custom jobs, in the test world
-(tests/world/vertex.py, cloud_logging.py), with the real terraform on the unmodified module."""
+"""`--backend vertex`: each attempt of a run as a Vertex AI custom job, in the test world
+(tests/world/vertex.py, cloud_logging.py): the real terraform on the unmodified module, the CLI with
+the product's own defaults, the replicas as containers of the `--image` tests' image.
+
+Two clusters, to keep CI short: one on-demand cluster for the happy path (one 3-worker job of the
+bundled trainer, one 2-worker job of a tutorial-shaped script), one Spot cluster whose small
+Python-only jobs walk the unhappy paths (quota at submission, a failing replica and --retries, a
+Spot preemption, Ctrl-C, `stop`).
+"""
 
 from __future__ import annotations
 
 import json
+import math
 import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
 
 import pytest
 
 from tests import imagelab
-from tests.conftest import Cli
+from tests.conftest import REPO, Cli, wait_for
 from tests.world.provider import mirror
 from tests.world.vertex_replicas import LABEL, NET
 
 REGION = "us-west1"  # Where the world's Compute offers T4s (Vertex AI trains on its machines).
+PRICES = json.loads((REPO / "tfcluster" / "backends" / "vertex" / "prices.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def images():
+    reason = imagelab.ensure_dockerd()
+    if reason:
+        pytest.skip(f"docker: {reason}")
+    return imagelab.build()[0]
 
 
 def make_vertex_cli(tmp_path, world, synthetic_data) -> Cli:
@@ -25,26 +47,148 @@ def make_vertex_cli(tmp_path, world, synthetic_data) -> Cli:
     return cli
 
 
+@pytest.fixture
+def pushed():
+    """Tag a local image as pushed to the cluster's registry (what `invoke image build` leaves there:
+    Vertex AI's machines pull it from there); untagged at the end."""
+    tags = []
+
+    def push(local: str, registry: str, name: str) -> str:
+        reference = f"{registry}/{name}:lab{NET}"
+        subprocess.run(["docker", "tag", local, reference], check=True, capture_output=True)
+        tags.append(reference)
+        return reference
+
+    yield push
+    for reference in tags:
+        subprocess.run(["docker", "rmi", reference], capture_output=True)
+
+
 def replicas() -> list[str]:
     """The world's replica containers of this lab (tests/world/vertex_replicas.py's label)."""
     return subprocess.run(["docker", "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}"],
                           capture_output=True, text=True, check=True).stdout.split()
 
 
-def test_up_and_down(tmp_path, world, synthetic_data):
+class Timed:
+    """A launcher's output, each line with the time it arrived."""
+
+    def __init__(self, process: subprocess.Popen):
+        self.process, self.lines = process, []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.append((time.time(), line.rstrip("\n")))
+
+    def wait(self, timeout: float) -> str:
+        self.process.wait(timeout=timeout)
+        self.thread.join(timeout=10)
+        return "\n".join(line for _, line in self.lines)
+
+    def first(self, text: str) -> float | None:
+        return next((at for at, line in self.lines if text in line), None)
+
+
+def jobs_of(world, run_id: str) -> list:
+    return sorted((job for job in world.vertex.vertex.state.jobs.values()
+                   if job.record.get("labels", {}).get("tfcluster-run") == run_id), key=lambda j: j.record["createTime"])
+
+
+def seconds(stamp: str) -> float:
+    from tests.world.cloud_logging import parse_time
+
+    return parse_time(stamp)
+
+
+def test_up_train_pull_down_on_vertex(tmp_path, world, synthetic_data, images, pushed):
+    tf_image, _ = images
     cli = make_vertex_cli(tmp_path, world, synthetic_data)
     up = cli.run("up", timeout=300)
-    print(up.stdout, up.stderr)
-    assert up.returncode == 0
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert "✓ quota: aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus is 16 in us-west1" in up.stdout
+    assert world.compute.state.instances == {}  # Nothing that bills between jobs.
     cluster = cli.cluster()
-    print(json.dumps(cluster, indent=1))
+    account = f"default-jobs@{world.compute.state.project}.iam.gserviceaccount.com"
+    assert account in world.compute.state.service_accounts
+    image = pushed(tf_image, cluster["registry"], "trainer")
+
+    # The bundled trainer, 3 workers, --budget as the job's timeout; lines as they come.
+    launcher = Timed(cli.popen("train", "--workers", "3", "--image", image, "--budget", "2", "--",
+                               "--epochs", "2", "--steps-per-epoch", "3", "--batch-size", "8"))
+    output = launcher.wait(600)
+    assert launcher.process.returncode == 0, output[-6000:]
+    run_dir, run = cli.latest_run()
+    [job] = jobs_of(world, run["run_id"])
+    record = job.record
+    assert record["state"] == "JOB_STATE_SUCCEEDED"
+    # Live: a worker's line was on the console before the job ended (within a poll of Cloud Logging).
+    assert launcher.first("worker-2 │") < seconds(record["endTime"]), output[-3000:]
+    assert "worker-0 │ MultiWorkerMirroredStrategy: 3 replicas in sync" in output
+    summary = run["summary"]
+    assert run["outcome"] == "succeeded" and summary["replicas_in_sync"] == 3 and summary["last_epoch"] == 2
+    assert summary["model_dir"].startswith(f"gs://{cluster['bucket']}/runs/{run['run_id']}/model")
+    # The job as Google got it.
+    spec = record["jobSpec"]
+    pools = spec["workerPoolSpecs"]
+    assert [pool["replicaCount"] for pool in pools] == ["1", "2"]
+    assert pools[0]["machineSpec"] == {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4",
+                                       "acceleratorCount": 1}
+    assert pools[0]["containerSpec"]["imageUri"] == image
+    assert spec["serviceAccount"] == account
+    assert spec["baseOutputDirectory"] == {"outputUriPrefix": f"gs://{cluster['bucket']}/runs/{run['run_id']}/"}
+    scheduling = spec["scheduling"]
+    assert scheduling["restartJobOnWorkerRestart"] is True and "strategy" not in scheduling
+    # --budget $2 at Vertex AI's rate for 3 replicas (the dated table's numbers, not the product's sums).
+    replica_hour = (8 * PRICES["vcpu_hour"]["n1"] + 30 * PRICES["memory_gib_hour"]["n1"]
+                    + PRICES["accelerator_hour"]["NVIDIA_TESLA_T4"])
+    budget_seconds = 2 / (3 * replica_hour) * 3600
+    assert budget_seconds - 120 < float(scheduling["timeout"].rstrip("s")) <= budget_seconds
+    # The ledger: each replica from the job's startTime, billed to the next 30 s.
+    billed = math.ceil((seconds(record["endTime"]) - seconds(record["startTime"])) / 30) * 30
+    costs = cli.run("costs", timeout=120)
+    assert costs.returncode == 0, costs.stdout + costs.stderr
+    book = [json.loads(line) for line in (cli.state_dir / "ledger" / "default.jsonl").read_text().splitlines()]
+    stops = [e for e in book if e["type"] == "event" and e["kind"] == "stop"]
+    assert len(stops) == 3 and all(abs(e["at"] - seconds(record["startTime"]) - billed) < 0.01 for e in stops)
+    spent = [float(word[1:]) for word in costs.stdout.split() if word.startswith("$")]
+    assert any(abs(usd - 3 * billed / 3600 * replica_hour) < 0.011 for usd in spent), costs.stdout
+
+    # The model in the bucket: pulled, loaded in a fresh process and served through serving_default.
+    pulled = cli.run("pull", timeout=300)
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    model = run_dir / "output" / "model" / summary["saved_model_path"].removeprefix(summary["model_dir"]).strip("/")
+    served = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import io
+        import numpy as np, tensorflow as tf
+        from PIL import Image
+        from trainer.synthetic import CLASSES, render
+        serve = tf.saved_model.load({str(model)!r}).signatures["serving_default"]
+        encoded = []
+        for i in range(4):
+            buffer = io.BytesIO()
+            Image.fromarray(render(CLASSES[i % len(CLASSES)], 32, np.random.default_rng(i))).save(buffer, format="PNG")
+            encoded.append(buffer.getvalue())
+        [name] = serve.structured_input_signature[1]
+        out = serve(**{{name: tf.constant(encoded)}})
+        print("served", {{key: value.shape[0] for key, value in out.items()}})
+        """)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert served.returncode == 0 and "served" in served.stdout and ": 4" in served.stdout, served.stderr[-2000:]
+
+    # A user script of the tutorials' shape, unchanged: the chief's model in AIP_MODEL_DIR, no temp folder left.
+    tutorial = cli.run("train", "--workers", "2", "--image", image, "--script",
+                       str(REPO / "tests" / "scripts" / "vertex_tutorial.py"), timeout=600)
+    assert tutorial.returncode == 0, tutorial.stdout[-4000:] + tutorial.stderr[-2000:]
+    assert "replicas in sync: 2" in tutorial.stdout
+    _, second = cli.latest_run()
+    from google.cloud import storage
+
+    names = [blob.name for blob in storage.Client(project=world.compute.state.project).list_blobs(
+        cluster["bucket"], prefix=f"runs/{second['run_id']}/model/")]
+    assert f"runs/{second['run_id']}/model/saved_model.pb" in names
+    assert not [name for name in names if "workertemp" in name]
+
     down = cli.run("down", timeout=300)
-    print(down.stdout, down.stderr)
-    assert down.returncode == 0
-
-
-def test_check_offers_tune_tmp(tmp_path, world, synthetic_data):
-    cli = make_vertex_cli(tmp_path, world, synthetic_data)
-    for args in (("check",), ("offers", "--backend", "vertex"), ("check", "--gpu", "h100", "--region", "us-west1")):
-        r = cli.run(*args, timeout=300)
-        print(args, r.returncode, r.stdout, r.stderr)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert replicas() == [] and account not in world.compute.state.service_accounts

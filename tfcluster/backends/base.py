@@ -144,6 +144,8 @@ class Backend:
     can_halt_machines: bool = False
     # Why `invoke tune` cannot run on this backend, with what to use instead ("" when it can).
     tune_unsupported: str = ""
+    # The run folder's TensorBoard folder in a cloud bucket (Vertex AI names it logs/: AIP_TENSORBOARD_LOG_DIR).
+    tensorboard_folder: str = "tensorboard"
 
     # ------------------------------------------------------------ required
 

@@ -50,6 +50,7 @@ class VertexBackend(Backend):
     tune_unsupported = ("tune is not supported on the vertex backend yet: run the search on your own VMs "
                         "(`invoke up --backend gcp`, then `invoke tune`), or use Vertex AI's hyperparameter tuning "
                         "jobs; `invoke train` runs on Vertex AI")
+    tensorboard_folder = "logs"  # Vertex AI's AIP_TENSORBOARD_LOG_DIR is <baseOutputDirectory>/logs/.
 
     def __init__(self, store, announce=print):
         self._store = store
