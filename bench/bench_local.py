@@ -26,7 +26,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tfcluster.backends.local import free_ports  # noqa: E402
+from tfcluster.ports import free_ports  # noqa: E402
 from trainer import events  # noqa: E402
 
 TRAINER_ARGS = ["--epochs", "1", "--steps-per-epoch", "3"]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,6 +20,9 @@ sys.path.insert(0, str(REPO))
 from tests import labnet  # noqa: E402
 
 labnet.claim()  # Before any lab module reads it: this process's own network number.
+# The per-user state folder (tfcluster/config.py user_state_dir) of everything this suite starts that
+# does not name its own: one of this test process, never the machine's user's, nor another suite's.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="tfcluster-tests-state-")
 
 from tfcluster.backends.local import processes_with_env  # noqa: E402
 
@@ -109,6 +114,32 @@ def cli(tmp_path, synthetic_data):
             os.kill(pid, signal.SIGKILL)
 
 
+def stop_while_attached(cli, launcher, *command: str) -> tuple[str, str, bool, int]:
+    """Run ``command`` (`stop` or `down`) from a second shell while ``launcher`` is attached; returns its
+    output, the launcher's, whether the launcher had exited when the command printed its ✓, and the
+    command's pid."""
+    stopper = cli.popen(*command)
+    exited_at_tick = None
+    lines = []
+    for line in stopper.stdout:
+        lines.append(line)
+        if "✓" in line and exited_at_tick is None:
+            exited_at_tick = launcher.poll() is not None
+    stopper.wait(timeout=120)
+    output, _ = launcher.communicate(timeout=60)
+    assert stopper.returncode == 0, "".join(lines)
+    return "".join(lines), output, bool(exited_at_tick), stopper.pid
+
+
+def assert_stopped_by(output: str, run_id: str, command: str, pid: int, retried_before: int = 0) -> None:
+    """The launcher's last line names who stopped the run, and nothing was retried after the stop
+    (``retried_before``: the retries the test caused itself before it)."""
+    assert output.count("↻ Retrying") == retried_before, output[-3000:]
+    assert re.fullmatch(rf"error: run {run_id} was stopped by `invoke {command}` \(pid {pid}, at \d\d:\d\d:\d\d\); "
+                        "it is not retried, and no worker is left running", output.strip().splitlines()[-1]), \
+        output[-3000:]
+
+
 def events_of(log_text: str) -> list[dict]:
     from trainer import events
 
@@ -126,3 +157,18 @@ def world(tmp_path, monkeypatch):
     with google.resolving():
         yield google
     google.close()
+
+
+@pytest.fixture(autouse=True)
+def _world_keeps_to_google(request):
+    """A test fails when a stand-in saw a request, or gave an answer, outside Google's discovery
+    documents (tests/world/discovery.py): the world has invented something, or the product sent
+    what Google refuses, whatever the product then made of it. A test that plants one reads it
+    with ``discovery.take_violations()`` first."""
+    from tests.world import discovery
+
+    discovery.take_violations()  # What a previous test's background threads left.
+    yield
+    found = discovery.take_violations()
+    if found:
+        pytest.fail("the world left Google's description:\n  " + "\n  ".join(found[:20]), pytrace=False)

@@ -56,7 +56,7 @@ from urllib.parse import parse_qs, urlparse
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 
-from tests.world import compute_auth, compute_resources, iam_api  # noqa: E402
+from tests.world import compute_auth, compute_resources, discovery, iam_api  # noqa: E402
 from tests.world import images as world_images  # noqa: E402
 from tests.world import quotas as world_quotas  # noqa: E402
 from tests.world.http import send_json  # noqa: E402
@@ -240,6 +240,14 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
     refused = compute_auth.check(state, method, path, headers)
     if refused:
         return refused
+    # Each request under its API's discovery document (tests/world/discovery.py): this server
+    # also plays iam.googleapis.com (/v1/projects/...).
+    document = "iam.v1" if path.startswith("/v1/") else "compute.v1"
+    return discovery.serve(document, method, path, query, body,
+                           lambda call: _answer(state, method, path, query, body))
+
+
+def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict | None) -> tuple[int, dict]:
     served = iam_api.route(state, method, path, body, query)
     if served is not None:
         return served

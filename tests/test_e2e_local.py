@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import events_of, wait_for
+from tests.conftest import assert_stopped_by, events_of, stop_while_attached, wait_for
 from tests.test_console import assert_console_folds_tensorflow_noise_and_logs_keep_it
 from tests.test_throughput import check_run_speed, install_fake_nvidia_smi, tensorboard_scalars
 from tfcluster.backends.local import processes_with_env
@@ -266,16 +266,34 @@ def test_job_outlives_the_launcher_and_logs_follow_reattaches(cli, sleeper):
     assert "worker-1" in only_one.stdout and "worker-0 " not in only_one.stdout
 
 
-def test_stop_and_down_leave_no_process(cli, sleeper):
+def test_stop_and_down_win_over_an_attached_launcher(cli, sleeper):
+    """`stop`, then `down`, from another shell while `train --retries 2` is attached: no retry, the
+    launcher's one line names who stopped it and it exits 1, run.json says stopped, the command's ✓
+    comes after the launcher exited, and no process is left."""
     assert cli.run("up", "--workers", "3").returncode == 0
-    launcher = cli.popen("train", "--script", str(sleeper))
-    try:
-        wait_for(lambda: len(_cluster_processes(cli)) >= 3, 30, what="workers running")
-        assert "error: a run is still active" in cli.run("train", "--script", str(sleeper)).stderr
-        down = cli.run("down", timeout=60)
-        assert down.returncode == 0, down.stderr
-        assert "verified that no worker process is left" in down.stdout
-    finally:
-        launcher.kill()
-        launcher.wait(timeout=10)
+    for command in ("stop", "down"):
+        launcher = cli.popen("train", "--retries", "2", "--script", str(sleeper))
+        try:
+            wait_for(lambda: len(_cluster_processes(cli)) >= 3, 30, what="workers running")
+            if command == "stop":
+                assert "error: a run is still active" in cli.run("train", "--script", str(sleeper)).stderr
+            said, output, exited, pid = stop_while_attached(cli, launcher, command)
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.wait(timeout=10)
+        assert launcher.returncode == 1, output
+        run_dir, run = cli.latest_run()
+        assert_stopped_by(output, run["run_id"], command, pid)
+        assert run["outcome"] == "stopped" and run["attempts"] == 1, run
+        assert exited, f"`{command}` printed its ✓ before the launcher exited:\n{said}"
+        assert "Traceback" not in output + said
+        if command == "stop":
+            assert f"✓ Run {run['run_id']} stopped; no worker is left running; its launcher (pid {launcher.pid}) " \
+                "exited." in said, said
+            status = cli.run("status").stdout
+            assert "lost" not in status and status.count("stopped") >= 4, status  # The run and its 3 workers.
+        else:
+            assert "verified that no worker process is left" in said, said
     assert cli.cluster() is None
+    assert _cluster_processes(cli) == []

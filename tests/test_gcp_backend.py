@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Cli, wait_for
+from tests.conftest import Cli, assert_stopped_by, stop_while_attached, wait_for
 from tests.fake_operations import advance
 from tests.fake_compute import stop_instance
 from tests.hostlab import SUBNET, HostLab, available
@@ -284,14 +284,39 @@ def test_up_status_down(gcp_cli, world):
         f"error: cluster default was created without Docker; run invoke down, then invoke up --image {image} "
         "(the bucket and registry are kept)"], no_docker.stdout + no_docker.stderr
 
-    down = gcp_cli.run("down", timeout=120)
-    assert down.returncode == 0, down.stdout + down.stderr
+    # `down` from another shell while `train --retries 2` is attached, mid-run: the launcher does not
+    # restart the run on VMs being destroyed; it exits 1 naming `invoke down`, before down's ✓.
+    ticker = gcp_cli.state_dir.parent / "ticker.py"
+    ticker.write_text("import time, tfcluster\nfor step in range(1, 10000):\n    tfcluster.progress(step)\n"
+                      "    time.sleep(0.5)\n")
+    launcher = gcp_cli.popen("train", "--retries", "2", "--script", str(ticker))
+    try:
+        wait_for(lambda: all(any("ticker.py" in _cmdline(pid) for pid in host.pids()) for host in gcp_cli.lab.hosts),
+                 120, what="the run's workers on both VMs")
+        said, output, exited, stopper = stop_while_attached(gcp_cli, launcher, "down")
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(timeout=10)
+    run_dir, run = gcp_cli.latest_run()
+    assert launcher.returncode == 1, output[-4000:]
+    assert_stopped_by(output, run["run_id"], "down", stopper)
+    assert run["outcome"] == "stopped" and run["attempts"] == 1, run
+    assert exited, f"down printed its ✓ before the launcher exited:\n{said}"
+    assert not any("ticker.py" in _cmdline(pid) for host in gcp_cli.lab.hosts for pid in host.pids())
     assert "verified through the Compute API (label tfcluster-cluster=default and network default-net): " \
-        "nothing left that bills by the hour" in down.stdout
+        "nothing left that bills by the hour" in said
     assert terraform_calls(gcp_cli)[-1] == "destroy"
     assert not bucket_of(gcp_cli.storage, bucket_name).exists()  # It was empty.
     assert gcp_cli.compute.state.instances == {}
     assert gcp_cli.cluster() is None
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 @needs_hosts

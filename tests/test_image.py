@@ -22,7 +22,8 @@ import pytest
 
 from tests import imagelab, labnet
 from tests.conftest import events_of, wait_for
-from tfcluster.backends.local import free_ports, processes_with_env
+from tfcluster.backends.local import processes_with_env
+from tfcluster.ports import free_ports
 from tfcluster.container import LABEL_CLUSTER
 
 @pytest.fixture(scope="module", autouse=True)

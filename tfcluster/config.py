@@ -7,14 +7,19 @@ Precedence (lowest first): the defaults below, the project's ``invoke.yaml``
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
+import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
 import tfcluster.gpus as gpu_table
+import tfcluster.machines as machines
+from tfcluster.machines import GCP_CLUSTER_NAME  # noqa: F401 (terraform's validation agrees with it)
 from tfcluster.errors import ConfigError
 from tfcluster.money import parse_usd
+from tfcluster.ports import parse_range
 
 BACKENDS = ("local", "ssh", "gcp", "vertex")
 IDLE_ACTIONS = ("stop", "delete")
@@ -24,12 +29,6 @@ TERMINATION_ACTIONS = ("STOP", "DELETE")
 KERAS_VERSIONS = ("2", "3")
 ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
-# On Google Cloud the name also makes each VM's service account id "<name>-vm-<index>" (index < 64,
-# so at most 27 characters), which must be 6 to 30 characters matching [a-z][-a-z0-9]*[a-z0-9] (IAM:
-# projects.serviceAccounts.create, accountId), and the network tag "tfcluster-<name>", which must end with a letter or digit (RFC 1035 labels:
-# https://cloud.google.com/vpc/docs/add-remove-network-tags). terraform/variables.tf validates
-# cluster_name with this same pattern; tests/test_config.py checks that the two agree.
-GCP_CLUSTER_NAME = r"^[a-z][a-z0-9-]{1,19}[a-z0-9]$"
 
 
 @dataclass(frozen=True)
@@ -40,8 +39,9 @@ class Settings:
     backend: str = "local"
     # Workers `up` creates; `train --workers` may use fewer.
     workers: int = 3
-    # Local folder for cluster state, run records, logs and fetched results.
-    state_dir: str = ".tfcluster"
+    # Local folder for cluster state, run records, logs and fetched results; empty is the per-user
+    # state folder (user_state_dir), the same from any folder. A project's own folder is set here.
+    state_dir: str = ""
     # Interpreter that runs the workers; empty means the one running invoke.
     python: str = ""
     # TFRecord folder for the bundled trainer; empty means the built-in synthetic set.
@@ -66,8 +66,7 @@ class Settings:
     tf_port: int = 23456
     # ssh/gcp: `tune`'s oracle port on the chief's machine (local clusters take a free one).
     oracle_port: int = 23457
-    # local: the ports the workers (and `tune`'s oracle) may listen on, "FIRST-LAST"; empty lets the
-    # kernel pick free ones. A range keeps them clear of other services, or of another cluster's.
+    # local: ports the workers and `tune`'s oracle may use, "FIRST-LAST"; empty: any free one.
     local_ports: str = ""
     # ssh backend: folder (relative to the login's home, or absolute) for runs, code and data.
     remote_dir: str = ".tfcluster-remote"
@@ -133,7 +132,17 @@ class Settings:
 
     @property
     def state_path(self) -> Path:
-        return Path(self.state_dir).expanduser().resolve()
+        return Path(self.state_dir).expanduser().resolve() if self.state_dir else user_state_dir()
+
+
+def user_state_dir() -> Path:
+    """tfcluster's folder in the platform's per-user state folder: ``$XDG_STATE_HOME/tfcluster``, by
+    default ``~/.local/state/tfcluster`` (the XDG Base Directory Specification, which ignores a
+    relative ``XDG_STATE_HOME``), and ``~/Library/Application Support/tfcluster`` on macOS."""
+    if sys.platform == "darwin":
+        return Path.home() / "Library" / "Application Support" / "tfcluster"
+    base = os.environ.get("XDG_STATE_HOME", "")
+    return (Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state") / "tfcluster"
 
 
 DEFAULTS: dict[str, Any] = dataclasses.asdict(Settings())
@@ -162,26 +171,6 @@ def parse_int(key: str, value: Any, minimum: int) -> int:
     if number < minimum:
         raise ConfigError(f"{key} must be >= {minimum} (got {number}); set it in {_flag_hint(key)}")
     return number
-
-
-def parse_port_range(key: str, value: Any) -> str:
-    """"FIRST-LAST" of unprivileged ports ("" = the kernel's choice), normalised."""
-    text = str(value or "").strip()
-    if not text:
-        return ""
-    match = re.fullmatch(r"(\d+)\s*-\s*(\d+)", text)
-    if not match or not 1024 <= int(match[1]) <= int(match[2]) <= 65535:
-        raise ConfigError(f"{key} must be a port range FIRST-LAST within 1024-65535, such as 20000-20099, "
-                          f"or empty for any free port (got {value!r}); set it in {_flag_hint(key)}")
-    return f"{int(match[1])}-{int(match[2])}"
-
-
-def port_range(text: str) -> range | None:
-    """The ports of a parsed ``local_ports`` value, or None for the kernel's choice."""
-    if not text:
-        return None
-    first, last = (int(part) for part in text.split("-"))
-    return range(first, last + 1)
 
 
 # Docker's reference grammar, simplified: [registry[:port]/]path[:tag][@digest], lowercase path.
@@ -273,7 +262,6 @@ def validate(values: Mapping[str, Any]) -> Settings:
     if oracle_port > 65535 or oracle_port == tf_port:
         raise ConfigError(f"oracle_port must be between 1024 and 65535 and differ from tf_port {tf_port} "
                           f"(got {oracle_port})")
-    local_ports = parse_port_range("local_ports", values["local_ports"])
     # The module's limits (terraform/variables.tf), for every backend: one range to learn.
     workers = parse_int("workers", values["workers"], 1)
     if workers > MAX_WORKERS:
@@ -314,9 +302,9 @@ def validate(values: Mapping[str, Any]) -> Settings:
     boot_disk_type = str(values["boot_disk_type"] or "").strip()
     nic_type = str(values["nic_type"] or "").strip().upper()
     if backend in ("gcp", "vertex"):
-        _check_gcp_name(cluster)
-        machine_type = _machine_type(model, gpu_count, machine_type, spot)
-        _check_family(machine_type, boot_disk_type, nic_type)
+        machines.check_gcp_name(cluster)
+        machine_type = machines.pick_machine_type(model, gpu_count, machine_type, spot)
+        machines.check_family(machine_type, boot_disk_type, nic_type)
     elif not machine_type:
         machine_type = "n1-standard-8"
     operator_cidr = str(values["operator_cidr"] or "")
@@ -373,7 +361,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         trust_new_hosts=parse_bool("trust_new_hosts", values["trust_new_hosts"]),
         tf_port=tf_port,
         oracle_port=oracle_port,
-        local_ports=local_ports,
+        local_ports=parse_range("local_ports", values["local_ports"], _flag_hint("local_ports")),
         remote_dir=str(values["remote_dir"] or ".tfcluster-remote"),
         cluster=cluster,
         backend=backend,
@@ -384,68 +372,3 @@ def validate(values: Mapping[str, Any]) -> Settings:
         retries=parse_int("retries", values["retries"], 0),
         stop_grace_seconds=grace,
     )
-
-
-def _check_gcp_name(cluster: str) -> None:
-    """Refuse a name Google would refuse, before anything is created."""
-    if not re.match(GCP_CLUSTER_NAME, cluster):
-        raise ConfigError(f"cluster must be 3 to 21 characters on gcp: lowercase letters, digits and dashes, "
-                          f"starting with a letter and not ending with a dash (got {cluster!r}); Google builds "
-                          "the service account id and network tag from it")
-
-
-def _machine_type(model: gpu_table.Gpu, gpu_count: int, machine_type: str, spot: bool) -> str:
-    """The machine type for ``gpu_count`` x ``model``: the one asked for, checked against the GPU's
-    family (tfcluster/gpus.py), or the one the table picks."""
-    if model.attached:
-        machine_type = machine_type or "n1-standard-8"
-        if not gpu_table.N1_MACHINE_TYPE.fullmatch(machine_type):
-            raise ConfigError(f"machine_type must be an N1 type such as n1-standard-8 (got {machine_type!r}): "
-                              "T4 and V100 GPUs attach only to N1")
-        if gpu_count == 0:
-            return machine_type
-        limits = model.n1_limits.get(gpu_count)
-        if limits is None:
-            raise ConfigError(f"gpu_count must be one of {', '.join(map(str, model.counts()))} for "
-                              f"{model.accelerator} on N1 (got {gpu_count})")
-        vcpus, memory = gpu_table.shape_of(machine_type)
-        max_vcpus, max_memory = limits
-        if vcpus > max_vcpus or memory > max_memory:
-            raise ConfigError(f"machine_type {machine_type} ({vcpus} vCPUs, {memory:g} GB) is too large for "
-                              f"{gpu_count} x {model.accelerator}: Google allows at most {max_vcpus} vCPUs and "
-                              f"{max_memory} GB with that many; pick a smaller N1 type or attach more GPUs "
-                              "(https://cloud.google.com/compute/docs/gpus)")
-        return machine_type
-    family = model.family.upper()
-    picked = model.machine_type_for(gpu_count)
-    if machine_type and machine_type not in model.machine_types:
-        raise ConfigError(f"machine_type {machine_type} does not come with {model.name} GPUs: {model.name} runs "
-                          f"on {family} ({', '.join(model.machine_types)}); leave machine_type empty to pick "
-                          "one from gpu_count")
-    if machine_type and model.machine_types[machine_type].gpus != gpu_count:
-        raise ConfigError(f"machine_type {machine_type} has {model.machine_types[machine_type].gpus} x {model.name}, "
-                          f"not gpu_count {gpu_count}; leave machine_type empty to pick "
-                          f"{picked or 'one'} from gpu_count")
-    if picked is None:
-        raise ConfigError(f"gpu_count must be one of {', '.join(map(str, model.counts()))} for {model.name} on "
-                          f"{family} (got {gpu_count})")
-    machine_type = machine_type or picked
-    if model.machine_types[machine_type].spot_only and not spot:
-        full = [name for name, shape in model.machine_types.items() if not shape.spot_only]
-        raise ConfigError(f"machine_type {machine_type} is offered only as Spot: add --spot, or use "
-                          f"{', '.join(full)} (https://cloud.google.com/compute/docs/accelerator-optimized-machines)")
-    return machine_type
-
-
-def _check_family(machine_type: str, boot_disk_type: str, nic_type: str) -> None:
-    """The boot disk and NIC types the machine's family supports (tfcluster/gpus.py FAMILIES)."""
-    family = gpu_table.family_of(machine_type)
-    if boot_disk_type not in family.disk_types:
-        raise ConfigError(f"boot_disk_type must be one of {', '.join(family.disk_types)} on "
-                          f"{family.name.upper()} (got {boot_disk_type!r}) (https://cloud.google.com/compute/docs/"
-                          "accelerator-optimized-machines)")
-    if nic_type and nic_type not in gpu_table.NIC_TYPES:
-        raise ConfigError(f"nic_type must be one of {', '.join(gpu_table.NIC_TYPES)} or empty (got {nic_type!r})")
-    if family.required_nic and nic_type and nic_type != family.required_nic:
-        raise ConfigError(f"nic_type must be {family.required_nic} on {family.name.upper()} (got {nic_type}); "
-                          "leave nic_type empty to have it")

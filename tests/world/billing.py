@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+from tests.world import discovery
 from tests.world.http import send_json
 
 COMPUTE_ID = "6F81-5844-456A"
@@ -202,7 +203,9 @@ class CatalogServer:
             def do_GET(self):
                 parsed = urlparse(self.path)
                 headers = {k.lower(): v for k, v in self.headers.items()}
-                code, payload = route(catalog_ref, parsed.path, parse_qs(parsed.query), headers)
+                query = parse_qs(parsed.query)
+                code, payload = discovery.serve("cloudbilling.v1", "GET", parsed.path, query, None,
+                                                lambda call: route(catalog_ref, parsed.path, query, headers))
                 if catalog_ref.answer_seconds:
                     time.sleep(catalog_ref.answer_seconds)  # Models a slow server; nothing waits on it.
                 send_json(self, code, payload)

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from tests.world import compute_auth
+from tests.world import compute_auth, discovery
 from tests.world.http import send_json
 
 PROJECT_NAMES = ("serviceusage.googleapis.com", "cloudresourcemanager.googleapis.com", "orgpolicy.googleapis.com")
@@ -79,8 +79,10 @@ class ProjectApisServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"null") if length else None
                 host = self.headers.get("Host", "").split(":")[0]
-                code, payload = server_ref.route(host, self.command, parsed.path, parse_qs(parsed.query), body,
-                                                 dict(self.headers))
+                query = parse_qs(parsed.query)
+                code, payload = discovery.serve(
+                    server_ref.document(host, parsed.path), self.command, parsed.path, query, body,
+                    lambda call: server_ref.route(host, self.command, parsed.path, query, body, dict(self.headers)))
                 send_json(self, code, payload)
 
             do_GET = do_POST = _serve
@@ -91,6 +93,13 @@ class ProjectApisServer:
         self.server = ThreadingHTTPServer((address, 443), Handler)
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def document(host: str, path: str) -> str:
+        """The discovery document of the API a request is for (tests/world/discovery.py)."""
+        api = host.split(".", 1)[0]
+        return {"serviceusage": "serviceusage.v1", "orgpolicy": "orgpolicy.v2"}.get(
+            api, f"cloudresourcemanager.{path.split('/')[1]}")
 
     def enabled(self, service: str) -> bool:
         if service == "compute.googleapis.com":

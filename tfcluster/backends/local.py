@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import random
 import shlex
 import signal
 import socket
@@ -12,47 +11,12 @@ from pathlib import Path
 
 import trainer
 from tfcluster.backends.base import Backend, JobFiles, Payload, Staged
-from tfcluster.config import Settings, port_range
+from tfcluster.config import Settings
+from tfcluster.ports import LOOPBACK, free_ports, port_range
 from tfcluster.errors import ClusterError
 from tfcluster.state import ClusterState, HostRecord, StateStore
 
-LOOPBACK = "127.0.0.1"
 PROJECT_ROOT = Path(trainer.__file__).resolve().parent.parent
-
-
-def free_ports(count: int, address: str = LOOPBACK, within: range | None = None,
-               avoid: frozenset[int] = frozenset()) -> list[int]:
-    """``count`` distinct ports free right now and not in ``avoid`` (ports already promised, such
-    as the cluster's workers', which listen only while a run lasts): any the kernel picks, or ones of
-    ``within`` (tfcluster.local_ports), tried from a random start so two clusters made one after
-    the other rarely pick the same ports before either listens.
-
-    Every socket stays bound until all ports are chosen, so none is handed out twice.
-    """
-    if within is not None:
-        start = random.randrange(len(within))
-        candidates = [port for port in [*within[start:], *within[:start]] if port not in avoid]
-    else:
-        candidates = [0] * (count + len(avoid))  # The kernel's choice; at worst each avoided port once.
-    bound, chosen = [], []
-    try:
-        for port in candidates:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            bound.append(sock)
-            try:
-                sock.bind((address, port))
-            except OSError:
-                continue  # Taken (only a port of ``within`` can be).
-            if sock.getsockname()[1] not in avoid:
-                chosen.append(sock.getsockname()[1])
-            if len(chosen) == count:
-                return chosen
-    finally:
-        for sock in bound:
-            sock.close()
-    raise ClusterError(f"local_ports {within[0]}-{within[-1]} has fewer than {count} free ports; widen "
-                       "tfcluster.local_ports or leave it empty for any free port" if within is not None
-                       else f"the kernel has fewer than {count} free ports on {address}")
 
 
 def _proc_stat(pid: int) -> list[str] | None:

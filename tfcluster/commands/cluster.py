@@ -6,15 +6,16 @@ import dataclasses
 import shlex
 import time
 
-from tfcluster import ledger, tfconfig, ui
+from tfcluster import launch, ledger, tfconfig, ui
 from tfcluster.backends import Backend
-from tfcluster.commands.common import (backend_for_cluster, backend_named, console,
+from tfcluster.commands.common import (backend_for_cluster, backend_named, console, end_launchers,
                                        require_cluster, run_state, run_statuses)
-from tfcluster.commands import spend
+from tfcluster.commands import overview, spend
 from tfcluster.commands.runs import report_preemptions, stop_active_run
 from tfcluster.commands.tune_plans import read_book
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
+from tfcluster.holds import ClusterHold
 from tfcluster.state import ClusterState, StateStore
 
 
@@ -63,7 +64,10 @@ def _pre_pull(store: StateStore, backend: Backend, cluster: ClusterState, image:
                   f"already present on {outcomes.count('present')}.")
 
 
-def status(settings: Settings) -> dict:
+def status(settings: Settings, every: bool = False) -> dict | list:
+    """The cluster, its workers and its current or last run; ``every``: one row per cluster instead."""
+    if every:
+        return overview.status_all(settings)
     store = StateStore(settings)
     cluster = require_cluster(store)
     backend = backend_for_cluster(store, cluster)
@@ -98,9 +102,13 @@ def status(settings: Settings) -> dict:
                      f"{run.retries + 1}, started {ui.when(run.started_at)}",
                      ["worker", "state", "pid", "exit code"])
     for plan, worker in pairs:
-        table.add_row(f"[{ui.worker_colour(plan.index)}]{plan.name}[/]", worker.state,
+        # A stopped run's workers were ended on purpose: not "lost", not "failed".
+        shown = "stopped" if state == "stopped" and worker.state in (launch.LOST, launch.FAILED) else worker.state
+        table.add_row(f"[{ui.worker_colour(plan.index)}]{plan.name}[/]", shown,
                       str(worker.pid or "-"), "-" if worker.exit_code is None else str(worker.exit_code))
     console.print(table)
+    if run.summary.get("stopped_by"):
+        console.print(f"stopped by {run.summary['stopped_by']}", soft_wrap=True, markup=False)
     if state != "succeeded" and run.kind == "train":
         report_preemptions(backend, cluster, run)
     if run.outcome is None and run.summary.get("then") and rows and all(row.status == "TERMINATED" for row in rows):
@@ -182,13 +190,29 @@ def down(settings: Settings, keep: bool = False, delete_bucket: bool = False) ->
     store = StateStore(settings)
     cluster = store.load_cluster()
     if cluster is None:
+        others = overview.named(settings)
+        if others:  # A typo, or a cluster made under another name: never "nothing to do" while others bill.
+            raise ClusterError(f"no cluster '{settings.cluster}' in {store.root}; the clusters there are {others}: "
+                               "take one down with --cluster NAME")
         console.print(f"Cluster '{settings.cluster}' is not up. Nothing to do.")
         return
     backend = backend_for_cluster(store, cluster)
     gone = {}
     if backend.hosts_outlive_cluster and cluster.hosts:
         gone = {name: why for name, why in backend.reachability(cluster).items() if why}
-    stop_active_run(settings, store, cluster, backend)
+    stop_active_run(settings, store, cluster, backend, "`invoke down`")
+    # No launcher of the cluster may start anything from here on: wait for every one to exit (a run
+    # still staging sees the stop too), and hold the cluster until it is gone.
+    hold = ClusterHold(store)
+    try:
+        end_launchers(store, hold.try_acquire, "`invoke down`")
+        _tear_down(settings, store, cluster, backend, gone, keep, delete_bucket)
+    finally:
+        hold.release()
+
+
+def _tear_down(settings: Settings, store: StateStore, cluster: ClusterState, backend: Backend, gone: dict,
+               keep: bool, delete_bucket: bool) -> None:
     reachable = dataclasses.replace(cluster, hosts=[h for h in cluster.hosts if h.name not in gone])
     leftovers = backend.leftover_processes(reachable)
     if leftovers:

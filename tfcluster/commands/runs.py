@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from tfcluster import launch, ui
+from tfcluster import holds, launch, ui
 from tfcluster.backends import Backend
-from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
-                                       run_or_latest, run_state, stop_processes)
+from tfcluster.commands.common import (active_run, backend_for_cluster, console, end_launchers, plans_for,
+                                       require_cluster, run_or_latest, run_state, stop_processes)
 from tfcluster.commands.attempts import clock
 from tfcluster.commands.tune_plans import attempt_of
 from tfcluster.config import Settings, parse_int
@@ -91,22 +91,31 @@ def report_preemptions(backend: Backend, cluster, run) -> bool:
 def stop(settings: Settings) -> str | None:
     store = StateStore(settings)
     cluster = require_cluster(store)
-    stopped = stop_active_run(settings, store, cluster, backend_for_cluster(store, cluster))
+    stopped = stop_active_run(settings, store, cluster, backend_for_cluster(store, cluster), "`invoke stop`")
     if stopped is None:
         console.print("No run is active.")
     return stopped
 
 
-def stop_active_run(settings: Settings, store: StateStore, cluster, backend: Backend) -> str | None:
-    """Stop the cluster's active run, if any, through ``backend`` (whose connections know
-    which hosts are gone already)."""
+def stop_active_run(settings: Settings, store: StateStore, cluster, backend: Backend, by: str) -> str | None:
+    """Stop the cluster's active run, if any, through ``backend`` (whose connections know which hosts
+    are gone already), and return once its launcher, if one is attached, has exited: the stop is
+    recorded first (``by``), so that launcher sees its workers end as a stop, never retries, and
+    records the run as stopped."""
     active = active_run(store, cluster, backend)
     if active is None:
         return None
     run, plans = active
+    attached = holds.live_launchers(store)  # Before the request: it lets go as soon as it sees it.
+    holds.request_stop(store, run.run_id, by)
     with console.status(f"Stopping run {run.run_id}..."):
         stop_processes(plans, run, settings.stop_grace_seconds)
-    run.outcome, run.ended_at = "stopped", time.time()
-    store.save_run(run)
-    console.print(f"[green]✓[/] Run {run.run_id} stopped; no worker is left running.")
+    launchers = end_launchers(store, lambda: holds.attached_launcher(store, run.run_id) is None, by, attached)
+    current = store.load_run(run.run_id) or run
+    if current.outcome is None:  # No launcher recorded it.
+        current.outcome, current.ended_at = "stopped", time.time()
+        current.summary = {**current.summary, "stopped_by": by}
+        store.save_run(current)
+    exited = f"; its launcher (pid {', '.join(map(str, launchers))}) exited" if launchers else ""
+    console.print(f"[green]✓[/] Run {run.run_id} stopped; no worker is left running{exited}.")
     return run.run_id

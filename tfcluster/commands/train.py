@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfcluster import container, launch, ledger, stall, ui
+from tfcluster import container, holds, launch, ledger, stall, ui
 from tfcluster.backends import Payload
 from tfcluster.commands import restage, spend
 from tfcluster.commands.attempts import clock, run_attempts
@@ -199,6 +199,23 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
         _print_plan(plans)
         return None
 
+    # From here until its attempts end, this launcher holds the cluster: `down` waits for it, and a
+    # `stop` or `down` from another shell is seen at every step (tfcluster/state.py LauncherLease).
+    with holds.LauncherLease(store, run_id):
+        run, failed = _launch(settings, store, backend, cluster, request, run_id, hosts, payload, common_env,
+                              image, data_dir, keras_env, workers, retries, limit, then, usd, rate)
+    if then is not None and run.outcome != "stopped":  # After Ctrl-C, `stop` or `down` the user decides.
+        _then(settings, store, backend, run, then)
+    if failed is not None:
+        raise failed
+    return run
+
+
+def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterState, request: TrainRequest,
+            run_id: str, hosts: list, payload: Payload, common_env: dict, image: str, data_dir: Path | None,
+            keras_env: dict, workers: int, retries: int, limit: stall.StallLimit, then: str | None,
+            usd: float, rate: float | None) -> tuple[RunRecord, TrainingFailed | None]:
+    """Check, stage and run the attempts; the run and how it failed (None: it succeeded)."""
     if active_run(store, cluster):
         raise ClusterError(f"a run is still active on cluster '{cluster.name}'; "
                            "watch it with `invoke logs --follow` or end it with `invoke stop`")
@@ -214,12 +231,18 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     if cluster.backend != "local":
         console.print(f"Code and data: uploaded to {len(hosts) - len(skipped)} host(s), "
                       f"unchanged (same content hash) on {len(skipped)}.")
+    request_seen = holds.stop_request(store, run_id)
+    if request_seen is not None:  # `down` came while this run was staged: nothing has started.
+        raise TrainingFailed(f"run {run_id} was stopped by {request_seen.describe()} before it started; "
+                             "nothing was started")
     spec = container.ContainerSpec(image, staged.mounts) if image else None
     plans = launch.build_plans(hosts, run_id, staged.argv, {**common_env, **staged.env}, spec)
     if cluster.bucket:
         console.print(f"Outputs go to gs://{cluster.bucket}/runs/{run_id}/ (model, checkpoints, TensorBoard).")
     run = RunRecord(run_id=run_id, cluster=cluster.name, workers=workers, command=staged.argv,
                     retries=retries, image=image, mounts=list(staged.mounts) if image else [])
+    if then is not None:
+        run.summary = {"then": then}  # Known to `status` while the run goes on, laptop or not.
     store.save_run(run)
     # What `train --resume` needs to start the same workers again (code and data stay on the hosts).
     # And, should the cluster move zones mid-run, what its new VMs need staged (commands/restage.py).
@@ -230,32 +253,16 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     budget = RunBudget(run_id, usd, rate, time.time()) if usd else None
     backend.set_budget_end(cluster, budget.end_time if budget else None)  # Halts the VMs then, laptop or not.
     try:
-        return _run(settings, store, backend, run, plans, request, limit, then, retries, budget)
+        if then is not None and backend.can_halt_machines:  # Each VM halts itself at the run's end if this launcher is gone.
+            backend.arm_then_stop(cluster, run.run_id, last_attempt=retries + 1)
+        run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit, budget=budget)
+    except TrainingFailed as error:
+        return run, error
     finally:  # The launcher saw the run end: no halt is left armed (best effort: --then down took the VMs).
         if budget is not None and (still := store.load_cluster()) is not None:
             with contextlib.suppress(TfClusterError):
                 backend.set_budget_end(still, None)
-
-
-def _run(settings: Settings, store: StateStore, backend, run: RunRecord, plans, request: TrainRequest,
-         limit: stall.StallLimit, then: str | None, retries: int, budget: RunBudget | None) -> RunRecord:
-    cluster = store.load_cluster()
-    if then is None:
-        return run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit,
-                            budget=budget)
-    run.summary = {"then": then}  # Known to `status` while the run goes on, laptop or not.
-    store.save_run(run)
-    if backend.can_halt_machines:  # Each VM halts itself at the run's end if this launcher is gone.
-        backend.arm_then_stop(cluster, run.run_id, last_attempt=retries + 1)
-    try:
-        run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit, budget=budget)
-    except TrainingFailed:
-        if run.outcome == "stopped":
-            raise  # Ctrl-C: the user is here and decides.
-        _then(settings, store, backend, run, then)
-        raise
-    _then(settings, store, backend, run, then)
-    return run
+    return run, None
 
 
 def _then(settings: Settings, store: StateStore, backend, run: RunRecord, then: str) -> None:
@@ -301,6 +308,15 @@ def resume(settings: Settings, run_id: str, retries: int | None = None, verbose:
     active = active_run(store, cluster, backend)
     if active is not None and not taken:
         raise ClusterError(f"run {active[0].run_id} is still running; follow it with `invoke logs --follow`")
+    with holds.LauncherLease(store, run_id):
+        holds.clear_stop_request(store, run_id)  # A run stopped before is resumed on purpose.
+        return _resume(settings, store, backend, cluster, run, taken, retries, verbose, limit)
+
+
+def _resume(settings: Settings, store: StateStore, backend, cluster: ClusterState, run: RunRecord, taken: list,
+            retries: int | None, verbose: bool, limit: stall.StallLimit) -> RunRecord:
+    run_id = run.run_id
+    launch_file = store.run_dir(run_id) / LAUNCH_FILE
     with console.status(f"Stopping what is left of run {run_id}..."):
         stop_processes(plans_for(store, cluster, run, backend=backend), run, settings.stop_grace_seconds)
     noticed, zone = time.time(), cluster.zone

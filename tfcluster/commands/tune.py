@@ -16,14 +16,15 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfcluster import ui
+from tfcluster import holds, ui
 from tfcluster.backends import Payload
-from tfcluster.backends.local import PROJECT_ROOT, free_ports
+from tfcluster.backends.local import PROJECT_ROOT
 from tfcluster.commands.common import active_run, backend_for_cluster, console, require_cluster
 from tfcluster.commands.train import _script_and_project, _worker_count, ensure_synthetic_data
 from tfcluster.commands.tune_loop import run_search
 from tfcluster.commands.tune_plans import build_tune_plans
-from tfcluster.config import Settings, parse_int, port_range
+from tfcluster.config import Settings, parse_int
+from tfcluster.ports import free_ports, port_range
 from tfcluster.errors import ClusterError, ConfigError
 from tfcluster.state import RunRecord, StateStore
 
@@ -134,8 +135,9 @@ def tune(settings: Settings, request: TuneRequest) -> RunRecord | None:
     run = RunRecord(run_id=run_id, cluster=cluster.name, workers=workers, command=argv, retries=retries,
                     kind="tune", oracle_port=oracle_port)
     store.save_run(run)
-    return run_search(settings, store, backend, run, plans, bundled=script is None,
-                      local_tune_dir=None if "://" in tune_dir else store.run_dir(run_id) / "tune")
+    with holds.LauncherLease(store, run_id):  # `stop` and `down` wait for this launcher (tfcluster/holds.py).
+        return run_search(settings, store, backend, run, plans, bundled=script is None,
+                          local_tune_dir=None if "://" in tune_dir else store.run_dir(run_id) / "tune")
 
 
 def _print_plan(plans) -> None:
