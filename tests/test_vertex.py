@@ -1,5 +1,5 @@
 """`--backend vertex`: each attempt of a run as a Vertex AI custom job, in the test world
-(tests/world/vertex.py, cloud_logging.py): the real terraform on the unmodified module, the CLI with
+(tests/world/vertex.py, cloud_logging.py): the real terraform on the module in terraform/, the CLI with
 the product's own defaults, the replicas as containers of the `--image` tests' image.
 
 Two clusters, to keep CI short: one on-demand cluster for the happy path (one 3-worker job of the
@@ -192,3 +192,86 @@ def test_up_train_pull_down_on_vertex(tmp_path, world, synthetic_data, images, p
     down = cli.run("down", timeout=300)
     assert down.returncode == 0, down.stdout + down.stderr
     assert replicas() == [] and account not in world.compute.state.service_accounts
+
+
+TICKS = str(REPO / "tests" / "scripts" / "vertex_ticks.py")
+
+
+def test_unhappy_paths_on_a_spot_cluster(tmp_path, world, synthetic_data, images, pushed):
+    """Small Python-only jobs: quota at submission, a failing replica then --retries, a Spot
+    preemption, Ctrl-C, then --resume and `invoke stop`."""
+    _, python_image = images
+    vertex = world.vertex.vertex
+    vertex.state.stop_grace_seconds = 2
+    cli = make_vertex_cli(tmp_path, world, synthetic_data)
+    up = cli.run("up", "--spot", timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    image = pushed(python_image, cli.cluster()["registry"], "python")
+
+    # Quota at submission: Vertex AI's own preemptible T4 quota, smaller than the job.
+    metric = "custom_model_training_preemptible_nvidia_t4_gpus"
+    vertex.state.quota[(REGION, metric)] = 1
+    refused = cli.run("train", "--workers", "2", "--image", image, "--script", TICKS, timeout=300)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stdout + refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"error: submitting the Vertex AI job: the job needs more than the custom training quota {metric} allows in "
+        f"{REGION} (Vertex AI's own quota, not Compute Engine's); request more in the console (IAM & Admin > Quotas, "
+        f"service aiplatform.googleapis.com, filter {metric}, region {REGION}), or use fewer workers, another GPU or "
+        "another region (`invoke offers --backend vertex` shows both)"]
+    assert cli.latest_run()[1]["outcome"] == "failed"
+    del vertex.state.quota[(REGION, metric)]
+
+    # A replica that fails ends its job FAILED; --retries 1 submits another, which resumes.
+    flaky = cli.run("train", "--workers", "2", "--image", image, "--retries", "1", "--script", TICKS, "--",
+                    "--seconds", "1", "--fail-once", timeout=300)
+    assert flaky.returncode == 0, flaky.stdout[-4000:] + flaky.stderr
+    run_dir, run = cli.latest_run()
+    first, second = jobs_of(world, run["run_id"])
+    assert (first.state, second.state) == ("JOB_STATE_FAILED", "JOB_STATE_SUCCEEDED") and run["attempts"] == 2
+    assert ("✗ worker-1 (worker:0 on workerpool1-0:2222) exited with code 3; the job ended JOB_STATE_FAILED: The "
+            "replica workerpool1-0 exited with a non-zero status of 3.") in flaky.stdout.replace("\n", " ")
+    assert "worker-1 │ worker 1 fails on purpose" in flaky.stdout
+    assert second.record["jobSpec"]["scheduling"] == {"timeout": second.record["jobSpec"]["scheduling"]["timeout"],
+                                                      "restartJobOnWorkerRestart": True, "strategy": "SPOT"}
+
+    # A Spot replica preempted: Vertex AI restarts the whole job, and the run goes on.
+    launcher = Timed(cli.popen("train", "--workers", "2", "--image", image, "--script", TICKS, "--",
+                               "--seconds", "8"))
+    wait_for(lambda: launcher.first("worker-1 │ tick 2"), 120, what="worker-1's third tick")
+    [job] = jobs_of(world, cli.latest_run()[1]["run_id"])
+    vertex.preempt(job.id, "workerpool1-0")
+    output = launcher.wait(300)
+    assert launcher.process.returncode == 0, output[-4000:]
+    assert "vertex: the service started the job's workers again (restart 1: " in output and job.restarts == 1
+    run_dir = cli.runs()[-1]
+    for index in range(2):  # Both started twice: the whole job, not the preempted replica alone.
+        assert (run_dir / f"worker-{index}.log").read_text().count(f"=== tfcluster: worker-{index} ") == 2
+
+    # Ctrl-C: the job CANCELLED, no container left.
+    launcher = Timed(cli.popen("train", "--workers", "2", "--image", image, "--script", TICKS, "--",
+                               "--seconds", "600", "--first-seconds", "600"))
+    wait_for(lambda: launcher.first("worker-1 │ tick 1"), 120, what="worker-1's second tick")
+    status = cli.run("status", timeout=120)
+    assert status.returncode == 0 and "JOB_STATE_RUNNING" in status.stdout, status.stdout + status.stderr
+    launcher.process.send_signal(2)
+    output = launcher.wait(120)
+    assert launcher.process.returncode == 1 and "no worker is left running" in output, output[-3000:]
+    _, stopped = cli.latest_run()
+    [job] = jobs_of(world, stopped["run_id"])
+    assert [state for state, _ in job.history][-2:] == ["JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"]
+    assert replicas() == []
+
+    # --resume submits a new job, which resumes; `invoke stop` from another shell cancels it.
+    launcher = Timed(cli.popen("train", "--resume", stopped["run_id"]))
+    wait_for(lambda: launcher.first("worker-1 │ tick 1"), 120, what="the resumed job's second tick")
+    stop = cli.run("stop", timeout=120)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    output = launcher.wait(120)
+    assert launcher.process.returncode == 1 and "was stopped by" in output, output[-3000:]
+    assert "worker-1 │ resumes after an earlier job" in output
+    jobs = jobs_of(world, stopped["run_id"])
+    assert [job.state for job in jobs] == ["JOB_STATE_CANCELLED", "JOB_STATE_CANCELLED"]
+    assert [state for state, _ in jobs[1].history][-2:] == ["JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"]
+    assert replicas() == []
+    down = cli.run("down", timeout=300)
+    assert down.returncode == 0, down.stdout + down.stderr

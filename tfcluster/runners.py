@@ -15,6 +15,7 @@ from typing import Callable
 
 from tfcluster import launch
 from tfcluster.backends.base import CloudJob, JobReport, JobSpec
+from trainer import events
 
 # What the service sets in each worker itself (Vertex AI: TF_CONFIG from its worker pools, the AIP_*
 # folders from the job's base output directory), and the launcher's per-host values: not passed on.
@@ -42,26 +43,29 @@ class HostRunner:
 
 
 class JobRunner:
-    """An attempt as one cloud job. ``note(text)`` shows what the service says about the job."""
+    """An attempt as one cloud job. ``note(text)`` shows what the service says about the job, after
+    the workers' lines read with it (each look reads both; the follower prints the lines next)."""
 
     def __init__(self, job: CloudJob, plans: list[launch.WorkerPlan], note: Callable[[str], None]):
         self.job, self.plans, self.note = job, plans, note
         self.report: JobReport | None = None
+        self.pending: list[str] = []
+        self.restarts = 0  # The service's restarts of the job already told.
 
-    def follower(self) -> launch.LogFollower:
-        return launch.LogFollower(self.plans, from_end=True)
+    def follower(self) -> "NotedFollower":
+        return NotedFollower(launch.LogFollower(self.plans, from_end=True), self)
 
     def start(self, attempt: int) -> None:
         self.job.submit(attempt)
 
     def statuses(self, attempt: int) -> list[launch.WorkerStatus]:
         report = self.report = self.job.poll()
-        for text in report.notes:
-            self.note(text)
-        if report.restarted:
-            names = ", ".join(self.plans[i].name for i in sorted(set(report.restarted)) if i < len(self.plans))
-            self.note(f"the service started {names} again (a replaced machine, such as a Spot preemption, "
-                      "restarts the whole job); it resumes from the last backup")
+        self.pending += report.notes
+        if report.restarts > self.restarts:
+            self.restarts = report.restarts
+            self.pending.append(f"the service started the job's workers again (restart {report.restarts}: a replaced "
+                                "machine, such as a Spot preemption, restarts the whole job); they resume from the "
+                                "last backup")
         return [self._status(report, plan.index) for plan in self.plans]
 
     @staticmethod
@@ -83,6 +87,49 @@ class JobRunner:
     def stop(self, attempt: int, grace_seconds: float) -> None:
         """Cancel the job: the service stops every worker; returns once it says the job ended."""
         self.job.cancel()
+
+
+class NotedFollower:
+    """The workers' local logs, then what the service said with them."""
+
+    def __init__(self, inner: launch.LogFollower, runner: JobRunner):
+        self.inner, self.runner = inner, runner
+
+    def poll(self, flush: bool = False):
+        yield from self.inner.poll(flush)
+        notes, self.runner.pending = self.runner.pending, []
+        for text in notes:
+            self.runner.note(text)
+
+
+def job_statuses(backend, cluster, run, plans: list[launch.WorkerPlan]) -> list[launch.WorkerStatus] | None:
+    """The workers' states from the cloud job of the run's current attempt; None when the
+    backend runs processes (their status files tell)."""
+    job = backend.cloud_job_of(cluster, run.run_id, max(run.attempts, 1))
+    if job is None:
+        return None
+    report = job.look()
+    return [JobRunner._status(report, plan.index) for plan in plans]
+
+
+def last_step(plan: launch.WorkerPlan) -> str:
+    """The last training step a worker's log reports (the trainer's step events), or "-"."""
+    raw = plan.host.read_file(plan.log_path) or b""
+    for line in reversed(raw.decode(errors="replace").splitlines()):
+        event = events.parse(line)
+        if event and event.get("event") in ("first_step", "step"):
+            return f"epoch {event.get('epoch')} step {event.get('step')}/{event.get('steps')}"
+    return "-"
+
+
+def cancel_job(backend, cluster, run) -> bool:
+    """Cancel the cloud job of the run's current attempt and wait until it ended; False when the
+    backend runs processes instead (the caller stops them)."""
+    job = backend.cloud_job_of(cluster, run.run_id, max(run.attempts, 1))
+    if job is None:
+        return False
+    job.cancel()
+    return True
 
 
 def runner_for(backend, cluster, run_id: str, plans: list[launch.WorkerPlan], image: str,

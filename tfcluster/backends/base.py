@@ -93,10 +93,12 @@ class JobReport:
     failed_worker: int | None = None
     exit_code: int | None = None
     message: str = ""
-    # Workers the cloud started again since the last look (a Spot preemption restarts the whole job).
-    restarted: list[int] = field(default_factory=list)
+    # How often the service has started the job's workers again so far (a Spot preemption restarts the job).
+    restarts: int = 0
     # The cloud's own lines about the job since the last look ("Job is running."), oldest first.
     notes: list[str] = field(default_factory=list)
+    # The service's name for the job ("" when none was submitted).
+    job: str = ""
 
 
 class CloudJob(Protocol):
@@ -109,6 +111,9 @@ class CloudJob(Protocol):
 
     def poll(self) -> JobReport:
         """The job now, with its new lines appended to the workers' local logs."""
+
+    def look(self) -> JobReport:
+        """The job now, its state only (another shell's `status`: the launcher mirrors the lines)."""
 
     def cancel(self) -> None:
         """Cancel the job; return once the service says it ended and nothing of it runs."""
@@ -303,6 +308,11 @@ class Backend:
     def cloud_job(self, cluster: ClusterState, run_id: str, spec: JobSpec) -> CloudJob | None:
         """The run's attempts as jobs of a managed service (Vertex AI), one job each. Default: None,
         the workers are processes the launcher starts on the hosts."""
+        return None
+
+    def cloud_job_of(self, cluster: ClusterState, run_id: str, attempt: int) -> CloudJob | None:
+        """The job a run's attempt was submitted as, to look at or cancel from any shell. Default: None,
+        the workers are processes whose status files tell."""
         return None
 
     def gather(self, hosts: list[WorkerHost], run_id: str, folder: str, local_run_dir: Path) -> None:

@@ -6,7 +6,7 @@ import dataclasses
 import shlex
 import time
 
-from tfcluster import launch, ledger, tfconfig, ui
+from tfcluster import launch, ledger, runners, tfconfig, ui
 from tfcluster.backends import Backend
 from tfcluster.commands.common import (backend_for_cluster, backend_named, console, end_launchers,
                                        require_cluster, run_state, run_statuses)
@@ -98,15 +98,21 @@ def status(settings: Settings, every: bool = False) -> dict | list:
     pairs = run_statuses(store, cluster, run, backend)
     state = run_state(run, [s for _, s in pairs])
     colour = {"running": "yellow", "succeeded": "green"}.get(state, "red")
+    job = backend.cloud_job_of(cluster, run.run_id, max(run.attempts, 1))  # A cloud job's run (Vertex AI).
+    report = job.look() if job is not None else None
     table = ui.table(f"Run {run.run_id}: [{colour}]{state}[/], attempt {run.attempts} of "
                      f"{run.retries + 1}, started {ui.when(run.started_at)}",
-                     ["worker", "state", "pid", "exit code"])
+                     ["worker", "state", "last step" if report else "pid", "exit code"])
     for plan, worker in pairs:
         # A stopped run's workers were ended on purpose: not "lost", not "failed".
         shown = "stopped" if state == "stopped" and worker.state in (launch.LOST, launch.FAILED) else worker.state
         table.add_row(f"[{ui.worker_colour(plan.index)}]{plan.name}[/]", shown,
-                      str(worker.pid or "-"), "-" if worker.exit_code is None else str(worker.exit_code))
+                      runners.last_step(plan) if report else str(worker.pid or "-"),
+                      "-" if worker.exit_code is None else str(worker.exit_code))
     console.print(table)
+    if report is not None:
+        console.print(f"{cluster.backend} job {report.job or '(none submitted)'}: {report.cloud_state}"
+                      + (f" ({report.message})" if report.message else ""), soft_wrap=True, markup=False)
     if run.summary.get("stopped_by"):
         console.print(f"stopped by {run.summary['stopped_by']}", soft_wrap=True, markup=False)
     if state != "succeeded" and run.kind == "train":

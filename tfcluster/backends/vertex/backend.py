@@ -248,13 +248,13 @@ class VertexBackend(Backend):
 
         return VertexJob(self._jobs(cluster), self._logs(cluster), folder, body, record)
 
-    def job_of(self, cluster, run_id: str, attempt: int) -> VertexJob | None:
-        """The job of a run's attempt, as recorded when it was submitted (None: none was)."""
+    def cloud_job_of(self, cluster, run_id: str, attempt: int) -> VertexJob:
+        """The job of a run's attempt, as recorded when it was submitted (one that names no job when
+        none was: its look() says so)."""
         path = self._store.run_dir(run_id) / JOBS_FILE
         name = json.loads(path.read_text()).get(str(attempt)) if path.exists() else None
-        if not name:
-            return None
-        return VertexJob(self._jobs(cluster), self._logs(cluster), self._store.run_dir(run_id)).attach(name)
+        job = VertexJob(self._jobs(cluster), self._logs(cluster), self._store.run_dir(run_id))
+        return job.attach(name) if name else job
 
     def _jobs(self, cluster) -> Jobs:
         return Jobs(cluster.project, cluster.zone)

@@ -71,18 +71,26 @@ class VertexJob:
             self.last_get = time.monotonic()
         return self.job.get("state", "JOB_STATE_QUEUED")
 
+    def look(self) -> JobReport:
+        if not self.name:
+            return JobReport("STOPPED", "no job", message="no Vertex AI job was submitted for it")
+        return self._report(self.state(), [])
+
     def poll(self) -> JobReport:
         cloud = self.state()
-        lines = self._read(cloud in ENDED)
-        report = JobReport(STATES.get(cloud, "RUNNING"), cloud)
+        return self._report(cloud, self._read(cloud in ENDED))
+
+    def _report(self, cloud: str, lines: list) -> JobReport:
+        report = JobReport(STATES.get(cloud, "RUNNING"), cloud, job=self.name)
+        if not lines:
+            report.restarts = max(self.starts.values(), default=1) - 1
         for worker, text in lines:
             if worker is None:
                 report.notes.append(text)
                 continue
             if START.match(text):
                 self.starts[worker] = self.starts.get(worker, 0) + 1
-                if self.starts[worker] > 1:
-                    report.restarted.append(worker)
+        report.restarts = max(self.starts.values(), default=1) - 1
         if report.state == "FAILED":
             report.message = (self.job.get("error") or {}).get("message", "") or f"the job ended {cloud}"
             found = REPLICA_EXIT.search(report.message)
@@ -119,6 +127,8 @@ class VertexJob:
     def cancel(self) -> None:
         if not self.name:
             return
+        if not self.job:
+            self.job = self.jobs.get(self.name)
         if self.job.get("state") not in ENDED:
             self.jobs.cancel(self.name)
         deadline = time.monotonic() + CANCEL_SECONDS

@@ -8,8 +8,9 @@ jsonPayload.message, else textPayload. A container's stdout comes at INFO and it
 An entry becomes readable a few seconds after it is written, and not in timestamp order across
 replicas. So each read asks from a minute before the newest timestamp seen (OVERLAP) and drops the
 entries already seen by insertId; asking only for what is newer would lose a slow replica's lines.
-Reads go through api.Logs, which keeps Cloud Logging's 60 reads a minute: one read (one page
-when the job is quiet) every POLL_SECONDS is at most 12 a minute.
+Reads go through api.Logs, which keeps Cloud Logging's 60 reads a minute (at least a second
+between pages, twice as long after a 429): one read (one page when the job is quiet) every
+POLL_SECONDS is 30 a minute, half the quota, leaving the rest to `status` from another shell.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 
 from tfcluster.backends.vertex.jobspec import worker_of
 
-POLL_SECONDS = 5.0
+POLL_SECONDS = 2.0
 OVERLAP = 60.0
 
 
