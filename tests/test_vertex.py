@@ -2,10 +2,11 @@
 (tests/world/vertex.py, cloud_logging.py): the real terraform on the module in terraform/, the CLI with
 the product's own defaults, the replicas as containers of the `--image` tests' image.
 
-Two clusters, to keep CI short: one on-demand cluster for the happy path (one 3-worker job of the
-bundled trainer, one 2-worker job of a tutorial-shaped script), one Spot cluster whose small
-Python-only jobs walk the unhappy paths (quota at submission, a failing replica and --retries, a
-Spot preemption, Ctrl-C, `stop`).
+One Spot cluster and five jobs, to keep CI short: a 3-worker job of the bundled trainer (the happy
+path), a 2-worker job of a tutorial-shaped script, and one small Python-only run whose jobs walk the
+unhappy paths (a failing replica then --retries, a Spot preemption, Ctrl-C, then --resume and
+`invoke stop`); the quota refusal needs no job. What differs on demand (no SPOT strategy, the
+on-demand quota and rates) is checked on the job's body alone.
 """
 
 from __future__ import annotations
@@ -102,21 +103,56 @@ def seconds(stamp: str) -> float:
     return parse_time(stamp)
 
 
-def test_up_train_pull_down_on_vertex(tmp_path, world, synthetic_data, images, pushed):
-    tf_image, _ = images
+def test_an_on_demand_job_has_no_spot_strategy():
+    from tfcluster.backends.vertex import jobspec, money, preflight
+
+    args = dict(cluster="default", run_id="r1", attempt=1, workers=1, image="i", bundles=[], argv=["x"], env={},
+                machine=jobspec.machine_spec("n1-standard-8", "t4", 1), bucket="b", service_account="a",
+                timeout_seconds=60, boot_disk_gb=50)
+    assert jobspec.job_body(spot=False, **args)["jobSpec"]["scheduling"] == {"timeout": "60s",
+                                                                               "restartJobOnWorkerRestart": True}
+    assert jobspec.job_body(spot=True, **args)["jobSpec"]["scheduling"]["strategy"] == "SPOT"
+    assert [pool["replicaCount"] for pool in jobspec.job_body(spot=False, **args)["jobSpec"]["workerPoolSpecs"]] == ["1"]
+    assert preflight.quota_metric("t4", False) == "aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus"
+    on_demand, spot = (money.replica_rates("n1-standard-8", "t4", 1, flag) for flag in (False, True))
+    assert on_demand["gpu"] == PRICES["accelerator_hour"]["NVIDIA_TESLA_T4"]
+    assert abs(spot["gpu"] - on_demand["gpu"] * (1 - PRICES["spot_discount"])) < 1e-9
+
+
+TICKS = str(REPO / "tests" / "scripts" / "vertex_ticks.py")
+
+
+def test_up_train_unhappy_paths_down_on_vertex(tmp_path, world, synthetic_data, images, pushed):
+    tf_image, python_image = images
+    vertex = world.vertex.vertex
+    vertex.state.stop_grace_seconds = 2
     cli = make_vertex_cli(tmp_path, world, synthetic_data)
-    up = cli.run("up", timeout=300)
+    up = cli.run("up", "--spot", timeout=300)
     assert up.returncode == 0, up.stdout + up.stderr
-    assert "✓ quota: aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus is 16 in us-west1" in up.stdout
+    metric = "custom_model_training_preemptible_nvidia_t4_gpus"
+    assert f"✓ quota: aiplatform.googleapis.com/{metric} is 16 in us-west1" in up.stdout
     assert world.compute.state.instances == {}  # Nothing that bills between jobs.
     cluster = cli.cluster()
     account = f"default-jobs@{world.compute.state.project}.iam.gserviceaccount.com"
     assert account in world.compute.state.service_accounts
     image = pushed(tf_image, cluster["registry"], "trainer")
+    small = pushed(python_image, cluster["registry"], "python")
+
+    # Quota at submission: Vertex AI's own (Spot) T4 quota, smaller than the job; no job, one line.
+    vertex.state.quota[(REGION, metric)] = 1
+    refused = cli.run("train", "--workers", "2", "--image", small, "--script", TICKS, timeout=300)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stdout + refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"error: submitting the Vertex AI job: the job needs more than the custom training quota {metric} allows in "
+        f"{REGION} (Vertex AI's own quota, not Compute Engine's); request more in the console (IAM & Admin > Quotas, "
+        f"service aiplatform.googleapis.com, filter {metric}, region {REGION}), or use fewer workers, another GPU or "
+        "another region (`invoke offers --backend vertex` shows both)"]
+    assert cli.latest_run()[1]["outcome"] == "failed"
+    del vertex.state.quota[(REGION, metric)]
 
     # The bundled trainer, 3 workers, --budget as the job's timeout; lines as they come.
     launcher = Timed(cli.popen("train", "--workers", "3", "--image", image, "--budget", "2", "--",
-                               "--epochs", "2", "--steps-per-epoch", "3", "--batch-size", "8"))
+                               "--epochs", "2", "--steps-per-epoch", "3", "--batch-size", "8", "--width", "8"))
     output = launcher.wait(600)
     assert launcher.process.returncode == 0, output[-6000:]
     run_dir, run = cli.latest_run()
@@ -139,10 +175,10 @@ def test_up_train_pull_down_on_vertex(tmp_path, world, synthetic_data, images, p
     assert spec["serviceAccount"] == account
     assert spec["baseOutputDirectory"] == {"outputUriPrefix": f"gs://{cluster['bucket']}/runs/{run['run_id']}/"}
     scheduling = spec["scheduling"]
-    assert scheduling["restartJobOnWorkerRestart"] is True and "strategy" not in scheduling
-    # --budget $2 at Vertex AI's rate for 3 replicas (the dated table's numbers, not the product's sums).
+    assert scheduling["restartJobOnWorkerRestart"] is True and scheduling["strategy"] == "SPOT"
+    # --budget $2 at Vertex AI's Spot rate for 3 replicas (the dated table's numbers, not the product's sums).
     replica_hour = (8 * PRICES["vcpu_hour"]["n1"] + 30 * PRICES["memory_gib_hour"]["n1"]
-                    + PRICES["accelerator_hour"]["NVIDIA_TESLA_T4"])
+                    + PRICES["accelerator_hour"]["NVIDIA_TESLA_T4"]) * (1 - PRICES["spot_discount"])
     budget_seconds = 2 / (3 * replica_hour) * 3600
     assert budget_seconds - 120 < float(scheduling["timeout"].rstrip("s")) <= budget_seconds
     # The ledger: each replica from the job's startTime, billed to the next 30 s.
@@ -150,7 +186,7 @@ def test_up_train_pull_down_on_vertex(tmp_path, world, synthetic_data, images, p
     costs = cli.run("costs", timeout=120)
     assert costs.returncode == 0, costs.stdout + costs.stderr
     book = [json.loads(line) for line in (cli.state_dir / "ledger" / "default.jsonl").read_text().splitlines()]
-    stops = [e for e in book if e["type"] == "event" and e["kind"] == "stop"]
+    stops = [e for e in book if e["type"] == "event" and e["kind"] == "stop" and e["instance"].startswith(job.id)]
     assert len(stops) == 3 and all(abs(e["at"] - seconds(record["startTime"]) - billed) < 0.01 for e in stops)
     spent = [float(word[1:]) for word in costs.stdout.split() if word.startswith("$")]
     assert any(abs(usd - 3 * billed / 3600 * replica_hour) < 0.011 for usd in spent), costs.stdout
@@ -189,89 +225,49 @@ def test_up_train_pull_down_on_vertex(tmp_path, world, synthetic_data, images, p
     assert f"runs/{second['run_id']}/model/saved_model.pb" in names
     assert not [name for name in names if "workertemp" in name]
 
-    down = cli.run("down", timeout=300)
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert replicas() == [] and account not in world.compute.state.service_accounts
-
-
-TICKS = str(REPO / "tests" / "scripts" / "vertex_ticks.py")
-
-
-def test_unhappy_paths_on_a_spot_cluster(tmp_path, world, synthetic_data, images, pushed):
-    """Small Python-only jobs: quota at submission, a failing replica then --retries, a Spot
-    preemption, Ctrl-C, then --resume and `invoke stop`."""
-    _, python_image = images
-    vertex = world.vertex.vertex
-    vertex.state.stop_grace_seconds = 2
-    cli = make_vertex_cli(tmp_path, world, synthetic_data)
-    up = cli.run("up", "--spot", timeout=300)
-    assert up.returncode == 0, up.stdout + up.stderr
-    image = pushed(python_image, cli.cluster()["registry"], "python")
-
-    # Quota at submission: Vertex AI's own preemptible T4 quota, smaller than the job.
-    metric = "custom_model_training_preemptible_nvidia_t4_gpus"
-    vertex.state.quota[(REGION, metric)] = 1
-    refused = cli.run("train", "--workers", "2", "--image", image, "--script", TICKS, timeout=300)
-    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stdout + refused.stderr
-    assert refused.stderr.strip().splitlines() == [
-        f"error: submitting the Vertex AI job: the job needs more than the custom training quota {metric} allows in "
-        f"{REGION} (Vertex AI's own quota, not Compute Engine's); request more in the console (IAM & Admin > Quotas, "
-        f"service aiplatform.googleapis.com, filter {metric}, region {REGION}), or use fewer workers, another GPU or "
-        "another region (`invoke offers --backend vertex` shows both)"]
-    assert cli.latest_run()[1]["outcome"] == "failed"
-    del vertex.state.quota[(REGION, metric)]
-
-    # A replica that fails ends its job FAILED; --retries 1 submits another, which resumes.
-    flaky = cli.run("train", "--workers", "2", "--image", image, "--retries", "1", "--script", TICKS, "--",
-                    "--seconds", "1", "--fail-once", timeout=300)
-    assert flaky.returncode == 0, flaky.stdout[-4000:] + flaky.stderr
-    run_dir, run = cli.latest_run()
-    first, second = jobs_of(world, run["run_id"])
-    assert (first.state, second.state) == ("JOB_STATE_FAILED", "JOB_STATE_SUCCEEDED") and run["attempts"] == 2
-    assert ("✗ worker-1 (worker:0 on workerpool1-0:2222) exited with code 3; the job ended JOB_STATE_FAILED: The "
-            "replica workerpool1-0 exited with a non-zero status of 3.") in flaky.stdout.replace("\n", " ")
-    assert "worker-1 │ worker 1 fails on purpose" in flaky.stdout
-    assert second.record["jobSpec"]["scheduling"] == {"timeout": second.record["jobSpec"]["scheduling"]["timeout"],
-                                                      "restartJobOnWorkerRestart": True, "strategy": "SPOT"}
-
-    # A Spot replica preempted: Vertex AI restarts the whole job, and the run goes on.
-    launcher = Timed(cli.popen("train", "--workers", "2", "--image", image, "--script", TICKS, "--",
-                               "--seconds", "8"))
-    wait_for(lambda: launcher.first("worker-1 │ tick 2"), 120, what="worker-1's third tick")
-    [job] = jobs_of(world, cli.latest_run()[1]["run_id"])
-    vertex.preempt(job.id, "workerpool1-0")
-    output = launcher.wait(300)
-    assert launcher.process.returncode == 0, output[-4000:]
-    assert "vertex: the service started the job's workers again (restart 1: " in output and job.restarts == 1
-    run_dir = cli.runs()[-1]
-    for index in range(2):  # Both started twice: the whole job, not the preempted replica alone.
-        assert (run_dir / f"worker-{index}.log").read_text().count(f"=== tfcluster: worker-{index} ") == 2
-
-    # Ctrl-C: the job CANCELLED, no container left.
-    launcher = Timed(cli.popen("train", "--workers", "2", "--image", image, "--script", TICKS, "--",
-                               "--seconds", "600", "--first-seconds", "600"))
-    wait_for(lambda: launcher.first("worker-1 │ tick 1"), 120, what="worker-1's second tick")
+    # The unhappy paths, one small run: its first job FAILED (a replica exits 3), --retries 1 submits
+    # the next, which resumes; a Spot preemption restarts that whole job and the run goes on; Ctrl-C
+    # leaves it CANCELLED, no container left.
+    launcher = Timed(cli.popen("train", "--workers", "2", "--image", small, "--retries", "1", "--script", TICKS,
+                               "--", "--seconds", "600", "--fail-once"))
+    wait_for(lambda: launcher.first("worker-1 │ tick 2"), 180, what="the second job's third tick")
+    _, flaky = cli.latest_run()
+    first, retried = jobs_of(world, flaky["run_id"])
+    assert (first.state, retried.state) == ("JOB_STATE_FAILED", "JOB_STATE_RUNNING")
+    assert retried.record["jobSpec"]["scheduling"]["strategy"] == "SPOT"
+    vertex.preempt(retried.id, "workerpool1-0")
+    wait_for(lambda: retried.restarts == 1 and launcher.first("the service started the job's workers again"), 120,
+             what="the restart's note")
+    wait_for(lambda: sum("worker-1 │ tick 1" in line for _, line in launcher.lines) >= 2, 120,
+             what="worker-1 ticking again after the restart")
     status = cli.run("status", timeout=120)
     assert status.returncode == 0 and "JOB_STATE_RUNNING" in status.stdout, status.stdout + status.stderr
     launcher.process.send_signal(2)
     output = launcher.wait(120)
     assert launcher.process.returncode == 1 and "no worker is left running" in output, output[-3000:]
-    _, stopped = cli.latest_run()
-    [job] = jobs_of(world, stopped["run_id"])
-    assert [state for state, _ in job.history][-2:] == ["JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"]
+    assert ("✗ worker-1 (worker:0 on workerpool1-0:2222) exited with code 3; the job ended JOB_STATE_FAILED: The "
+            "replica workerpool1-0 exited with a non-zero status of 3.") in output.replace("\n", " ")
+    assert "worker-1 │ worker 1 fails on purpose" in output and "worker-1 │ resumes after an earlier job" in output
+    assert "vertex: the service started the job's workers again (restart 1: " in output
+    run_dir = cli.runs()[-1]
+    for index in range(2):  # Both started twice in the second job: the whole job, not the preempted replica.
+        assert (run_dir / f"worker-{index}.log").read_text().count(f"=== tfcluster: worker-{index} ") == 3
+    assert [state for state, _ in retried.history][-2:] == ["JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"]
     assert replicas() == []
 
     # --resume submits a new job, which resumes; `invoke stop` from another shell cancels it.
-    launcher = Timed(cli.popen("train", "--resume", stopped["run_id"]))
-    wait_for(lambda: launcher.first("worker-1 │ tick 1"), 120, what="the resumed job's second tick")
+    launcher = Timed(cli.popen("train", "--resume", flaky["run_id"]))
+    wait_for(lambda: sum("worker-1 │ resumes after an earlier job" in line for _, line in launcher.lines), 120,
+             what="the resumed job's worker-1")
     stop = cli.run("stop", timeout=120)
     assert stop.returncode == 0, stop.stdout + stop.stderr
     output = launcher.wait(120)
     assert launcher.process.returncode == 1 and "was stopped by" in output, output[-3000:]
-    assert "worker-1 │ resumes after an earlier job" in output
-    jobs = jobs_of(world, stopped["run_id"])
-    assert [job.state for job in jobs] == ["JOB_STATE_CANCELLED", "JOB_STATE_CANCELLED"]
-    assert [state for state, _ in jobs[1].history][-2:] == ["JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"]
+    jobs = jobs_of(world, flaky["run_id"])
+    assert [job.state for job in jobs] == ["JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_CANCELLED"]
+    assert [state for state, _ in jobs[2].history][-2:] == ["JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"]
     assert replicas() == []
+
     down = cli.run("down", timeout=300)
     assert down.returncode == 0, down.stdout + down.stderr
+    assert replicas() == [] and account not in world.compute.state.service_accounts
