@@ -30,6 +30,8 @@ from tfcluster.ports import free_ports  # noqa: E402
 from trainer import events  # noqa: E402
 
 TRAINER_ARGS = ["--epochs", "1", "--steps-per-epoch", "3"]
+# The bundled pipeline over the converted shards against the naive per-file one (docs/benchmarks.md).
+PIPELINE_TARGET = 1.5
 
 
 def first_step_time(text: str) -> float | None:
@@ -147,7 +149,7 @@ def bench_pipeline(tmp: Path, images: int = 4000, source_size: int = 256, size: 
         return tf.data.Dataset.from_tensor_slices((files, labels)).map(load).batch(batch)
 
     def ours():
-        return data.make_dataset(str(records), "train", batch, size, shuffle=True).take(len(files) // batch)
+        return data.make_dataset(str(records), "train", batch, size).take(len(files) // batch)
 
     def rate(make) -> float:
         best = 0.0
@@ -185,10 +187,13 @@ def main() -> None:
     print(f"| input pipeline, {pipeline['images']} JPEGs {pipeline['source_size']}px -> {pipeline['size']}px "
           f"| {pipeline['ours']:.0f} img/s "
           f"(TFRecord, parallel map, prefetch) | {pipeline['naive']:.0f} img/s (per-file decode+resize, serial) "
-          f"| {pipeline['ours'] / pipeline['naive']:.2f}x | faster |")
+          f"| {pipeline['ours'] / pipeline['naive']:.2f}x | >= {PIPELINE_TARGET}x |")
     if peaks:
         print(f"| peak RSS per worker (max of {len(peaks)}) | {max(peaks) / 2**30:.2f} GiB "
               f"(median {statistics.median(peaks) / 2**30:.2f}) | | | |")
+    if pipeline["ours"] < pipeline["naive"]:
+        print(f"WARNING: the input pipeline is slower than the naive one ({pipeline['ours']:.0f} vs "
+              f"{pipeline['naive']:.0f} images/s): look at trainer/data.py's per-batch work")
 
 
 if __name__ == "__main__":

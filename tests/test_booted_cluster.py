@@ -182,7 +182,7 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
     assert {n for n, t in writers.items() if t not in vm_tokens} <= {n for n in writers if "/throughput/" in n}
     pulled = cli.run("pull", timeout=180)
     assert pulled.returncode == 0, pulled.stderr
-    served = run_dir / "output" / "model" / "1"
+    served = run_dir / "output" / "model"  # The SavedModel at its root (trainer/export.py).
     predict = subprocess.run([sys.executable, "-c", (
         "import tensorflow as tf; "
         f"m = tf.saved_model.load({str(served)!r}); "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import signal
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_stopped_by, events_of, stop_while_attached, wait_for
+from tests.conftest import assert_stopped_by, events_of, run_on_terminal, stop_while_attached, wait_for
 from tests.test_console import assert_console_folds_tensorflow_noise_and_logs_keep_it
 from tests.test_throughput import check_run_speed, install_fake_nvidia_smi, tensorboard_scalars
 from tfcluster.backends.local import processes_with_env
@@ -30,13 +31,21 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
     cli.env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # As a user's shell has it: TensorFlow's own default.
     install_fake_nvidia_smi(cli, tmp_path / "bin")
     assert cli.run("up", "--workers", "3").returncode == 0
-    # A short 1-worker run of the same configuration (model, image size, per-replica batch, data,
-    # backend, machine, GPUs; not epochs or steps): the 3-worker run's scaling reference.
+    # A short 1-worker run of the same configuration (model, image size, per-replica batch, data, the
+    # trainer's other flags, backend, machine, GPUs; not epochs or steps): the 3-worker run's scaling reference.
     one = cli.run("train", "--workers", "1", "--", "--epochs", "1", "--steps-per-epoch", "6")
     assert one.returncode == 0, one.stdout + one.stderr
     one_dir, one_run = cli.latest_run()
-    result = cli.run("train", "--workers", "3", "--", "--epochs", "3")
+    # The launcher's own imports, as Python reports each (-X importtime, on its stderr).
+    result = cli.run("train", "--workers", "3", "--", "--epochs", "3", python_flags=("-X", "importtime"))
     assert result.returncode == 0, result.stdout + result.stderr
+    imported = [line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")]
+    assert "tfcluster.throughput" in imported and "rich" in imported, result.stderr[-2000:]
+    assert not [name for name in imported if name.split(".")[0] in ("tensorflow", "tensorboard", "keras", "tf_keras")]
+    # So nothing of TensorFlow's C++ logging comes from the launcher itself (workers' lines are folded).
+    own = [line for line in (result.stdout + result.stderr).splitlines()
+           if not line.startswith("import time:") and not re.match(r"worker-\d +│", line)]
+    assert not [line for line in own if "absl" in line or re.match(r"[IWEF]\d{4} ", line)], own
     run_dir, run = cli.latest_run()
     summary = run["summary"]
     assert run["outcome"] == "succeeded"
@@ -44,6 +53,12 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
     assert summary["last_epoch"] == 3
     assert "replicas in sync" in result.stdout and "validation accuracy" in result.stdout
     assert_console_folds_tensorflow_noise_and_logs_keep_it(cli, result.stdout, workers=3)
+    # Without a terminal, the progress is one line per epoch: its metrics, the speed, the time left.
+    ends = re.findall(r"^worker-0 +│ epoch (\d)/3  accuracy .* · \d[\d,]* images/s · ETA (\d+)m(\d\d)s$", result.stdout,
+                      re.M)
+    assert [int(epoch) for epoch, _, _ in ends] == [1, 2, 3], result.stdout[-4000:]
+    left = [int(minutes) * 60 + int(seconds) for _, minutes, seconds in ends]
+    assert left[0] >= left[1] >= left[2] == 0 and left[0] > 0, left
 
     # Every worker joined the same 3-replica collective, each as its own task.
     tasks = set()
@@ -54,10 +69,12 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
         tasks.add((strategy["task_type"], strategy["task_id"]))
     assert tasks == {("chief", 0), ("worker", 0), ("worker", 1)}
 
-    # Only the chief's output directory holds the model; non-chief scratch dirs are gone.
+    # Only the chief's output directory holds the model, the SavedModel at its root (AIP_MODEL_DIR's,
+    # as Vertex AI reads it); non-chief scratch dirs are gone.
     model_dir = run_dir / "output" / "model"
     assert summary["model_dir"] == str(model_dir)
-    assert sorted(p.name for p in model_dir.iterdir()) == ["1", "model.keras"]
+    assert sorted(p.name for p in model_dir.iterdir()) == ["fingerprint.pb", "model.keras", "saved_model.pb",
+                                                            "variables"]
     assert sorted(summary["scratch_dirs"]) == ["1", "2"]
     for path in summary["scratch_dirs"].values():
         assert not Path(path).exists()
@@ -65,17 +82,34 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
     assert (run_dir / "output" / "tensorboard" / "train").is_dir()
 
     # The learning rate follows the global batch: Adam's default sqrt rule, the reference rate on
-    # 1 replica and x sqrt(3) on 3, in the header, the summary and each epoch's end.
+    # 1 replica and x sqrt(3) on 3, then the default cosine decay to 0 at the last step, in the
+    # header, the summary and each epoch's end.
     assert one_run["summary"]["learning_rate"]["effective"] == 2e-3
-    assert summary["learning_rate"]["effective"] == pytest.approx(2e-3 * 3 ** 0.5)
-    assert "learning rate 0.003464 (adam, sqrt: 0.002 at batch 32 x 1 replica, x sqrt(3 replicas))" in result.stdout
+    plan = summary["learning_rate"]
+    assert plan["effective"] == pytest.approx(2e-3 * 3 ** 0.5) and plan["schedule"] == "cosine"
+    steps = 1280 // 96
+    assert (plan["warmup_steps"], plan["decay_steps"]) == (0, 3 * steps)
+    schedule = f"learning rate 0.003464 (adam, sqrt: 0.002 at batch 32 x 1 replica, x sqrt(3 replicas)), then " \
+               f"cosine decay to 0 over {3 * steps} steps"
+    assert schedule in result.stdout  # The header.
+    assert re.search(rf"│ learning rate +│ {re.escape(schedule.removeprefix('learning rate '))}", result.stdout)
     ends = [e for e in events_of((run_dir / "worker-0.log").read_text()) if e["event"] == "epoch_end"]
-    assert [e["learning_rate"] for e in ends] == pytest.approx([2e-3 * 3 ** 0.5] * 3)
+    assert [e["learning_rate"] for e in ends] == [
+        pytest.approx(plan["effective"] * 0.5 * (1 + math.cos(math.pi * (e["epoch"] * steps - 1) / (3 * steps))),
+                      rel=1e-4) for e in ends]
+    # Validation is one pass over the whole held-out split each epoch: 320 images, the last batches
+    # partial and uneven (16 shards over 3 workers), each scored once.
+    assert [e["metrics"]["val_images"] for e in ends] == [320.0] * 3
     # Throughput in both summaries, per epoch and per worker, with each worker's GPU use.
     check_run_speed(one_dir, one_run, 1)
     check_run_speed(run_dir, run, 3)
     assert [e["epoch"] for e in summary["throughput"]["epochs"]] == [1, 2, 3]
     assert "Throughput per epoch" in result.stdout and "w2 89%" in result.stdout
+    # The summary's throughput: wall clock beside the median step, then each worker's own.
+    speed = summary["throughput"]
+    row = next(line for line in result.stdout.splitlines() if re.match(r"│ throughput +│", line))
+    assert (f"│ {speed['wall_images_per_second']:.0f} images/s by wall clock, {speed['global_images_per_second']:.0f} "
+            f"at the median step ({speed['median_step_seconds'] * 1000:.1f} ms); per worker: w0 ") in row, row
     # Scaling efficiency against the 1-worker run, in the summary and in TensorBoard.
     assert one_run["summary"]["scaling"] is None
     scaling = summary["scaling"]
@@ -103,7 +137,7 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
         # The served model takes uint8 pixels and scales them itself (trainer/export.py).
         pixels = np.round(x * 255).astype(np.uint8)
         p = model.predict(pixels.astype(np.float32) / 255, verbose=0)
-        served = tf.saved_model.load({str(model_dir / "1")!r})
+        served = tf.saved_model.load({str(model_dir)!r})
         q = served.signatures["serving_uint8"](images=tf.constant(pixels))["probabilities"].numpy()
         assert np.allclose(p, q, atol=1e-4)
         print("ok")
@@ -186,12 +220,13 @@ def test_killed_worker_fails_fast_then_retries_resume(cli):
 USER_SCRIPT = """
 import json, os, sys
 import tensorflow as tf
+folders = [os.path.isdir(os.environ[key]) for key in ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR")]
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 task = json.loads(os.environ["TF_CONFIG"])["task"]
-print("USER", task["type"], task["index"], strategy.num_replicas_in_sync, sys.argv[1:], flush=True)
-if task["type"] == "chief":
-    os.makedirs(os.environ["AIP_MODEL_DIR"], exist_ok=True)
+print("USER", task["type"], task["index"], strategy.num_replicas_in_sync, sys.argv[1:], "folders", folders, flush=True)
+if task["type"] == "chief":  # As on Vertex AI: save into AIP_MODEL_DIR, which exists.
     open(os.path.join(os.environ["AIP_MODEL_DIR"], "marker"), "w").write("chief")
+    tf.saved_model.save(tf.Module(), os.environ["AIP_MODEL_DIR"])
 """
 
 
@@ -201,11 +236,15 @@ def test_user_script_gets_tf_config_and_arguments(cli, tmp_path):
     assert cli.run("up", "--workers", "2").returncode == 0
     result = cli.run("train", "--script", str(script), "--", "--lr", "0.1")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "USER chief 0 2 ['--lr', '0.1']" in result.stdout
-    assert "USER worker 0 2 ['--lr', '0.1']" in result.stdout
+    # Each found AIP_MODEL_DIR and its siblings made before it started.
+    assert "USER chief 0 2 ['--lr', '0.1'] folders [True, True, True]" in result.stdout
+    assert "USER worker 0 2 ['--lr', '0.1'] folders [True, True, True]" in result.stdout
     run_dir, run = cli.latest_run()
     assert (run_dir / "output" / "model" / "marker").read_text() == "chief"
     assert "n/a" in result.stdout  # No trainer events: the summary says what it does not know.
+    # But it finds the model the script saved (no event names it).
+    model = str(run_dir / "output" / "model")
+    assert run["summary"]["saved_model_path"] == model and re.search(rf"│ model +│ {re.escape(model)} +│", result.stdout)
 
 
 SLEEPER = """
@@ -251,13 +290,21 @@ def test_ctrl_c_stops_every_worker(cli, sleeper):
     assert json.loads((run_dir / "run.json").read_text())["outcome"] == "stopped"
 
 
-def test_job_outlives_the_launcher_and_logs_follow_reattaches(cli, sleeper):
+def test_a_detached_run_outlives_its_launcher_and_logs_follow_reattaches(cli, sleeper):
+    """`train --detach` starts the run and returns at once (the laptop may go); `status` and
+    `logs --follow` from any shell watch it to its end. (test_ssh_backend kills an attached launcher.)"""
     cli.env["SLEEP"] = "4"
     assert cli.run("up", "--workers", "2").returncode == 0
-    launcher = cli.popen("train", "--script", str(sleeper))
+    refused = cli.run("train", "--detach", "--retries", "1", "--script", str(sleeper))
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "error: --retries needs the launcher attached (it restarts the workers after a failure); drop --detach, "
+        "or --retries"], refused.stderr
+    started = time.monotonic()
+    detached = cli.run("train", "--detach", "--script", str(sleeper))
+    assert detached.returncode == 0 and time.monotonic() - started < 30, detached.stdout + detached.stderr
+    run_id = cli.latest_run()[1]["run_id"]
+    assert f"✓ Run {run_id} started on 2 worker(s), detached. Follow it with `invoke logs --follow`" in detached.stdout
     wait_for(lambda: len(_cluster_processes(cli)) >= 2, 30, what="workers running")
-    launcher.kill()  # The laptop goes away; the job does not.
-    launcher.wait(timeout=10)
     assert "running" in cli.run("status").stdout
     follow = cli.run("logs", "--follow", timeout=60)
     assert follow.returncode == 0, follow.stdout + follow.stderr
@@ -297,3 +344,36 @@ def test_stop_and_down_win_over_an_attached_launcher(cli, sleeper):
             assert "verified that no worker process is left" in said, said
     assert cli.cluster() is None
     assert _cluster_processes(cli) == []
+
+
+TICKER = """
+import time, tfcluster
+for step in range(1, 41):
+    tfcluster.progress(step, total=40)
+    time.sleep(0.2)
+"""
+
+
+def test_the_live_line_and_status_show_where_the_run_is(cli, tmp_path):
+    """On a terminal the launcher's live line says the step of steps, the speed and the ETA (not only
+    until the first step); `status` from another shell shows each worker's last step and its age, the
+    run's speed, ETA and cost so far."""
+    script = tmp_path / "ticker.py"
+    script.write_text(TICKER)
+    assert cli.run("up", "--workers", "2").returncode == 0
+    status = None
+
+    def mid_run(screen: bytes) -> None:
+        nonlocal status
+        if status is None and re.search(rb"Training: step (1[2-9]|2\d)/40", screen):  # Mid-run, from another shell.
+            status = cli.run("status")
+
+    code, text = run_on_terminal(cli.argv("train", "--script", str(script)), cli.env, mid_run, timeout=120)
+    assert code == 0, text[-3000:]
+    assert re.search(r"Training: step (2\d|3\d)/40 · 0\.2\d* s/step · ETA 0m0\ds", text), text[-3000:]
+    assert status is not None and status.returncode == 0, status and status.stderr
+    rows = {line.split("│")[1].strip(): line for line in status.stdout.splitlines() if "│ worker-" in line}
+    for row in rows.values():
+        assert re.search(r"│ running +│ \d+ +│ - +│ step \d+/40 +│ 0m0\ds ago", row), status.stdout
+    assert re.search(r"^now: step \d+/40 · 0\.2\d* s/step · ETA 0m\d\ds$", status.stdout, re.M), status.stdout
+    assert "run cost so far: " in status.stdout

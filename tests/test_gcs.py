@@ -62,14 +62,14 @@ def test_invoke_data_uploads_and_pull_downloads(emulator, cli, tmp_path):
     store.save_run(run)
     bucket = client.bucket(BUCKET)
     bucket.blob(f"runs/{run.run_id}/model/model.keras").upload_from_string(b"keras-bytes")
-    bucket.blob(f"runs/{run.run_id}/model/1/saved_model.pb").upload_from_string(b"pb")
+    bucket.blob(f"runs/{run.run_id}/model/saved_model.pb").upload_from_string(b"pb")
     bucket.blob(f"runs/{run.run_id}/tensorboard/train/events.out").upload_from_string(b"ev")
     bucket.blob(f"runs/{run.run_id}/checkpoints/chief/ckpt").upload_from_string(b"not pulled")
     pulled = cli.run("pull")
     assert pulled.returncode == 0, pulled.stderr
     output = store.run_dir(run.run_id) / "output"
     assert (output / "model" / "model.keras").read_bytes() == b"keras-bytes"
-    assert (output / "model" / "1" / "saved_model.pb").read_bytes() == b"pb"
+    assert (output / "model" / "saved_model.pb").read_bytes() == b"pb"
     assert (output / "tensorboard" / "train" / "events.out").read_bytes() == b"ev"
     assert not (output / "checkpoints").exists()
 
@@ -138,3 +138,37 @@ def test_a_killed_upload_resumes_with_only_the_missing_shards(emulator, cli, tmp
     start = len(proxy.log)
     assert gcs.upload_dir(client, records, f"gs://{BUCKET}/data/records").uploaded == []
     assert writes_since(start) == []
+
+
+def test_a_new_conversion_leaves_no_stale_shard_on_the_bucket(emulator, cli, tmp_path):
+    """`data --shards 8` then `--shards 4` of the same folder: the bucket then holds exactly what the
+    new manifest lists (a script that globs train-*.tfrecord reads each image once), and the stale
+    shards went only after the new manifest was in place. An image folder's set is named after it."""
+    from tests.world.storage import is_object_write
+    from trainer.synthetic import write_image_folder
+
+    cli.enter(emulator)
+    store = StateStore(Settings(state_dir=str(cli.state_dir)))
+    store.save_cluster(ClusterState(name="default", backend="gcp", hosts=[], project="demo-project",
+                                    zone="us-west1-b", bucket=BUCKET))
+    write_image_folder(tmp_path / "flowers", per_class=5, size=16)
+    cli.env.pop("INVOKE_TFCLUSTER_DATA_DIR", None)  # The default output: named after the source.
+    for shards in ("8", "4"):
+        start = len(emulator.storage_proxy.object_writes)
+        result = cli.run("data", "--src", str(tmp_path / "flowers"), "--image-size", "16", "--shards", shards)
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert "removed 8 stale file(s) the manifest does not list" in result.stdout  # 8 train shards -> 4.
+    target = cli.state_dir / "data" / "flowers"
+    manifest = json.loads((target / "manifest.json").read_text())
+    listed = {"manifest.json", *(name for names in manifest["shards"].values() for name in names)}
+    assert len(manifest["shards"]["train"]) == 4 and sorted(p.name for p in target.iterdir()) == sorted(listed)
+    assert json.loads(store.cluster_file.read_text())["data_url"] == f"gs://{BUCKET}/data/flowers"
+    client = gcs.client("demo-project")
+    on_bucket = {b.name.removeprefix("data/flowers/") for b in client.list_blobs(BUCKET, prefix="data/flowers/")}
+    assert on_bucket == listed
+    # The second run's object writes in order (uploads and deletions, by object name): the new manifest,
+    # then the 8 train shards of the first conversion.
+    written = [name.removeprefix("data/flowers/") for _, name in emulator.storage_proxy.object_writes[start:]]
+    stale = [i for i, name in enumerate(written) if name.startswith("train-") and name.endswith("-of-00008.tfrecord")]
+    manifest_last = max(i for i, name in enumerate(written) if name == "manifest.json")
+    assert len(stale) == 8 and min(stale) > manifest_last, written

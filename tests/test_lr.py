@@ -1,5 +1,5 @@
 """The learning rate that follows the global batch (trainer/lr.py): the rule, its defaults, the
-warm-up, a resume in the middle of it, and the flags' mistakes."""
+warm-up, the decay after it, a resume in the middle of the warm-up, and the flags' mistakes."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def test_three_replicas_scale_by_the_rule_of_the_optimiser():
     sgd = lr.plan("sgd", 0.1, None, replicas=3, batch_size=32, warmup_epochs=None, steps_per_epoch=50)
     assert sgd.rule == "linear" and sgd.effective == pytest.approx(0.3)
     assert sgd.warmup_epochs == 5 and sgd.warmup_steps == 250  # Goyal et al.: 5 epochs.
-    assert "0.003464 (adam, sqrt: 0.002 at batch 32 x 1 replica, x sqrt(3 replicas))" == adam.describe()
+    assert "0.003464 (adam, sqrt: 0.002 at batch 32 x 1 replica, x sqrt(3 replicas)), constant" == adam.describe()
 
 
 def test_two_workers_with_four_gpus_each_are_eight_replicas():
@@ -42,11 +42,72 @@ def test_two_workers_with_four_gpus_each_are_eight_replicas():
     assert adam.effective == pytest.approx(1e-3 * 2 * math.sqrt(2))
 
 
-def test_none_keeps_the_reference_rate_as_before():
-    plan = lr.plan("adam", 2e-3, "none", replicas=3, batch_size=32, warmup_epochs=5, steps_per_epoch=50)
+def test_none_keeps_the_reference_rate_and_constant_is_a_plain_float():
+    plan = lr.plan("adam", 2e-3, "none", replicas=3, batch_size=32, warmup_epochs=0, steps_per_epoch=50)
     assert plan.effective == 2e-3 and plan.warmup_steps == 0
-    # What Adam gets is the plain float it got before the rule existed (no schedule built).
+    # Constant without a warm-up: the plain float Adam got before there was a schedule.
     assert lr.schedule(keras=None, lr_plan=plan) == 2e-3
+
+
+def test_adaptive_optimisers_warm_up_from_zero_on_request_sgd_from_the_reference():
+    for optimizer in ("adam", "adamw", "rmsprop"):
+        plan = lr.plan(optimizer, 1e-3, None, replicas=1, batch_size=32, warmup_epochs=2, steps_per_epoch=10)
+        assert plan.warmup_start == 0.0 and plan.warmup_steps == 20  # One replica still ramps.
+        assert [plan.rate_at(step) for step in (0, 10, 20)] == pytest.approx([0.0, 5e-4, 1e-3])
+    sgd = lr.plan("sgd", 0.1, None, replicas=1, batch_size=32, warmup_epochs=2, steps_per_epoch=10)
+    assert sgd.warmup_steps == 0  # From the reference to itself: nothing to ramp.
+    assert lr.plan("adamw", 1e-3, None, 4, 32, None, 10).rule == "sqrt"
+
+
+def test_cosine_after_the_warm_up_by_default_and_step_drops_tenfold_twice():
+    cosine = lr.plan("sgd", 0.1, None, replicas=4, batch_size=32, warmup_epochs=1, steps_per_epoch=10,
+                     schedule="cosine", total_steps=50)
+    assert (cosine.warmup_steps, cosine.decay_steps) == (10, 40)
+    assert [round(cosine.rate_at(step), 6) for step in (0, 5, 10, 30, 50, 60)] == [0.1, 0.25, 0.4, 0.2, 0.0, 0.0]
+    assert cosine.describe().endswith("; warm-up from 0.1 over 1 epochs (10 steps)), then cosine decay to 0 "
+                                      "over 40 steps")
+    step = lr.plan("adam", 1e-3, None, replicas=1, batch_size=32, warmup_epochs=0, steps_per_epoch=10,
+                   schedule="step", total_steps=40)
+    assert step.step_boundaries == [20, 30]
+    assert [step.rate_at(s) for s in (0, 19, 20, 29, 30, 39)] == pytest.approx([1e-3, 1e-3, 1e-4, 1e-4, 1e-5, 1e-5])
+    assert step.describe().endswith(", then x 0.1 at step 20 and step 30")
+
+
+SCHEDULES = """
+import json, os, sys
+os.environ["TF_USE_LEGACY_KERAS"] = "1"
+import tf_keras as keras
+from trainer import lr
+plans = [lr.plan("sgd", 0.1, None, 4, 32, 1, 10, "cosine", 50), lr.plan("adam", 1e-3, None, 3, 32, 2, 10, "cosine", 50),
+         lr.plan("adamw", 1e-3, None, 2, 32, 1, 10, "step", 40), lr.plan("adam", 1e-3, None, 1, 32, 0, 10, "step", 40),
+         lr.plan("sgd", 0.1, None, 2, 32, 2, 10, "constant", 40), lr.plan("rmsprop", 1e-3, None, 1, 32, 0, 10, "cosine", 40)]
+steps = [0, 1, 5, 10, 19, 20, 21, 30, 39, 40, 49, 50, 60]
+out = []
+for plan in plans:
+    schedule = lr.schedule(keras, plan)
+    out.append([float(schedule(step)) if callable(schedule) else float(schedule) for step in steps])
+optimizer = lr.build_optimizer(keras, plans[2], weight_decay=0.01)
+model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2), keras.layers.LayerNormalization()])
+optimizer.build(model.trainable_variables)
+print(json.dumps({"rates": out, "steps": steps, "type": type(optimizer).__name__, "decay": optimizer.weight_decay,
+                  "decayed": sorted(v.name for v in model.trainable_variables if optimizer._use_weight_decay(v))}))
+"""
+
+
+def test_tf_keras_schedules_compute_what_the_plan_says(tmp_path):
+    """The schedules the optimiser gets (tf_keras's CosineDecay and PolynomialDecay, our StepDecay)
+    give rate_at's rate at every step; AdamW decays the kernels only."""
+    result = subprocess.run([sys.executable, "-c", SCHEDULES], cwd=REPO, capture_output=True, text=True,
+                            timeout=300, env={"TF_CPP_MIN_LOG_LEVEL": "2", "PATH": "/usr/bin:/bin"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    answer = json.loads(result.stdout.strip().splitlines()[-1])
+    plans = [lr.plan("sgd", 0.1, None, 4, 32, 1, 10, "cosine", 50), lr.plan("adam", 1e-3, None, 3, 32, 2, 10, "cosine", 50),
+             lr.plan("adamw", 1e-3, None, 2, 32, 1, 10, "step", 40), lr.plan("adam", 1e-3, None, 1, 32, 0, 10, "step", 40),
+             lr.plan("sgd", 0.1, None, 2, 32, 2, 10, "constant", 40), lr.plan("rmsprop", 1e-3, None, 1, 32, 0, 10, "cosine", 40)]
+    for plan, rates in zip(plans, answer["rates"]):
+        assert rates == pytest.approx([plan.rate_at(step) for step in answer["steps"]], rel=1e-5, abs=1e-7), plan
+    assert answer["type"] == "AdamW" and answer["decay"] == 0.01
+    assert len(answer["decayed"]) == 1 and "kernel" in answer["decayed"][0]  # Not the bias, gamma, beta.
 
 
 def test_warm_up_ramps_from_the_reference_to_the_scaled_rate():
@@ -60,7 +121,7 @@ import json, os, sys
 os.environ["TF_USE_LEGACY_KERAS"] = "1"
 import numpy as np, tensorflow as tf, tf_keras as keras
 from trainer import lr
-from trainer.task import backup_callback
+from trainer.callbacks import backup_callback
 
 backup_dir = sys.argv[1]
 # Linear-scaled SGD on 3 replicas: 0.01 -> 0.03 over 2 epochs of 10 steps.
@@ -117,10 +178,17 @@ def test_resume_in_the_middle_of_the_warm_up_keeps_the_rate(tmp_path):
 
 @pytest.mark.parametrize("flags, named", [
     (["--lr-scaling", "cubic"], "argument --lr-scaling: invalid choice: 'cubic' (choose from 'linear', 'sqrt', 'none')"),
-    (["--optimizer", "adagrad"], "argument --optimizer: invalid choice: 'adagrad' (choose from 'adam', 'rmsprop', 'sgd')"),
+    (["--optimizer", "adagrad"], "argument --optimizer: invalid choice: 'adagrad' (choose from 'adam', 'adamw', "
+                                 "'rmsprop', 'sgd')"),
+    (["--lr-schedule", "linear"], "argument --lr-schedule: invalid choice: 'linear' (choose from 'cosine', 'step', "
+                                  "'constant')"),
+    (["--precision", "float16"], "argument --precision: invalid choice: 'float16' (choose from 'auto', 'float32', "
+                                 "'mixed_float16', 'mixed_bfloat16')"),
+    (["--weight-decay", "0.1"], "--weight-decay goes with --optimizer adamw (got --optimizer adam)"),
     (["--warmup-epochs", "-1"], "argument --warmup-epochs: must be >= 0 (got -1.0)"),
 ])
 def test_a_wrong_flag_is_one_error_line_naming_the_valid_values(tmp_path, flags, named):
+    (tmp_path / "manifest.json").write_text("{}")
     result = subprocess.run([sys.executable, "-m", "trainer.task", "--data-dir", str(tmp_path), *flags],
                             cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
@@ -147,3 +215,17 @@ def test_tunes_best_trial_command_reproduces_the_searched_reference_rate(tmp_pat
     rate, batch = result.stdout.split()
     assert float(rate) == searched and batch == "32"
     assert lr.plan("adam", float(rate), None, 1, int(batch), None, 10).effective == searched
+
+
+def test_auto_precision_follows_the_compute_capability_of_every_gpu():
+    from trainer.model import choose_precision
+
+    assert choose_precision("auto", []) == ("float32", "auto: no GPU")
+    assert choose_precision("auto", [(8, 0), (8, 0)])[0] == "mixed_bfloat16"  # A100.
+    assert choose_precision("auto", [(9, 0)])[0] == "mixed_bfloat16"  # H100.
+    assert choose_precision("auto", [(8, 9)])[0] == "mixed_bfloat16"  # L4.
+    assert choose_precision("auto", [(7, 5)]) == ("mixed_float16", "auto: compute capability 7.5")  # T4.
+    assert choose_precision("auto", [(7, 0)])[0] == "mixed_float16"  # V100.
+    assert choose_precision("auto", [(6, 0)])[0] == "float32"  # P100: no tensor cores.
+    assert choose_precision("auto", [(8, 0), (7, 5)])[0] == "mixed_float16"  # The slowest GPU decides.
+    assert choose_precision("mixed_bfloat16", []) == ("mixed_bfloat16", "as asked")

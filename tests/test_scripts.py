@@ -73,3 +73,22 @@ def test_keras3_fit_fails_and_the_message_names_the_cause_and_the_fix(cli):
     assert "Traceback (most recent call last)" in result.stdout
     assert "Attempt to convert a value (PerReplica" in result.stdout
     assert len(re.findall(r"^Cause: .*keras#20585", result.stdout, re.M)) == 1, result.stdout[-3000:]
+
+
+def test_the_script_helper_scales_as_the_bundled_trainer_does(monkeypatch):
+    """tfcluster.scaled_learning_rate (staged beside a script, standard library only) and trainer/lr.py
+    (the bundled trainer's) give the same rate for every optimiser, rule and replica count; the
+    replicas default to TFCLUSTER_REPLICAS, what the launcher puts in each worker's environment."""
+    import tfcluster
+    from trainer import lr
+
+    for replicas in (1, 2, 3, 8):
+        for optimizer in lr.OPTIMIZERS:
+            for rule in (None, *lr.RULES):
+                ours = lr.plan(optimizer, 0.01, rule, replicas, 32, 0, 10).effective
+                assert tfcluster.scaled_learning_rate(0.01, optimizer, replicas, rule) == pytest.approx(ours)
+    monkeypatch.setenv("TFCLUSTER_REPLICAS", "4")
+    assert tfcluster.scaled_learning_rate(0.1, "sgd") == pytest.approx(0.4)
+    assert tfcluster.scaled_learning_rate(1e-3, "adam") == pytest.approx(2e-3)
+    with pytest.raises(ValueError, match="optimizer one of adam, adamw, rmsprop, sgd"):
+        tfcluster.scaled_learning_rate(0.1, "adagrad")

@@ -1,18 +1,28 @@
-"""The model ready to serve: trained through the CLI with the product's defaults, then loaded in a
-fresh process with tf.saved_model.load and given raw image files, as TF Serving would."""
+"""The model ready to serve: trained through the CLI on 2 local workers, then loaded in a fresh process
+with tf.saved_model.load and given raw image files, as TF Serving and Vertex AI would. The same run
+checks what a practitioner sets beside the defaults: a warm-up then the cosine schedule, bfloat16
+mixed precision, several steps per execution, validation on the whole held-out split each epoch,
+the best epoch exported, a test split, and the export's places (the model dir's root, --export-base)."""
 
 from __future__ import annotations
 
+import io
 import json
+import math
 import subprocess
 import sys
 import textwrap
+import zipfile
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, events_of
 from trainer.synthetic import CLASSES
+
+# What the run sets beside the defaults (see the module docstring).
+TRAIN_ARGS = ["--epochs", "5", "--batch-size", "16", "--warmup-epochs", "1", "--precision", "mixed_bfloat16",
+              "--steps-per-execution", "4", "--backup-every-steps", "6", "--early-stopping", "3"]
 
 
 # One worker trains the module's model once (the `trained` fixture) for all its tests.
@@ -20,27 +30,37 @@ pytestmark = pytest.mark.xdist_group("serving")
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory, synthetic_data):
-    """One single-worker run on the local cluster: (stdout of train, run folder, run.json)."""
+def trained(tmp_path_factory):
+    """The shapes set with a test split made by `invoke data`, then one 2-worker run on the local
+    cluster: (stdout of train, run folder, run.json, the data folder, the --export-base folder)."""
     from tests.conftest import Cli
 
-    cli = Cli(tmp_path_factory.mktemp("serving") / "state", synthetic_data)
+    root = tmp_path_factory.mktemp("serving")
+    cli = Cli(root / "state", None)
+    versions = root / "serving" / "shapes"
     try:
-        up = cli.run("up", "--workers", "1")
+        data = cli.run("data", "--synthetic", "--test-fraction", "0.1", "--processes", "1")
+        assert data.returncode == 0, data.stdout + data.stderr
+        up = cli.run("up", "--workers", "2")
         assert up.returncode == 0, up.stdout + up.stderr
-        train = cli.run("train", "--", "--epochs", "5")
+        train = cli.run("train", "--", *TRAIN_ARGS, "--export-base", str(versions), timeout=600)
         assert train.returncode == 0, train.stdout[-3000:] + train.stderr[-3000:]
         run_dir, run = cli.latest_run()
-        yield train.stdout, run_dir, run
+        yield train.stdout, run_dir, run, cli.state_dir / "data" / "synthetic", versions
     finally:
         cli.run("down", timeout=60)
 
 
-def test_export_is_versioned_beside_model_keras_and_the_summary_shows_its_signatures(trained):
-    stdout, run_dir, run = trained
+def test_export_at_the_model_dirs_root_beside_model_keras_and_the_summary_shows_its_signatures(trained):
+    stdout, run_dir, run, _, versions = trained
     model_dir = run_dir / "output" / "model"
-    assert sorted(p.name for p in model_dir.iterdir()) == ["1", "model.keras"]  # TF Serving's layout.
-    assert run["summary"]["saved_model_path"] == str(model_dir / "1")
+    # The SavedModel at AIP_MODEL_DIR's root, as Vertex AI expects; nothing temporary left beside it.
+    assert sorted(p.name for p in model_dir.iterdir()) == ["fingerprint.pb", "model.keras", "saved_model.pb",
+                                                            "variables"]
+    assert run["summary"]["saved_model_path"] == str(model_dir)
+    # --export-base: the same model as version 1 of TF Serving's layout.
+    assert sorted(p.name for p in versions.iterdir()) == ["1"]
+    assert (versions / "1" / "saved_model.pb").read_bytes() == (model_dir / "saved_model.pb").read_bytes()
     summary = run["summary"]["signatures"]
     blocks = summary.split("\n\n")
     assert [block.splitlines()[0] for block in blocks] == ["signature_def['serving_default']:",
@@ -48,7 +68,7 @@ def test_export_is_versioned_beside_model_keras_and_the_summary_shows_its_signat
     saved_model_cli = Path(sys.executable).parent / "saved_model_cli"  # Installed with tensorflow.
     # The default signature's block is what saved_model_cli itself prints (without --all's indent;
     # --all also loads the model to list its functions, 20 s more). Both blocks come from one formatter.
-    shown = subprocess.run([str(saved_model_cli), "show", "--dir", str(model_dir / "1"), "--tag_set", "serve",
+    shown = subprocess.run([str(saved_model_cli), "show", "--dir", str(model_dir), "--tag_set", "serve",
                             "--signature_def", "serving_default"], capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0, shown.stderr[-2000:]
     assert "\n".join(line[2:] for line in blocks[0].splitlines()[1:]) == shown.stdout.rstrip("\n"), shown.stdout
@@ -59,14 +79,24 @@ def test_export_is_versioned_beside_model_keras_and_the_summary_shows_its_signat
 
 
 def test_fresh_process_classifies_raw_jpeg_bytes_of_held_out_images(trained):
-    _, run_dir, run = trained
+    _, run_dir, run, data, _ = trained
     check = textwrap.dedent(f"""
-        import io, json
+        import io, json, os
         import numpy as np, tensorflow as tf
         from PIL import Image
+        from trainer.create_tfrecords import read_manifest
         from trainer.synthetic import CLASSES, render
 
         served = tf.saved_model.load({run["summary"]["saved_model_path"]!r})
+        # The validation split's stored pixels, served: the exported epoch's validation accuracy.
+        manifest = read_manifest({str(data)!r})
+        val_pixels, val_labels = [], []
+        for name in manifest["shards"]["val"]:
+            for record in tf.data.TFRecordDataset(os.path.join({str(data)!r}, name)):
+                feature = tf.train.Example.FromString(record.numpy()).features.feature
+                val_pixels.append(np.frombuffer(feature["image"].bytes_list.value[0], np.uint8).reshape(32, 32, 3))
+                val_labels.append(feature["label"].int64_list.value[0])
+        val_ids = served.signatures["serving_uint8"](images=tf.constant(np.stack(val_pixels)))["class_id"].numpy()
         rng = np.random.default_rng(20261123)  # Not the seed the training set was drawn with.
         labels, jpegs, pngs, pixels = [], [], [], []
         for i in range(80):
@@ -82,6 +112,7 @@ def test_fresh_process_classifies_raw_jpeg_bytes_of_held_out_images(trained):
         by_png = served.signatures["serving_default"](image_bytes=tf.constant(pngs))
         by_uint8 = served.signatures["serving_uint8"](images=tf.constant(np.stack(pixels)))
         print(json.dumps({{
+            "val_accuracy": float(np.mean(val_ids == np.array(val_labels))), "val_images": len(val_labels),
             "accuracy": float(np.mean([name.decode() == CLASSES[label]
                                        for name, label in zip(by_jpeg["class_name"].numpy(), labels)])),
             "ids_name_classes": sorted({{(int(i), n.decode()) for i, n in zip(by_jpeg["class_id"].numpy(),
@@ -98,10 +129,96 @@ def test_fresh_process_classifies_raw_jpeg_bytes_of_held_out_images(trained):
     assert answer["shape"] == [80, 4]
     print("held-out JPEG accuracy", answer["accuracy"], run["summary"]["metrics"])
     # The trainer seeds its weights (--seed 0), so this run is the same every time: measured 0.825
-    # held-out, 0.87 validation after 5 epochs (3 epochs unseeded ranged 0.29 to 0.55).
+    # held-out, 0.87 validation after 5 epochs on one worker (3 epochs unseeded ranged 0.29 to 0.55).
     assert answer["accuracy"] >= chance + 0.3, answer
+    # The model served is the best epoch's: it scores its validation split as that epoch did (bfloat16:
+    # a prediction or two may fall the other way).
+    best = run["summary"]["metrics"]
+    assert answer["val_images"] == 320 and best["val_images"] == 320
+    assert answer["val_accuracy"] == pytest.approx(best["val_accuracy"], abs=2.5 / 320), (answer, best)
     # Served bigger and through JPEG, the model keeps what training measured on its own val split.
     assert answer["accuracy"] >= run["summary"]["metrics"]["val_accuracy"] - 0.15, (answer, run["summary"])
     classes = sorted(CLASSES)  # The manifest's order: sorted class folder names.
     assert all(classes[index] == name for index, name in answer["ids_name_classes"])
     assert answer["png_vs_uint8"] < 1e-4  # PNG is lossless: both signatures see the same pixels.
+
+
+def test_the_run_follows_its_schedule_precision_validation_and_keeps_the_best_epoch(trained):
+    """One 2-worker run of TRAIN_ARGS, read from its events: the rate of every epoch's last step
+    (a warm-up from 0, then cosine decay to 0 at the run's last step), the precision, steps counted
+    across several per execution (progress, backups every 6 steps), the whole held-out split scored
+    once per epoch, the best epoch exported, and the test split scored at the end."""
+    stdout, run_dir, run, _, _ = trained
+    chief = events_of((run_dir / "worker-0.log").read_text())
+    strategy = next(e for e in chief if e["event"] == "strategy")
+    assert (strategy["precision"], strategy["steps_per_execution"], strategy["replicas_in_sync"]) == (
+        "mixed_bfloat16", 4, 2)
+    assert "precision mixed_bfloat16 (as asked), XLA off, 4 step(s) per execution" in stdout
+    with zipfile.ZipFile(run_dir / "output" / "model" / "model.keras") as saved:
+        layers = json.loads(saved.read("config.json"))["config"]["layers"]
+    conv = next(layer for layer in layers if layer["class_name"] == "Conv2D")
+    assert conv["config"]["dtype"]["config"]["name"] == "mixed_bfloat16"
+
+    # 1120 training images, global batch 2 x 16: 35 steps per epoch, 175 in all; 1 epoch of warm-up.
+    plan = run["summary"]["learning_rate"]
+    steps = strategy["steps_per_epoch"]
+    assert (steps, plan["warmup_steps"], plan["decay_steps"], plan["schedule"]) == (35, 35, 140, "cosine")
+    assert plan["warmup_start"] == 0.0 and plan["effective"] == pytest.approx(2e-3 * math.sqrt(2))
+
+    def rate_at(step):
+        if step < plan["warmup_steps"]:
+            return plan["effective"] * step / plan["warmup_steps"]
+        return plan["effective"] * 0.5 * (1 + math.cos(math.pi * (step - plan["warmup_steps"]) / plan["decay_steps"]))
+
+    ends = [e for e in chief if e["event"] == "epoch_end"]
+    assert [e["learning_rate"] for e in ends] == [pytest.approx(rate_at(e["epoch"] * steps - 1), rel=1e-4, abs=1e-7)
+                                                  for e in ends]
+    assert f"then cosine decay to 0 over {plan['decay_steps']} steps" in stdout  # The summary's schedule.
+    # Every epoch: all 1120 training images once, and the 320 held-out ones each scored once.
+    assert all(e["metrics"]["images"] == 35 * 32 and e["metrics"]["val_images"] == 320 for e in ends), ends
+    # Steps counted, not calls of 4: progress at the calls' ends, a backup once 6 steps passed and at
+    # the epoch's last step (tf_keras alone would back up every 6 calls: 24 steps).
+    first = [e for e in chief if e["event"] in ("first_step", "step") and e["epoch"] == 1]
+    assert [e["step"] for e in first] == [4, 8, 12, 16, 20, 24, 28, 32, 35]
+    assert [e["batch"] for e in chief if e["event"] == "backup" and e["epoch"] == 1] == [7, 15, 23, 31, 34]
+
+    # The export is the best epoch's, by validation accuracy (the first of equals); so are the
+    # metrics reported with it. The test split (160 images) is scored once, at the end.
+    scores = [e["metrics"]["val_accuracy"] for e in ends]
+    done = next(e for e in chief if e["event"] == "done")
+    assert done["best_epoch"] == ends[scores.index(max(scores))]["epoch"]
+    assert done["metrics"]["val_accuracy"] == max(scores) == run["summary"]["metrics"]["val_accuracy"]
+    assert done["metrics"]["test_images"] == 160 and 0 <= done["metrics"]["test_accuracy"] <= 1
+    assert f"at epoch {done['best_epoch']}, the best of {len(ends)}: exported" in stdout
+    assert "test accuracy" in stdout
+
+
+class _Model:
+    def __init__(self):
+        self.weights, self.stop_training = 0, False
+
+    def get_weights(self):
+        return self.weights
+
+    def set_weights(self, weights):
+        self.weights = weights
+
+
+def test_the_best_epoch_is_kept_and_patience_stops_the_run():
+    from trainer.callbacks import BestEpoch
+
+    class _Keras:
+        class callbacks:
+            Callback = object
+
+    model, best = _Model(), BestEpoch(_Keras, patience=2)
+    for epoch, score in enumerate([0.5, 0.7, 0.7, 0.6], start=1):
+        model.weights = epoch
+        best.observe(model, epoch, score)
+    assert (best.epoch, best.best, model.stop_training, best.stopped_at) == (2, 0.7, True, 4)
+    best.restore(model)
+    assert model.weights == 2  # The second epoch's, not the last one's.
+    without = BestEpoch(_Keras)  # No validation split: the last epoch stands.
+    for epoch in (1, 2):
+        without.observe(model, epoch, None)
+    assert without.epoch == 2 and without.weights is None

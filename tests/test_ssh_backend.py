@@ -107,7 +107,7 @@ def test_three_hosts_train_and_the_model_comes_back(ssh_cli, lab):
 
     # The chief's model came back; the other hosts hold no model.
     model = run_dir / "output" / "model"
-    assert (model / "model.keras").is_file() and (model / "1" / "saved_model.pb").is_file()
+    assert (model / "model.keras").is_file() and (model / "saved_model.pb").is_file()  # At the root: Vertex's.
     assert run["summary"]["keras_path"] == str(model / "model.keras")
     for index in (1, 2):
         assert not (remote_run_root(ssh_cli, run["run_id"], index) / "output" / "model").exists()
@@ -127,6 +127,9 @@ SLEEPER = """
 import os, signal, sys, time
 import tfcluster  # The progress helper, shipped beside the code.
 print("worker", os.environ["TFCLUSTER_WORKER_INDEX"], "on", os.uname().nodename, flush=True)
+# The bundled trainer's rule for a script's own rate, from the replicas the launcher counted.
+print("replicas", os.environ["TFCLUSTER_REPLICAS"], "sgd rate", round(tfcluster.scaled_learning_rate(0.1, "sgd"), 6),
+      "adam rate", round(tfcluster.scaled_learning_rate(1e-3, "adam"), 6), flush=True)
 tfcluster.progress(1)
 os.kill(os.getpid(), signal.SIGUSR1)  # What a stalled run's launcher sends: the stacks go to the log.
 time.sleep(float(sys.argv[1]))
@@ -149,13 +152,14 @@ def test_job_survives_the_launcher_and_reattaches(ssh_cli, lab, tmp_path):
     assert follow.stdout.count("finished") == 3 and "succeeded" in follow.stdout
     for index, host in enumerate(lab.hosts):
         assert f"worker {index} on {host.hostname}" in follow.stdout
+    assert follow.stdout.count("replicas 3 sgd rate 0.3 adam rate 0.001732") == 3, follow.stdout[-3000:]
     # The sitecustomize shipped beside the code turned SIGUSR1 into a stack dump (not a kill), and
     # `import tfcluster` found the helper (tfcluster/stall.py).
     run_id = ssh_cli.latest_run()[1]["run_id"]
     for index in range(3):
         log = (remote_run_root(ssh_cli, run_id, index) / f"worker-{index}.log").read_text()
         assert [e["step"] for e in events_of(log) if e["event"] == "progress"] == [1], log[-2000:]
-        assert re.search(r'^  File ".*sleeper\.py", line 6 in <module>$', log, re.M), log[-2000:]
+        assert re.search(r'^  File ".*sleeper\.py", line 9 in <module>$', log, re.M), log[-2000:]
 
 
 def test_cut_link_fails_fast_and_names_the_host(ssh_cli, lab, tmp_path):

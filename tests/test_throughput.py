@@ -44,9 +44,34 @@ def test_figures_per_epoch_and_per_worker_from_each_workers_step_events():
     assert summary["global_images_per_second"] == pytest.approx(640)
     first, second = summary["epochs"]
     assert first == {"epoch": 1, "median_step_seconds": pytest.approx(0.1), "global_images_per_second": 640.0,
-                     "per_worker_images_per_second": {"0": 320.0, "1": 320.0}}
+                     "per_worker_images_per_second": {"0": 320.0, "1": 320.0},
+                     "wall_images_per_second": None, "per_worker_wall_images_per_second": {}}  # No epoch end.
     assert second["per_worker_images_per_second"] == {"0": 320.0, "1": 256.0}
     assert second["gpu_utilization"] == {"0": 80.0, "1": 81.0}
+
+
+def test_wall_clock_counts_the_time_outside_the_steps_for_each_worker_by_its_own_events():
+    """Steps of 0.1 s, then 0.5 s of validation after each epoch (the step rate does not see it);
+    worker 1 also spends 1 s after its epoch 2 (a slow callback of its own)."""
+    meter = throughput.ThroughputMeter()
+    for worker in (0, 1):
+        meter.observe(worker, {**STRATEGY})
+        shift = 0.0
+        for event in _steps({1: 0.1, 2: 0.1}):
+            meter.observe(worker, {**event, "time": event["time"] + shift})
+            if event["step"] == 20:
+                shift += 0.5 + (1.0 if worker == 1 and event["epoch"] == 2 else 0.0)
+                meter.observe(worker, {"event": "epoch_end", "epoch": event["epoch"], "time": event["time"] + shift})
+    summary = meter.summary()
+    assert summary["global_images_per_second"] == pytest.approx(640)  # At the median step: 64 / 0.1 s.
+    # From the first step (1) to epoch 1's end: 19 steps in 1.9 + 0.5 s; epoch 2: 20 steps in 2.0 + 0.5 s.
+    assert summary["wall_images_per_second"] == pytest.approx(round(39 * 64 / 4.9, 1))
+    assert [e["wall_images_per_second"] for e in summary["epochs"]] == [pytest.approx(round(19 * 64 / 2.4, 1)),
+                                                                       pytest.approx(round(20 * 64 / 2.5, 1))]
+    # Each worker's share (half the batch) by its own events: worker 1's epoch 2 took 3.5 s.
+    assert summary["per_worker_wall_images_per_second"] == {"0": pytest.approx(round(39 * 32 / 4.9, 1)),
+                                                            "1": pytest.approx(round(39 * 32 / 5.9, 1))}
+    assert summary["epochs"][1]["per_worker_wall_images_per_second"]["1"] == pytest.approx(round(20 * 32 / 3.5, 1))
 
 
 def _record(store: StateStore, run_id: str, started: float, workers: int, config: dict, rate: float | None,
@@ -59,7 +84,7 @@ def _record(store: StateStore, run_id: str, started: float, workers: int, config
 def test_scaling_is_against_the_last_one_worker_run_of_the_same_configuration(tmp_path):
     store = StateStore(Settings(state_dir=str(tmp_path)))
     config = throughput.run_config({"model": "cnn", "image_size": 32, "batch_size": 32, "data": "abc",
-                                    "gpus": ["Tesla T4"]}, "gcp", "n1-standard-8")
+                                    "args": "f00d", "gpus": ["Tesla T4"]}, "gcp", "n1-standard-8")
     assert config["gpus"] == "1 x Tesla T4"
     other_batch = {**config, "batch_size": 64}
     _record(store, "old", 1.0, 1, config, 100.0)
@@ -67,6 +92,8 @@ def test_scaling_is_against_the_last_one_worker_run_of_the_same_configuration(tm
     _record(store, "failed", 3.0, 1, config, 500.0, outcome="failed")
     _record(store, "bigger-batch", 4.0, 1, other_batch, 900.0)
     _record(store, "two-workers", 5.0, 2, config, 200.0)
+    # A narrower, shallower model (--width 4 --depth 1): another hash of the trainer's flags.
+    _record(store, "tiny-model", 6.0, 1, {**config, "args": "beef"}, 2000.0)
     reference = throughput.reference_run(store, config, exclude="now")
     assert reference.run_id == "last"
     figures = throughput.scaling(3, {"global_images_per_second": 270.0}, reference)
@@ -120,8 +147,16 @@ def check_run_speed(run_dir: Path, run: dict, workers: int) -> None:
         clock.observe(event)
     assert speed["median_step_seconds"] == pytest.approx(clock.median_step_seconds, abs=1e-5)
     assert speed["global_images_per_second"] == pytest.approx(32 * workers / clock.median_step_seconds, rel=1e-3)
+    # By wall clock: the images after the first step over the seconds from it to the last epoch's end.
+    chief = events_of((run_dir / "worker-0.log").read_text())
+    first = next(e for e in chief if e["event"] == "first_step")
+    last = [e for e in chief if e["event"] == "epoch_end"][-1]
+    images = (last["epoch"] * first["steps"] - (first["epoch"] - 1) * first["steps"] - first["step"]) * 32 * workers
+    assert speed["wall_images_per_second"] == pytest.approx(images / (last["time"] - first["time"]), rel=1e-3)
+    assert sorted(speed["per_worker_wall_images_per_second"]) == [str(w) for w in range(workers)]
     for epoch in speed["epochs"]:
         assert sorted(epoch["per_worker_images_per_second"]) == [str(w) for w in range(workers)]
+        assert sorted(epoch["per_worker_wall_images_per_second"]) == [str(w) for w in range(workers)]
         # Each worker sampled the nvidia-smi on its PATH: the mean of 87 % and 91 %.
         assert epoch["gpu_utilization"] == {str(w): 89.0 for w in range(workers)}
 
@@ -159,3 +194,49 @@ def test_gpu_sampler_reads_the_nvidia_smi_on_the_path(tmp_path, monkeypatch):
     assert gpu.GpuSampler.start_if_available() is None
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert gpu.GpuSampler.start_if_available() is None
+
+
+def test_the_pace_says_where_a_run_is_and_when_it_ends():
+    """tfcluster/pace.py: the trainer's epochs and steps, and a script's step of its total."""
+    from tfcluster.commands.run_view import pace_after_epoch as _pace_after_epoch
+    from tfcluster.pace import of_events
+
+    trainer = [{"event": "epoch_begin", "epoch": 1, "epochs": 3, "time": 0.0},
+               {"event": "first_step", "epoch": 1, "step": 1, "steps": 100, "batch": 64, "time": 10.0},
+               *({"event": "step", "epoch": 1, "step": step, "steps": 100, "batch": 64, "time": 10.0 + (step - 1) * 0.5}
+                 for step in range(11, 101, 10))]
+    pace = of_events(trainer)
+    # 0.5 s a step, 64 images a step; left: 9 steps of epoch 1 (the last event was step 91), then 2 x 100.
+    assert pace.line() == "epoch 1/3 · step 91/100 · 128 images/s · ETA 1m44s"
+    pace.observe({"event": "epoch_end", "epoch": 1, "epochs": 3, "time": 60.0})
+    assert pace.position() == "epoch 1/3 · step 100/100" and pace.eta_seconds() == 100.0
+    assert _pace_after_epoch(pace) == "  · 128 images/s · ETA 1m40s"
+    script = of_events([{"event": "progress", "step": step, "total": 40, "time": step * 2.0} for step in (1, 2, 3, 4)])
+    assert script.line() == "step 4/40 · 2 s/step · ETA 1m12s" and script.line(eta=False) == "step 4/40 · 2 s/step"
+    assert of_events([]).line() == "" and of_events([]).eta_seconds() is None
+
+
+def test_the_throughput_event_file_is_written_without_tensorflow_and_read_by_it(tmp_path):
+    """The launcher's own event file (tfcluster/throughput.py): TensorFlow's record reader checks its
+    CRCs and protobufs, and TensorBoard finds every scalar; no TensorFlow was needed to write it."""
+    import subprocess
+    import sys
+
+    script = ("import sys; from pathlib import Path; from tfcluster import throughput; "
+              f"throughput.write_tensorboard(Path({str(tmp_path)!r}), [('throughput/global_images_per_second', 1, 812.5), "
+              "('throughput/global_images_per_second', 2, 900.0), ('gpu/worker_0_utilization_percent', 1, 55.0)]); "
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tensorboard')))")
+    written = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                             cwd=Path(__file__).resolve().parent.parent)
+    assert written.stdout.strip() == "[]" and written.stderr == ""
+    [path] = tmp_path.iterdir()
+    assert path.name.startswith("events.out.tfevents.")
+    import tensorflow as tf
+
+    read = [(event.file_version, event.step, [(v.tag, v.simple_value) for v in event.summary.value])
+            for event in tf.compat.v1.train.summary_iterator(str(path))]
+    assert read[0][0] == "brain.Event:2" and [(step, values) for _, step, values in read[1:]] == [
+        (1, [("throughput/global_images_per_second", 812.5)]), (2, [("throughput/global_images_per_second", 900.0)]),
+        (1, [("gpu/worker_0_utilization_percent", 55.0)])]
+    assert tensorboard_scalars(tmp_path) == {"throughput/global_images_per_second": [(1, 812.5), (2, 900.0)],
+                                             "gpu/worker_0_utilization_percent": [(1, 55.0)]}

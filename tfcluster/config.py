@@ -7,16 +7,16 @@ Precedence (lowest first): the defaults below, the project's ``invoke.yaml``
 from __future__ import annotations
 
 import dataclasses
-import os
 import re
-import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Mapping
 
 import tfcluster.gpus as gpu_table
 import tfcluster.machines as machines
+import tfcluster.sources as sources
 from tfcluster.machines import GCP_CLUSTER_NAME  # noqa: F401 (terraform's validation agrees with it)
+from tfcluster.sources import flag_hint, take_environment, user_state_dir  # noqa: F401 (the settings' own)
 from tfcluster.errors import ConfigError
 from tfcluster.money import parse_usd
 from tfcluster.ports import parse_range
@@ -135,16 +135,6 @@ class Settings:
         return Path(self.state_dir).expanduser().resolve() if self.state_dir else user_state_dir()
 
 
-def user_state_dir() -> Path:
-    """tfcluster's folder in the platform's per-user state folder: ``$XDG_STATE_HOME/tfcluster``, by
-    default ``~/.local/state/tfcluster`` (the XDG Base Directory Specification, which ignores a
-    relative ``XDG_STATE_HOME``), and ``~/Library/Application Support/tfcluster`` on macOS."""
-    if sys.platform == "darwin":
-        return Path.home() / "Library" / "Application Support" / "tfcluster"
-    base = os.environ.get("XDG_STATE_HOME", "")
-    return (Path(base) if os.path.isabs(base) else Path.home() / ".local" / "state") / "tfcluster"
-
-
 DEFAULTS: dict[str, Any] = dataclasses.asdict(Settings())
 # invoke adapts an INVOKE_TFCLUSTER_* variable to its default's type and cannot make a list of
 # one: a str default lets `zones` come as "a,b,c" from the variable and as a list from invoke.yaml.
@@ -154,22 +144,18 @@ MAX_WORKERS = 64
 MAX_BOOT_DISK_GB = 2000
 
 
-def _flag_hint(key: str) -> str:
-    return f"invoke.yaml (tfcluster.{key}), INVOKE_TFCLUSTER_{key.upper()} or --{key.replace('_', '-')}"
-
-
 def parse_int(key: str, value: Any, minimum: int) -> int:
     """An int >= minimum from a flag, YAML or env value, or a ConfigError naming the key."""
     if isinstance(value, bool):
         raise ConfigError(f"{key} must be a whole number >= {minimum} (got {value!r}); "
-                          f"set it in {_flag_hint(key)}")
+                          f"set it in {flag_hint(key)}")
     try:
         number = int(str(value).strip())
     except ValueError:
         raise ConfigError(f"{key} must be a whole number >= {minimum} (got {value!r}); "
-                          f"set it in {_flag_hint(key)}") from None
+                          f"set it in {flag_hint(key)}") from None
     if number < minimum:
-        raise ConfigError(f"{key} must be >= {minimum} (got {number}); set it in {_flag_hint(key)}")
+        raise ConfigError(f"{key} must be >= {minimum} (got {number}); set it in {flag_hint(key)}")
     return number
 
 
@@ -229,15 +215,29 @@ def parse_bool(key: str, value: Any) -> bool:
 
 
 def load(config: Mapping[str, Any] | None = None, **overrides: Any) -> Settings:
-    """Settings from invoke's merged ``tfcluster`` config plus flag overrides (None = unset)."""
+    """Settings from invoke's merged ``tfcluster`` config plus flag overrides (None = unset: the
+    default; a YAML key with no value is unset too)."""
+    if config is not None and not isinstance(config, Mapping):
+        raise ConfigError(f"tfcluster in invoke.yaml must be a mapping of settings, such as `workers: 3` on its own "
+                          f"indented line (got {config!r})")
     known = {f.name for f in fields(Settings)}
     merged = dict(DEFAULTS)
     for key, value in dict(config or {}).items():
         if key not in known:
             raise ConfigError(f"unknown setting tfcluster.{key}; valid keys: {', '.join(sorted(known))}")
-        merged[key] = value
+        if value is not None:
+            merged[key] = value
     merged.update({key: value for key, value in overrides.items() if value is not None})
+    sources.check_kinds(merged, {item.name: item.default for item in fields(Settings)})
     return validate(merged)
+
+
+def parse_port(key: str, value: Any) -> int:
+    """A TCP port from a flag: 1-65535."""
+    port = parse_int(key, value, 1)
+    if port > 65535:
+        raise ConfigError(f"{key} must be a port between 1 and 65535 (got {port})")
+    return port
 
 
 def validate(values: Mapping[str, Any]) -> Settings:
@@ -319,7 +319,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
     keras = str(values["keras"]).strip()
     if keras not in KERAS_VERSIONS:
         raise ConfigError(f"keras must be one of {', '.join(KERAS_VERSIONS)} (got {values['keras']!r}); "
-                          f"set it in {_flag_hint('keras')}")
+                          f"set it in {flag_hint('keras')}")
     zones = parse_zones(values["zone"], values["zones"])
     region = str(values["region"] or "").strip()
     if region and not re.fullmatch(r"[a-z]+-[a-z]+[0-9]+", region):
@@ -361,7 +361,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         trust_new_hosts=parse_bool("trust_new_hosts", values["trust_new_hosts"]),
         tf_port=tf_port,
         oracle_port=oracle_port,
-        local_ports=parse_range("local_ports", values["local_ports"], _flag_hint("local_ports")),
+        local_ports=parse_range("local_ports", values["local_ports"], flag_hint("local_ports")),
         remote_dir=str(values["remote_dir"] or ".tfcluster-remote"),
         cluster=cluster,
         backend=backend,

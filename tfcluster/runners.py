@@ -15,7 +15,6 @@ from typing import Callable
 
 from tfcluster import launch
 from tfcluster.backends.base import CloudJob, JobReport, JobSpec
-from trainer import events
 
 # What the service sets in each worker itself (Vertex AI: TF_CONFIG from its worker pools, the AIP_*
 # folders from the job's base output directory), and the launcher's per-host values: not passed on.
@@ -110,16 +109,6 @@ def job_statuses(backend, cluster, run, plans: list[launch.WorkerPlan]) -> list[
         return None
     report = job.look()
     return [JobRunner._status(report, plan.index) for plan in plans]
-
-
-def last_step(plan: launch.WorkerPlan) -> str:
-    """The last training step a worker's log reports (the trainer's step events), or "-"."""
-    raw = plan.host.read_file(plan.log_path) or b""
-    for line in reversed(raw.decode(errors="replace").splitlines()):
-        event = events.parse(line)
-        if event and event.get("event") in ("first_step", "step"):
-            return f"epoch {event.get('epoch')} step {event.get('step')}/{event.get('steps')}"
-    return "-"
 
 
 def cancel_job(backend, cluster, run) -> bool:

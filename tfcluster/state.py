@@ -157,6 +157,23 @@ class StateStore:
     def synthetic_data_dir(self) -> Path:
         return self.root / "data" / "synthetic"
 
+    def data_dir_for(self, source: Path) -> Path:
+        """Where `invoke data` converts an image folder by default: named after it."""
+        return self.root / "data" / (source.name or "images")
+
+    def remember_data(self, folder: Path) -> None:
+        """The set `invoke data` made last: the bundled trainer's default data from then on."""
+        write_json(self.root / "data" / "default.json", {"path": str(folder.resolve())})
+
+    def default_data_dir(self) -> Path:
+        """The set `invoke data` made last while it is there, else the synthetic one."""
+        recorded = self.root / "data" / "default.json"
+        if recorded.exists():
+            folder = Path(json.loads(recorded.read_text())["path"])
+            if (folder / "manifest.json").exists():
+                return folder
+        return self.synthetic_data_dir
+
     def load_cluster(self) -> ClusterState | None:
         if not self.cluster_file.exists():
             return None

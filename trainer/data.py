@@ -54,30 +54,68 @@ def decode_jpeg_fn(stored_size: int):
 
 
 def make_dataset(data_dir: str, split: str, global_batch: int, image_size: int,
-                 num_workers: int = 1, shuffle: bool = True, seed: int = 0) -> tf.data.Dataset:
-    """Batched (global batch), repeated dataset for ``split`` with an explicit shard policy."""
+                 num_workers: int = 1, training: bool = True, seed: int = 0,
+                 cache: bool = False) -> tf.data.Dataset:
+    """The batches (global batch) of ``split`` with an explicit shard policy.
+
+    Training: shuffled and repeated, full batches only, so every worker runs exactly
+    steps_per_epoch steps whatever its share of the files and no worker waits on a collective that
+    never comes. Evaluation (``training=False``): one pass over the split in a fixed order, the last
+    batch partial, so every held-out image is scored once per pass (MultiWorkerMirroredStrategy
+    evaluates partial and uneven batches). ``cache``: the serialized records are kept in memory
+    after the first pass (see ``fits_in_memory``)."""
     manifest = read_manifest(data_dir)
     files = [os.path.join(data_dir, name) for name in manifest["shards"][split]]
     if not files:
         raise ValueError(f"{data_dir} has no {split} shards; regenerate it with a larger set")
     stored_size = manifest["image_size"]
-    dataset = tf.data.TFRecordDataset(files, num_parallel_reads=AUTOTUNE)
-    if shuffle:
+    dataset = tf.data.TFRecordDataset(files, num_parallel_reads=AUTOTUNE)  # Deterministic interleave.
+    if cache:
+        dataset = dataset.cache()
+    if training:
         # Shuffle the small serialized records, not decoded float images (16x the bytes).
-        dataset = dataset.shuffle(4096, seed=seed, reshuffle_each_iteration=True)
-    # Repeat before batching: every worker then runs exactly steps_per_epoch steps,
-    # whatever its share of the files, so no worker waits on a collective that never comes.
+        dataset = dataset.shuffle(4096, seed=seed, reshuffle_each_iteration=True).repeat()
     if manifest.get("encoding", "raw") == "jpeg":
         dataset = dataset.map(decode_jpeg_fn(stored_size), num_parallel_calls=AUTOTUNE)
-        dataset = dataset.repeat().batch(global_batch, drop_remainder=True)
+        dataset = dataset.batch(global_batch, drop_remainder=training)
         dataset = dataset.map(lambda images, labels: (scale_and_resize(tf, images, image_size), labels),
                               num_parallel_calls=AUTOTUNE)
     else:
-        dataset = dataset.repeat().batch(global_batch, drop_remainder=True)
+        dataset = dataset.batch(global_batch, drop_remainder=training)
         dataset = dataset.map(parse_batch_fn(stored_size, image_size), num_parallel_calls=AUTOTUNE)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = shard_policy(len(files), num_workers)
     return dataset.prefetch(AUTOTUNE).with_options(options)
+
+
+# The share of this machine's available memory a worker's cached records may take (several
+# workers can share one machine, and training needs the rest).
+CACHE_SHARE = 0.25
+
+
+def split_bytes(data_dir: str, split: str) -> int:
+    """The bytes of a split's shards (a stat per shard, on gs:// too)."""
+    return sum(tf.io.gfile.stat(os.path.join(data_dir, name)).length
+               for name in read_manifest(data_dir)["shards"][split])
+
+
+def fits_in_memory(bytes_read: int, available: int | None = None) -> bool:
+    """Whether records of ``bytes_read`` (what this worker reads) may be cached: at most CACHE_SHARE
+    of the machine's available memory (/proc/meminfo's MemAvailable; never where it is unknown)."""
+    if available is None:
+        available = mem_available()
+    return available is not None and bytes_read <= CACHE_SHARE * available
+
+
+def mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo") as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def split_size(data_dir: str, split: str) -> int:

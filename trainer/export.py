@@ -1,13 +1,27 @@
-"""The model ready to serve: a SavedModel that takes raw images, in TF Serving's version layout.
+"""The model ready to serve: a SavedModel that takes raw images, where Vertex AI and TF Serving look.
 
-    <model dir>/model.keras      the Keras model (float images in [0, 1], for fine-tuning)
-    <model dir>/<version>/       the SavedModel TF Serving and Vertex AI load (version: 1, 2, ...)
+    <model dir>/model.keras         the Keras model (float images in [0, 1], for fine-tuning)
+    <model dir>/saved_model.pb, variables/, ...
+                                    the SavedModel, at the root of the model dir: Vertex AI's custom
+                                    training writes AIP_MODEL_DIR, and a model imported from there
+                                    needs saved_model.pb at its root ("Export model artifacts for
+                                    prediction", Vertex AI docs)
+    <export base>/<version>/        with --export-base: the same SavedModel in TF Serving's layout,
+                                    one version more than the highest there (1, 2, ...), for a
+                                    folder or gs:// prefix that several runs share
+
+Every export is written under a temporary name first. A folder of its own (a new version) is then
+renamed into place; at the model dir's root the files are moved in with ``saved_model.pb`` last.
+Either way a reader that finds ``saved_model.pb`` finds a complete model (on gs://, where a
+rename is a copy then a delete, that is the guarantee: Cloud Storage has no folder rename).
 
 Everything a client would otherwise have to repeat lives inside the SavedModel (Géron, ch. 19):
 decoding, resizing to the trained size and the /255 scaling. Two signatures:
 
-- ``serving_default``: ``image_bytes`` (tf.string [None]), each a JPEG or PNG file's bytes. The
-  ``_bytes`` suffix is what makes TF Serving's REST API accept ``{"image_bytes": {"b64": "..."}}``.
+- ``serving_default``: ``image_bytes`` (tf.string [None]), each a JPEG or PNG file's bytes. Vertex
+  AI's prediction service decodes base64 only for inputs whose name ends in ``_bytes``
+  (``{"image_bytes": {"b64": "..."}}``, "Format your input for online prediction", Vertex AI
+  docs); TF Serving's REST API takes ``{"b64": ...}`` for any string input.
 - ``serving_uint8``: ``images`` (uint8 [None, None, None, 3]), a batch of RGB pixels of any size.
 
 Both answer ``probabilities`` [None, classes], ``class_id`` and ``class_name``.
@@ -16,6 +30,7 @@ Both answer ``probabilities`` [None, classes], ``class_id`` and ``class_name``.
 from __future__ import annotations
 
 import os
+import uuid
 
 SERVE_TAG = "serve"
 
@@ -23,12 +38,28 @@ SERVE_TAG = "serve"
 def scale_and_resize(tf, images, image_size: int):
     """uint8 RGB [N, H, W, 3] (any H, W) -> float32 [N, size, size, 3] in [0, 1].
 
-    Antialiased bilinear, as PIL's BILINEAR that create_tfrecords uses when it shrinks an image;
-    at the stored size it is the identity, so training and serving see the same pixels.
+    Antialiased bilinear, as PIL's BILINEAR that create_tfrecords uses when it shrinks an image.
+    Images already at ``image_size`` are only scaled: the resize would be the identity, yet it
+    costs more than the rest of the training pipeline together (bench/bench_local.py). The
+    training pipeline knows its sizes when it is built and the serving signatures check them per
+    batch, so both see the same pixels for the same image.
     """
     images = tf.cast(images, tf.float32)
-    images = tf.image.resize(images, [image_size, image_size], antialias=True)
-    return tf.clip_by_value(images / 255.0, 0.0, 1.0)
+    height, width = images.shape[1], images.shape[2]
+    if height is None or width is None:  # Serving: any size, known per batch.
+        shape = tf.shape(images)
+        images = tf.cond(tf.logical_and(tf.equal(shape[1], image_size), tf.equal(shape[2], image_size)),
+                         lambda: images, lambda: _resize(tf, images, image_size))
+        images.set_shape([None, image_size, image_size, None])
+    elif (height, width) != (image_size, image_size):
+        images = _resize(tf, images, image_size)
+    # A product, not a division: grappler may turn x / 255 into x * (1 / 255) in one graph and not in
+    # another, one float32 ulp apart; written as the product, training and serving compute the same.
+    return tf.clip_by_value(images * (1.0 / 255.0), 0.0, 1.0)
+
+
+def _resize(tf, images, image_size: int):
+    return tf.image.resize(images, [image_size, image_size], antialias=True)
 
 
 def build_serving_module(tf, model, image_size: int, classes: list[str]):
@@ -72,14 +103,85 @@ def next_version(tf, base: str) -> int:
     return max(versions, default=0) + 1
 
 
-def export(tf, model, base: str, image_size: int, classes: list[str], version: int | None = None) -> str:
-    """Write the serving SavedModel to ``base/<version>/``; returns that path."""
+def _temporary(folder: str, name: str) -> str:
+    """A name beside ``name`` in ``folder`` that no reader takes for a model (TF Serving serves
+    integer folders only; Vertex reads saved_model.pb at the root)."""
+    return os.path.join(folder, f".{name}.{uuid.uuid4().hex[:8]}.tmp")
+
+
+def save_keras(tf, model, model_dir: str) -> str:
+    """``model_dir/model.keras``, written under a temporary name and renamed."""
+    tf.io.gfile.makedirs(model_dir)
+    path = os.path.join(model_dir, "model.keras")
+    temporary = _temporary(model_dir, "model") + ".keras"  # Keras wants the suffix.
+    model.save(temporary)
+    tf.io.gfile.rename(temporary, path, overwrite=True)
+    return path
+
+
+def export(tf, model, model_dir: str, image_size: int, classes: list[str]) -> str:
+    """Write the serving SavedModel at the root of ``model_dir``; returns ``model_dir``."""
     module = build_serving_module(tf, model, image_size, classes)
-    path = os.path.join(base, str(version or next_version(tf, base)))
     signatures = {"serving_default": module.serve_bytes.get_concrete_function(),
                   "serving_uint8": module.serve_uint8.get_concrete_function()}
-    tf.saved_model.save(module, path, signatures=signatures)
-    return path
+    tf.io.gfile.makedirs(model_dir)
+    temporary = _temporary(model_dir, "saved_model")
+    tf.saved_model.save(module, temporary, signatures=signatures)
+    # An earlier export's graph must not meet this one's variables: its saved_model.pb goes first.
+    if tf.io.gfile.exists(os.path.join(model_dir, SAVED_MODEL)):
+        tf.io.gfile.remove(os.path.join(model_dir, SAVED_MODEL))
+    _move_files(tf, temporary, model_dir)
+    return model_dir.rstrip("/") or model_dir
+
+
+def export_version(tf, saved_model_dir: str, base: str) -> str:
+    """Copy the SavedModel at ``saved_model_dir`` to ``base/<next version>/`` (written under a
+    temporary name, then renamed); returns that folder. Two runs that pick the same version: the
+    second rename fails and it takes the next one."""
+    tf.io.gfile.makedirs(base)
+    temporary = _temporary(base, "version")
+    for source in _files(tf, saved_model_dir, skip=("model.keras",)):
+        target = os.path.join(temporary, os.path.relpath(source, saved_model_dir))
+        tf.io.gfile.makedirs(os.path.dirname(target))
+        tf.io.gfile.copy(source, target, overwrite=True)
+    for _ in range(100):
+        path = os.path.join(base, str(next_version(tf, base)))
+        try:
+            if path.startswith("gs://"):
+                if tf.io.gfile.exists(path):
+                    continue
+                _move_files(tf, temporary, path)
+            else:
+                os.rename(temporary, path)  # Atomic; fails if another run took the version.
+            return path
+        except OSError:
+            continue
+    raise RuntimeError(f"could not take a new version under {base}")
+
+
+SAVED_MODEL = "saved_model.pb"
+
+
+def _files(tf, folder: str, skip: tuple[str, ...] = ()) -> list[str]:
+    """Every file under ``folder`` (local or gs://), hidden temporaries and ``skip`` left out."""
+    found = []
+    for root, _, names in tf.io.gfile.walk(folder):
+        relative = os.path.relpath(root, folder)
+        if relative != "." and relative.startswith("."):
+            continue  # A temporary folder of another export.
+        found += [os.path.join(root, name) for name in names
+                  if not name.startswith(".") and not (root.rstrip("/") == folder.rstrip("/") and name in skip)]
+    return found
+
+
+def _move_files(tf, source: str, target: str) -> None:
+    """Move every file of ``source`` into ``target``, ``saved_model.pb`` last, then remove ``source``."""
+    files = sorted(_files(tf, source), key=lambda path: os.path.basename(path) == SAVED_MODEL)
+    for path in files:
+        destination = os.path.join(target, os.path.relpath(path, source))
+        tf.io.gfile.makedirs(os.path.dirname(destination))
+        tf.io.gfile.rename(path, destination, overwrite=True)
+    tf.io.gfile.rmtree(source)
 
 
 def describe_signatures(tf, path: str) -> str:

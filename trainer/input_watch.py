@@ -28,7 +28,8 @@ WAIT_SECONDS = 20.0
 
 
 class InputWatch:
-    def __init__(self, keras, wait_seconds: float = WAIT_SECONDS, poll_seconds: float = 1.0):
+    def __init__(self, keras, wait_seconds: float = WAIT_SECONDS, poll_seconds: float = 1.0,
+                 steps_per_execution: int = 1, steps_per_epoch: int | None = None):
         self.wait_seconds = wait_seconds
         self.poll_seconds = poll_seconds
         self.handed = 0  # Batches the pipeline handed on (the map after its last stage).
@@ -36,7 +37,9 @@ class InputWatch:
         # the step (the step takes it, or a prefetching iterator refills), a starved one does not.
         # Relative, so it holds however many batches a step takes (one per local replica).
         self.handed_at_begin = 0
-        self.begun = 0  # Training steps begun in this process.
+        self.begun = 0  # Training steps begun in this process (a call of the step function runs up to
+        # steps_per_execution of them: the epoch's last call may run fewer).
+        self.calls = 0  # Calls of the step function begun (the first one traces and is not watched).
         self.began_at = 0.0  # When the newest step began (time.time()).
         self.step = 0  # The newest step's number in its epoch, as reported.
         self.reported = 0  # The newest step reported as waiting (once each).
@@ -46,8 +49,10 @@ class InputWatch:
 
         class _Begun(keras.callbacks.Callback):
             def on_train_batch_begin(self, batch, logs=None):
+                left = (steps_per_epoch - int(batch)) if steps_per_epoch else steps_per_execution
                 with watch._lock:
-                    watch.begun += 1
+                    watch.calls += 1
+                    watch.begun += max(1, min(steps_per_execution, left))
                     watch.began_at = time.time()
                     watch.handed_at_begin = watch.handed
                     watch.step = int(batch) + 1
@@ -81,7 +86,7 @@ class InputWatch:
         """(the step, seconds waited, batches handed on minus steps begun) when no batch was handed
         on since the newest step began, wait_seconds ago or more."""
         with self._lock:
-            if self.begun <= 1 or self.handed > self.handed_at_begin or self.reported == self.begun:
+            if self.calls <= 1 or self.handed > self.handed_at_begin or self.reported == self.begun:
                 return None
             waited = now - self.began_at
             if waited < self.wait_seconds:

@@ -20,7 +20,7 @@ import sys
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")  # Before TensorFlow: tf.keras is tf_keras.
 
 from trainer import lr, tune_hooks  # noqa: E402
-from trainer.task import _fraction, _int_at_least, _positive_float  # noqa: E402
+from trainer.flags import _fraction, _int_at_least, _positive_float  # noqa: E402
 
 OBJECTIVE = "val_accuracy"
 PROJECT = "search"
@@ -70,12 +70,11 @@ def make_tuner(args, manifest: dict):
     import tf_keras as keras
 
     from trainer import data
-    from trainer.task import build_model
+    from trainer.model import build_model
 
     pinned = {name: getattr(args, name) for name in SPACE_NAMES}
     num_classes, image_size = len(manifest["classes"]), manifest["image_size"]
     train_count = sum(manifest["counts"]["train"].values())
-    val_count = sum(manifest["counts"]["val"].values())
 
     def build(hp):
         values = _space(hp, pinned)
@@ -83,8 +82,11 @@ def make_tuner(args, manifest: dict):
                             values["width"], values["depth"], values["dropout"])
         # One replica at the trial's batch: the rate searched is the trainer's reference rate
         # (trainer/lr.py), built the same way, so `train -- --learning-rate R` starts from it.
+        # The trainer's default schedule over the trial's steps, so the best rate carries over.
+        steps = args.steps_per_epoch or max(1, train_count // values["batch_size"])
         rate = lr.plan("adam", values["learning_rate"], None, replicas=1, batch_size=values["batch_size"],
-                       warmup_epochs=None, steps_per_epoch=1)
+                       warmup_epochs=None, steps_per_epoch=steps, schedule="cosine",
+                       total_steps=args.epochs * steps)
         model.compile(optimizer=lr.build_optimizer(keras, rate),
                       loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"])
         return model
@@ -97,11 +99,11 @@ def make_tuner(args, manifest: dict):
             model = self.hypermodel.build(hp)
             batch = hp.get("batch_size")
             train_ds = data.make_dataset(args.data_dir, "train", batch, image_size, seed=args.seed)
-            val_ds = data.make_dataset(args.data_dir, "val", batch, image_size, shuffle=False)
+            val_ds = data.make_dataset(args.data_dir, "val", batch, image_size, training=False)
             checkpoint = os.path.join(self.get_trial_dir(trial.trial_id), "model.keras")
             history = model.fit(
                 train_ds, epochs=args.epochs, steps_per_epoch=args.steps_per_epoch or max(1, train_count // batch),
-                validation_data=val_ds, validation_steps=max(1, val_count // batch), verbose=2,
+                validation_data=val_ds, verbose=2,
                 callbacks=[keras.callbacks.ModelCheckpoint(checkpoint, monitor=OBJECTIVE, mode="max",
                                                            save_best_only=True)])
             best = max(range(len(history.history[OBJECTIVE])), key=history.history[OBJECTIVE].__getitem__)

@@ -152,6 +152,16 @@ class Backend:
     # The run folder's TensorBoard folder in a cloud bucket (Vertex AI names it logs/: AIP_TENSORBOARD_LOG_DIR).
     tensorboard_folder: str = "tensorboard"
 
+    def confirm(self, question: str) -> bool:
+        """Asked by `up` before it creates what bills (the question says what it costs an hour). The
+        commands replace it on a terminal (`up --yes` does not); the default, without one, is yes."""
+        return True
+
+    def replicas_per_machine(self, settings: Settings) -> int:
+        """The replicas one worker's machine adds to the run, as the launcher knows them (what
+        TFCLUSTER_REPLICAS counts): one, unless the backend knows the machine's GPUs."""
+        return 1
+
     # ------------------------------------------------------------ required
 
     def up(self, settings: Settings, existing: ClusterState | None) -> ClusterState:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -25,8 +26,9 @@ def default_shards(cluster) -> int:
 
 
 def data(settings: Settings, src: str | None, out: str | None, synthetic: bool,
-         image_size: int | None = None, shards: int | None = None) -> Path:
-    """Run trainer/create_tfrecords.py; the default output is where `train` looks."""
+         image_size: int | None = None, shards: int | None = None, encoding: str | None = None,
+         val_fraction: str | None = None, test_fraction: str | None = None, processes: int | None = None) -> Path:
+    """Run trainer/create_tfrecords.py; the set it makes is `train`'s default data from then on."""
     if bool(src) == bool(synthetic):
         raise ConfigError("give exactly one of --src IMAGE_FOLDER or --synthetic")
     if src and not Path(src).expanduser().is_dir():
@@ -43,12 +45,24 @@ def data(settings: Settings, src: str | None, out: str | None, synthetic: bool,
         console.print(f"[yellow]Note:[/] {shards} shards for {cluster.workers} workers: each worker reads "
                       f"every shard and keeps 1/{cluster.workers} (DATA sharding); --shards "
                       f"{cluster.workers} or more lets each read only its own files")
-    target = Path(out or settings.data_dir or store.synthetic_data_dir).expanduser()
+    source = Path(src).expanduser() if src else None
+    # An image folder's set is named after it (data/flowers, gs://<bucket>/data/flowers).
+    target = Path(out or settings.data_dir or (store.data_dir_for(source.resolve()) if source
+                                               else store.synthetic_data_dir)).expanduser()
     argv = [settings.python or sys.executable, "-m", "trainer.create_tfrecords", "--out", str(target),
             "--shards", str(shards)]
-    argv += ["--synthetic"] if synthetic else ["--src", str(Path(src).expanduser())]
+    argv += ["--synthetic"] if synthetic else ["--src", str(source)]
     if image_size is not None:
         argv += ["--image-size", str(parse_int("image_size", image_size, 1))]
+    if processes is not None:
+        argv += ["--processes", str(parse_int("processes", processes, 1))]
+    if encoding is not None:
+        from trainer.create_tfrecords import ENCODINGS  # Checked here too: one error line, not argparse's two.
+
+        argv += ["--encoding", _choice("encoding", encoding, ENCODINGS)]
+    for name, value in (("val_fraction", val_fraction), ("test_fraction", test_fraction)):
+        if value is not None:
+            argv += [f"--{name.replace('_', '-')}", str(_fraction(name, value))]
     result = subprocess.run(argv, cwd=str(Path(launch.__file__).resolve().parent.parent))
     if result.returncode != 0:
         raise TfClusterError(f"create_tfrecords failed (exit {result.returncode}); see the error above")
@@ -56,18 +70,46 @@ def data(settings: Settings, src: str | None, out: str | None, synthetic: bool,
         from tfcluster.backends.gcp import storage as gcs
 
         url = f"gs://{cluster.bucket}/data/{target.name}"
+        client = gcs.client(cluster.project)
         with console.status(f"Uploading the shards to {url} ..."):
-            result = gcs.upload_dir(gcs.client(cluster.project), target, url)
+            result = gcs.upload_dir(client, target, url)
+            # Shards of an earlier conversion the new manifest does not list go, once it is in place.
+            pruned = gcs.delete_unlisted(client, url, listed_files(target))
         cluster.data_url = url
         store.save_cluster(cluster)
         already = f" ({len(result.unchanged)} already there)" if result.unchanged else ""
-        console.print(f"[green]✓[/] Uploaded {len(result.uploaded)} files to {url}{already}; "
+        removed = f"; removed {len(pruned)} stale file(s) the manifest does not list" if pruned else ""
+        console.print(f"[green]✓[/] Uploaded {len(result.uploaded)} files to {url}{already}{removed}; "
                       "`invoke train` reads them from there.")
         return target
-    if not settings.data_dir and out and Path(out).resolve() != store.synthetic_data_dir:
-        console.print(f"Train on it with: INVOKE_TFCLUSTER_DATA_DIR={target} invoke train "
-                      "(or set tfcluster.data_dir in invoke.yaml)")
+    if settings.data_dir:
+        return target
+    store.remember_data(target)
+    console.print(f"`invoke train` trains on {target} from now on (INVOKE_TFCLUSTER_DATA_DIR or tfcluster.data_dir "
+                  "in invoke.yaml choose another)")
     return target
+
+
+def _choice(key: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ConfigError(f"--{key} must be one of {', '.join(choices)} (got {value!r})")
+    return value
+
+
+def _fraction(key: str, value) -> float:
+    try:
+        number = float(value)
+    except ValueError:
+        number = -1.0
+    if not 0 <= number < 1:
+        raise ConfigError(f"--{key.replace('_', '-')} must be a number in [0, 1) (got {value})")
+    return number
+
+
+def listed_files(folder: Path) -> set[str]:
+    """The manifest and every shard it lists, as names under the set's folder."""
+    manifest = json.loads((folder / "manifest.json").read_text())
+    return {"manifest.json", *(name for names in manifest["shards"].values() for name in names)}
 
 
 def pull(settings: Settings, run_id: str | None = None) -> Path:

@@ -4,6 +4,7 @@ attempts, preemptions and maintenance, metrics and where the model is."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from tfcluster import launch, ui
 from tfcluster.commands.common import console
@@ -21,9 +22,7 @@ def print_summary(run: RunRecord, progress: launch.Progress, wall: float, tensor
     table.add_row("learning rate", rate["text"] if rate else "n/a")
     speed = run.summary["throughput"]
     if speed["global_images_per_second"]:
-        per_worker = ", ".join(f"{v:.0f}" for v in speed["per_worker_images_per_second"].values())
-        table.add_row("throughput", f"{speed['global_images_per_second']:.0f} images/s (per worker: {per_worker}), "
-                                    f"median step {speed['median_step_seconds'] * 1000:.1f} ms")
+        table.add_row("throughput", _speed_line(speed))
     else:
         table.add_row("throughput", "n/a")
     scaling = run.summary.get("scaling")
@@ -52,32 +51,55 @@ def print_summary(run: RunRecord, progress: launch.Progress, wall: float, tensor
     if "val_accuracy" in progress.metrics and progress.chance:
         table.add_row("validation accuracy",
                       f"{progress.metrics['val_accuracy']:.3f} (chance {progress.chance:.3f})")
-    table.add_row("model", progress.keras_path or "n/a")
+    table.add_row("model", progress.keras_path or progress.saved_model_path or "n/a")
     if progress.saved_model_path:
         table.add_row("SavedModel", progress.saved_model_path)
     table.add_row("wall time", ui.duration(wall))
     if cost:
         table.add_row("cost", cost)
-    console.print(table)
+    ui.show(table)
     if progress.signatures:
         console.print(f"Signatures of {progress.saved_model_path}:", soft_wrap=True)
         console.print(progress.signatures, markup=False, highlight=False, soft_wrap=True)
 
 
+def _speed_line(speed: dict) -> str:
+    """Wall clock beside the median step, then each worker's own (tfcluster/throughput.py)."""
+    wall = speed.get("wall_images_per_second")
+    text = (f"{wall:.0f} images/s by wall clock, " if wall else "") + \
+        f"{speed['global_images_per_second']:.0f} at the median step ({speed['median_step_seconds'] * 1000:.1f} ms)"
+    mine = speed.get("per_worker_wall_images_per_second") or speed["per_worker_images_per_second"]
+    return text + "; per worker: " + "  ".join(f"w{w} {v:.0f}" for w, v in mine.items())
+
+
 def _print_throughput(speed: dict) -> None:
-    """Per epoch: the chief's median step time, images/s for all workers and each, GPU use."""
+    """Per epoch: the chief's median step time, images/s for all workers (wall clock and median step)
+    and each worker's by its own wall clock, GPU use."""
     if not speed.get("epochs"):
         return
     gpu = any(record.get("gpu_utilization") for record in speed["epochs"])
-    table = ui.table("Throughput per epoch", ["epoch", "median step", "images/s (all)", "images/s per worker",
+    table = ui.table("Throughput per epoch", ["epoch", "median step", "images/s (median step)",
+                                              "images/s (wall clock)", "wall clock per worker",
                                               *(["GPU utilisation per worker"] if gpu else [])])
     for record in speed["epochs"]:
         step = record["median_step_seconds"]
+        wall = record.get("wall_images_per_second")
         row = [str(record["epoch"]), f"{step * 1000:.1f} ms" if step else "n/a",
                f"{record['global_images_per_second']:.0f}" if record["global_images_per_second"] else "n/a",
-               "  ".join(f"w{w} {v:.0f}" for w, v in record["per_worker_images_per_second"].items()) or "n/a"]
+               f"{wall:.0f}" if wall else "n/a",
+               "  ".join(f"w{w} {v:.0f}" for w, v in (record.get("per_worker_wall_images_per_second") or {}).items())
+               or "n/a"]
         if gpu:
             row.append("  ".join(f"w{w} {v:.0f}%" for w, v in (record.get("gpu_utilization") or {}).items())
                        or "n/a")
         table.add_row(*row)
-    console.print(table)
+    ui.show(table)
+
+
+def saved_in(folder: Path) -> tuple[str | None, str | None]:
+    """(a Keras file, a SavedModel folder) a script saved in its model folder (AIP_MODEL_DIR), which its
+    events do not name: the first ``*.keras`` (or ``*.h5``) file, and the folder itself or the first
+    one under it holding ``saved_model.pb``."""
+    files = sorted([*folder.rglob("*.keras"), *folder.rglob("*.h5")])
+    saved = sorted(path.parent for path in folder.rglob("saved_model.pb"))
+    return (str(files[0]) if files else None), (str(saved[0]) if saved else None)

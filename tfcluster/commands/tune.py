@@ -84,7 +84,7 @@ def tune(settings: Settings, request: TuneRequest) -> RunRecord | None:
             raise ConfigError(f"data_dir {settings.data_dir} has no manifest.json; create it with "
                               "`invoke data --src IMAGES --out DIR`")
     elif not remote_data and script is None:
-        data_dir = store.synthetic_data_dir
+        data_dir = store.default_data_dir()
     args = list(request.trainer_args)
     if script is None and max_trials is not None:
         args += ["--max-trials", str(max_trials)]

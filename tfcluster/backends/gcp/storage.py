@@ -91,6 +91,28 @@ def upload_dir(storage_client, local_dir: Path, url: str, workers: int = 8) -> U
                         unchanged=[object_name(p) for p, same in zip(files, kept) if same and p not in manifests])
 
 
+def delete_unlisted(storage_client, url: str, keep: set[str], workers: int = 8) -> list[str]:
+    """Delete the objects under ``url`` whose name below it is not in ``keep`` (e.g. the shards of an
+    earlier conversion that the new manifest does not list). Call it once the new files are in place:
+    a reader then never finds a listed file missing. Returns the names deleted."""
+    from google.api_core.exceptions import NotFound
+
+    bucket_name, prefix = split_url(url)
+    bucket = storage_client.bucket(bucket_name)
+    stale = [blob.name for blob in storage_client.list_blobs(bucket_name, prefix=f"{prefix}/" if prefix else None)
+             if blob.name[len(prefix):].lstrip("/") not in keep]
+
+    def delete(name: str) -> None:
+        try:
+            bucket.blob(name).delete()
+        except NotFound:  # Gone already (a concurrent run): what was wanted.
+            pass
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        list(pool.map(delete, stale))
+    return stale
+
+
 def download_prefix(storage_client, url: str, local_dir: Path, workers: int = 8) -> list[Path]:
     """Download every object under ``url`` into ``local_dir``, keeping relative paths."""
     bucket_name, prefix = split_url(url)
