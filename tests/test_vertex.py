@@ -194,7 +194,9 @@ def test_up_train_unhappy_paths_down_on_vertex(tmp_path, world, synthetic_data, 
     # The model in the bucket: pulled, loaded in a fresh process and served through serving_default.
     pulled = cli.run("pull", timeout=300)
     assert pulled.returncode == 0, pulled.stdout + pulled.stderr
-    model = run_dir / "output" / "model" / summary["saved_model_path"].removeprefix(summary["model_dir"]).strip("/")
+    # The SavedModel at the model folder's root (the trainer's export to AIP_MODEL_DIR), pulled to output/model.
+    model = run_dir / "output" / "model" / summary["saved_model_path"].rstrip("/").removeprefix(
+        summary["model_dir"].rstrip("/")).strip("/")
     served = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
         import io
         import numpy as np, tensorflow as tf
