@@ -35,6 +35,7 @@ resource "google_storage_bucket_iam_member" "vm_bucket_reader" {
 
 # Just what the idle watchdog calls on its own VM.
 resource "google_project_iam_custom_role" "watchdog" {
+  count       = var.workers > 0 ? 1 : 0 # None without VMs (workers = 0).
   role_id     = "tfclusterWatchdog_${replace(var.cluster_name, "-", "_")}_${random_id.suffix.hex}"
   title       = "tfcluster idle watchdog (${var.cluster_name})"
   description = "Lets a tfcluster VM delete itself (idle action delete); granted per instance, never project-wide."
@@ -49,6 +50,6 @@ resource "google_compute_instance_iam_member" "watchdog" {
   count         = var.workers
   zone          = var.zone
   instance_name = google_compute_instance.worker[count.index].name
-  role          = google_project_iam_custom_role.watchdog.id
+  role          = google_project_iam_custom_role.watchdog[0].id
   member        = "serviceAccount:${google_service_account.vm[count.index].email}"
 }

@@ -55,7 +55,7 @@ resource "google_compute_instance" "worker" {
   }
 
   network_interface {
-    subnetwork = google_compute_subnetwork.cluster.id
+    subnetwork = google_compute_subnetwork.cluster[0].id
     nic_type   = local.nic_type
     access_config {}
   }

@@ -91,11 +91,14 @@ def test_every_flag_given_a_word_is_one_line_through_the_real_parser(task, flag,
 
 @pytest.mark.parametrize("argv,line", [
     (["up", "--hosts", "a,b"], "error: --hosts needs --backend ssh, and the backend is local; add the backend, or drop it"),
-    (["up", "--gpu", "l4", "--spot"], "error: --gpu, --spot need --backend gcp, and the backend is local; add the backend, "
-                                      "or drop them"),
+    (["up", "--gpu", "l4", "--spot"], "error: --gpu, --spot need --backend gcp or --backend vertex, and the backend is "
+                                      "local; add the backend, or drop them"),
     (["up", "--backend", "ssh", "--hosts", "a", "--zone", "us-west1-b"],
-     "error: --zone needs --backend gcp, and the backend is ssh; add the backend, or drop it"),
-    (["check", "--spot"], "error: --spot needs --backend gcp, and the backend is local; add the backend, or drop it"),
+     "error: --zone needs --backend gcp or --backend vertex, and the backend is ssh; add the backend, or drop it"),
+    (["check", "--spot"], "error: --spot needs --backend gcp or --backend vertex, and the backend is local; add the "
+                          "backend, or drop it"),
+    (["up", "--backend", "gcp", "--project", "p", "--zone", "us-west1-b", "--region", "us-west1"],
+     "error: --region needs --backend vertex, and the backend is gcp; add the backend, or drop it"),
 ])
 def test_a_flag_of_another_backend_is_refused_not_ignored(argv, line, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)

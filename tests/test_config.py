@@ -18,7 +18,7 @@ def test_defaults_and_precedence():
     ({"workers": 0}, "workers must be >= 1 (got 0)"),
     ({"workers": -2}, "workers must be >= 1 (got -2)"),
     ({"workers": "three"}, "workers must be a whole number >= 1 (got 'three')"),
-    ({"backend": "kubernetes"}, "backend must be one of local, ssh, gcp (got 'kubernetes')"),
+    ({"backend": "kubernetes"}, "backend must be one of local, ssh, gcp, vertex (got 'kubernetes')"),
     ({"cluster": "Bad Name"}, "cluster must be lowercase letters"),
     ({"retries": -1}, "retries must be >= 0 (got -1)"),
     ({"stop_grace_seconds": 0}, "stop_grace_seconds must be a number in (0, 300]"),
@@ -110,7 +110,7 @@ def test_env_var_reaches_the_typed_config(cli):
     cli.env["INVOKE_TFCLUSTER_BACKEND"] = "nosuch"
     result = cli.run("up")
     assert result.returncode == 2
-    assert "backend must be one of local, ssh, gcp (got 'nosuch')" in result.stderr
+    assert "backend must be one of local, ssh, gcp, vertex (got 'nosuch')" in result.stderr
 
 
 def test_trainer_rejects_bad_arguments(synthetic_data, capsys):

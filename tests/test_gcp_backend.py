@@ -372,7 +372,7 @@ def test_down_reports_an_instance_that_survived_destroy(gcp_cli):
     # state rm`): destroy leaves them, and `down` finds each by its own API.
     workdir = gcp_cli.state_dir / "gcp" / "default"
     for address in ("google_compute_instance_iam_member.watchdog[1]", "google_compute_instance.worker[1]",
-                    "google_service_account.vm[1]", "google_project_iam_custom_role.watchdog"):
+                    "google_service_account.vm[1]", "google_project_iam_custom_role.watchdog[0]"):
         forgot = subprocess.run([mirror.TERRAFORM, f"-chdir={workdir}", "state", "rm", address], env=gcp_cli.env,
                                 capture_output=True, text=True)
         assert forgot.returncode == 0, forgot.stderr

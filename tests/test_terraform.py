@@ -162,7 +162,8 @@ def test_service_account_has_no_primitive_roles():
     # One account per VM; the delete on instance i is granted to account i alone, so a VM's token
     # is refused on its siblings (the booted scenario shows the 403 from inside VM 0).
     accounts = resources("google_service_account")
-    assert list(accounts) == ["vm"] and accounts["vm"]["count"] == "${var.workers}"
+    assert sorted(accounts) == ["jobs", "vm"] and accounts["vm"]["count"] == "${var.workers}"
+    assert accounts["jobs"]["count"] == "${var.vertex ? 1 : 0}"  # A Vertex AI cluster's jobs (vertex.tf).
     assert accounts["vm"]["account_id"] == "${var.cluster_name}-vm-${count.index}"
     grant = resources("google_compute_instance_iam_member")["watchdog"]
     assert grant["count"] == "${var.workers}"

@@ -79,7 +79,7 @@ def _user_errors(body):
 
 @task(auto_shortflags=False,
       help={"workers": "number of workers (default: tfcluster.workers, 3)",
-            "backend": "local (default), ssh or gcp", "cluster": "cluster name (default: default)",
+            "backend": "local (default), ssh, gcp or vertex", "cluster": "cluster name (default: default)",
             "hosts": "ssh: HOST[:SSHPORT],... one worker each",
             "ssh_user": "ssh: login user (default root)",
             "ssh_key": "ssh: private key file (default ~/.ssh/id_ed25519)",
@@ -88,6 +88,7 @@ def _user_errors(body):
             "tf_port": "ssh: TensorFlow port on every host (default 23456)",
             "python": "interpreter that runs the workers (ssh default: python3)",
             "project": "gcp: project ID", "zone": "gcp: zone, e.g. us-west1-b",
+            "region": "vertex: region of the jobs, e.g. us-central1 (default: the zone's)",
             "gpu": "gcp: t4, v100, l4, a100, a100-80gb or h100", "gpu_count": "gcp: GPUs per VM (default 1)",
             "machine_type": "gcp: machine type (default: n1-standard-8, or the GPU's G2/A2/A3 type for gpu_count)",
             "spot": "gcp: SPOT VMs (cheaper; may be stopped by Google)",
@@ -109,7 +110,7 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        operator_cidr: Optional[str] = None, idle_minutes: Optional[int] = None,
        idle_action: Optional[str] = None, max_run_hours: Optional[int] = None,
        image: Optional[str] = None, boot_image: Optional[str] = None, budget: Optional[str] = None,
-       yes: bool = False):
+       yes: bool = False, region: Optional[str] = None):
     """Create the cluster. Idempotent: running it twice changes nothing."""
     if hosts and workers is None and backend in (None, "ssh"):
         workers = len([h for h in hosts.split(",") if h.strip()])  # One worker per host given.
@@ -119,13 +120,14 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
                          project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
                          machine_type=machine_type, spot=spot or None, operator_cidr=operator_cidr,
                          idle_minutes=idle_minutes, idle_action=idle_action,
-                         max_run_hours=max_run_hours, image=image, boot_image=boot_image, budget=budget)
+                         max_run_hours=max_run_hours, image=image, boot_image=boot_image, budget=budget,
+                         region=region)
     sources.check_backend_flags(settings.backend, {
         "hosts": hosts, "ssh_user": ssh_user, "ssh_key": ssh_key, "known_hosts": known_hosts,
         "trust_new_hosts": trust_new_hosts, "tf_port": tf_port, "project": project, "zone": zone, "gpu": gpu,
         "gpu_count": gpu_count, "machine_type": machine_type, "spot": spot, "operator_cidr": operator_cidr,
         "idle_minutes": idle_minutes, "idle_action": idle_action, "max_run_hours": max_run_hours,
-        "budget": budget, "boot_image": boot_image})
+        "budget": budget, "boot_image": boot_image, "region": region})
     if idle_minutes is not None and settings.backend == "ssh":  # Own hosts get a watchdog when asked for one.
         settings = dataclasses.replace(settings, install_watchdog=True)
     commands.up(settings, yes=yes)
@@ -243,8 +245,9 @@ def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bo
 
 
 @task(auto_shortflags=False,
-      help={"backend": "local (default), ssh or gcp", "project": "gcp: project ID",
-            "zone": "gcp: zone, e.g. us-west1-b", "gpu": "gcp: t4, v100, l4, a100, a100-80gb or h100",
+      help={"backend": "local (default), ssh, gcp or vertex", "project": "gcp: project ID",
+            "zone": "gcp: zone, e.g. us-west1-b", "region": "vertex: region of the jobs, e.g. us-central1",
+            "gpu": "gcp: t4, v100, l4, a100, a100-80gb or h100",
             "gpu_count": "gcp: GPUs per VM",
             "workers": "number of workers (default: tfcluster.workers, 3)", "spot": "gcp: check for SPOT VMs",
             "boot_image": "gcp: projects/P/global/images/NAME or .../images/family/FAMILY "
@@ -255,25 +258,28 @@ def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bo
 def check(c, backend: Optional[str] = None, project: Optional[str] = None, zone: Optional[str] = None,
           gpu: Optional[str] = None, gpu_count: Optional[int] = None, workers: Optional[int] = None,
           spot: bool = False, boot_image: Optional[str] = None, operator_cidr: Optional[str] = None,
-          cluster: Optional[str] = None):
+          cluster: Optional[str] = None, region: Optional[str] = None):
     """Before anything is created: one line per prerequisite (✓, ✗ with the fix, ? when it cannot tell)."""
     settings = _settings(c, backend=backend, project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
                          workers=workers, spot=spot or None, boot_image=boot_image, operator_cidr=operator_cidr,
-                         cluster=cluster)
+                         cluster=cluster, region=region)
     sources.check_backend_flags(settings.backend, {"project": project, "zone": zone, "gpu": gpu, "gpu_count": gpu_count,
-                                                   "spot": spot, "boot_image": boot_image, "operator_cidr": operator_cidr})
+                                                   "spot": spot, "boot_image": boot_image, "operator_cidr": operator_cidr,
+                                                   "region": region})
     commands.check(settings)
 
 
 @task(auto_shortflags=False,
       help={"gpu": "t4, v100, l4, a100, a100-80gb or h100 (default: tfcluster.gpu)",
             "gpu_count": "GPUs per VM, which picks the machine type (default 1)",
-            "spot": "sort by the Spot price and show the Spot quota", "project": "gcp: project ID"})
+            "spot": "sort by the Spot price and show the Spot quota", "project": "gcp: project ID",
+            "backend": "gcp (default: VMs, per zone) or vertex (Vertex AI training, per region)"})
 @_user_errors
 def offers(c, gpu: Optional[str] = None, gpu_count: Optional[int] = None, spot: bool = False,
-           project: Optional[str] = None):
+           project: Optional[str] = None, backend: Optional[str] = None):
     """Every zone that offers the GPU: one VM's price per hour, on-demand and Spot, and your free quota; cheapest first."""
-    commands.offers(_settings(c, backend="gcp", gpu=gpu, gpu_count=gpu_count, spot=spot or None, project=project))
+    commands.offers(_settings(c, backend=backend or "gcp", gpu=gpu, gpu_count=gpu_count, spot=spot or None,
+                              project=project))
 
 
 @task(help={"src": "image folder with one sub-folder per class",

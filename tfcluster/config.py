@@ -21,7 +21,7 @@ from tfcluster.errors import ConfigError
 from tfcluster.money import parse_usd
 from tfcluster.ports import parse_range
 
-BACKENDS = ("local", "ssh", "gcp")
+BACKENDS = ("local", "ssh", "gcp", "vertex")
 IDLE_ACTIONS = ("stop", "delete")
 TERMINATION_ACTIONS = ("STOP", "DELETE")
 # Which Keras `tf.keras` means for a --script: "2" is tf_keras (TF_USE_LEGACY_KERAS=1), "3" is Keras 3.
@@ -73,6 +73,8 @@ class Settings:
     # gcp: project ID and zone (the zone must offer the GPU).
     project: str = ""
     zone: str = ""
+    # vertex: the region the jobs run in (e.g. us-central1); empty is the zone's region.
+    region: str = ""
     # gcp: zones a new cluster's `up` may use, in order (after `zone`, when set): when one has no
     # capacity or no quota for the VMs, `up` removes what it made there and tries the next.
     zones: tuple = ()
@@ -299,7 +301,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
     machine_type = str(values["machine_type"] or "").strip()
     boot_disk_type = str(values["boot_disk_type"] or "").strip()
     nic_type = str(values["nic_type"] or "").strip().upper()
-    if backend == "gcp":
+    if backend in ("gcp", "vertex"):
         machines.check_gcp_name(cluster)
         machine_type = machines.pick_machine_type(model, gpu_count, machine_type, spot)
         machines.check_family(machine_type, boot_disk_type, nic_type)
@@ -319,11 +321,15 @@ def validate(values: Mapping[str, Any]) -> Settings:
         raise ConfigError(f"keras must be one of {', '.join(KERAS_VERSIONS)} (got {values['keras']!r}); "
                           f"set it in {flag_hint('keras')}")
     zones = parse_zones(values["zone"], values["zones"])
+    region = str(values["region"] or "").strip()
+    if region and not re.fullmatch(r"[a-z]+-[a-z]+[0-9]+", region):
+        raise ConfigError(f"region must be a Google Cloud region such as us-central1 (got {region!r})")
     return Settings(
         keras=keras,
         project=str(values["project"] or ""),
         zone=zones[0] if zones else "",
         zones=tuple(zones),
+        region=region,
         gpu=gpu,
         gpu_count=gpu_count,
         machine_type=machine_type,

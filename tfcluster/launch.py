@@ -373,9 +373,11 @@ def follow_attempt(plans: list[WorkerPlan], attempt: int, follower: LogFollower,
                    on_event: Callable[[WorkerPlan, dict], None],
                    on_tick: Callable[[list[WorkerStatus]], None] | None = None,
                    should_stop: Callable[[], bool] = lambda: False,
-                   watch: stall.StallWatch | None = None) -> AttemptResult:
+                   watch: stall.StallWatch | None = None,
+                   look: Callable[[], list[WorkerStatus]] | None = None) -> AttemptResult:
     """Stream logs until every worker finished, or one failed (returns at once: fail fast),
-    or ``should_stop()`` turns true (checked every tick), or ``watch`` sees a stall."""
+    or ``should_stop()`` turns true (checked every tick), or ``watch`` sees a stall. ``look()``: the
+    workers' states (default: their status files; a cloud job's runner answers from the job)."""
 
     def drain(flush: bool = False) -> None:
         for plan, line in follower.poll(flush):
@@ -394,7 +396,7 @@ def follow_attempt(plans: list[WorkerPlan], attempt: int, follower: LogFollower,
             drain(flush=True)
             return AttemptResult(ok=False, failures=[], interrupted=True)
         drain()
-        statuses = [worker_status(plan, attempt) for plan in plans]
+        statuses = look() if look is not None else [worker_status(plan, attempt) for plan in plans]
         if on_tick:
             on_tick(statuses)
         failures = [(plan, status) for plan, status in zip(plans, statuses)

@@ -22,6 +22,10 @@
   tests/world/monitoring.py over HTTPS on <cloud quotas address>:443 and <monitoring address>:443,
   both answering from the world's quota table (tests/world/quotas.py), on when the project's
   Service Usage says so.
+- Vertex AI ({region}-aiplatform.googleapis.com, tests/world/vertex.py) and Cloud Logging
+  (logging.googleapis.com, tests/world/cloud_logging.py) over HTTPS on <vertex address>:443 and
+  <logging address>:443; a job's replicas are Docker containers on the lab's own network
+  (tests/world/vertex_replicas.py), made when the first job starts.
 - The public-address lookups (checkip.amazonaws.com, api.ipify.org): tests/world/checkip.py over
   HTTPS on <checkip address>:443, answering the operator's address as the VMs see it.
 A started process sees them through a private /etc/hosts (`unshare --mount`, bind mount) and
@@ -35,6 +39,7 @@ import contextlib
 import os
 import socket
 import ssl
+import threading
 from pathlib import Path
 
 from tests.fake_artifact_registry import FakeArtifactRegistry, FakeArtifactRegistryServer
@@ -43,10 +48,12 @@ from tests.world import compute_auth
 from tests.world.billing import Catalog, CatalogServer
 from tests.world.storage import IamStorageProxy
 from tests.world.checkip import CHECKIP_NAMES, CheckIpServer
+from tests.world.cloud_logging import LOGGING_NAMES, LoggingServer, LoggingState
 from tests.world.cloudquotas import CLOUDQUOTAS_NAMES, CloudQuotas, CloudQuotasServer
 from tests.world.monitoring import MONITORING_NAMES, Monitoring, MonitoringServer
 from tests.world.project_apis import PROJECT_NAMES, ProjectApis, ProjectApisServer
 from tests.world.tls import GOOGLE_NAMES, make_certificates, operator_key, service_account_key
+from tests.world.vertex import VERTEX_NAMES, Vertex, VertexServer, VertexState
 
 # The access token of a service account: what the metadata server hands an instance that runs as
 # it, valid while IAM holds the account (tests/world/compute_auth.py, iam_api.py).
@@ -89,9 +96,10 @@ class GoogleWorld:
         self.project_address = f"127.77.{net}.7"
         self.cloudquotas_address, self.monitoring_address = f"127.77.{net}.8", f"127.77.{net}.9"
         self.artifacts_address = f"127.77.{net}.3"
+        self.vertex_address, self.logging_address = f"127.77.{net}.11", f"127.77.{net}.12"
         self.ca, cert, key = make_certificates(root / "tls", GOOGLE_NAMES + BILLING_NAMES + ARTIFACTS_NAMES
                                                + ("iam.googleapis.com",) + CHECKIP_NAMES + PROJECT_NAMES
-                                               + CLOUDQUOTAS_NAMES + MONITORING_NAMES)
+                                               + CLOUDQUOTAS_NAMES + MONITORING_NAMES + VERTEX_NAMES + LOGGING_NAMES)
         self.artifacts = FakeArtifactRegistryServer(FakeArtifactRegistry(project=project),
                                                     tls=(self.artifacts_address, str(cert), str(key)))
         self.credentials = service_account_key(root / "operator-key.json", project)
@@ -124,16 +132,35 @@ class GoogleWorld:
                               f"{self.checkip_address} {' '.join(CHECKIP_NAMES)}\n"
                               f"{self.project_address} {' '.join(PROJECT_NAMES)}\n"
                               f"{self.cloudquotas_address} {' '.join(CLOUDQUOTAS_NAMES)}\n"
-                              f"{self.monitoring_address} {' '.join(MONITORING_NAMES)}\n")
+                              f"{self.monitoring_address} {' '.join(MONITORING_NAMES)}\n"
+                              f"{self.vertex_address} {' '.join(VERTEX_NAMES)}\n"
+                              f"{self.logging_address} {' '.join(LOGGING_NAMES)}\n")
         self.billing = CatalogServer(Catalog(disabled_projects={project}, identity=self.compute.state),
                                      self.billing_address, context)
         self.checkip = CheckIpServer(self.checkip_address, context)
         self.project_apis = ProjectApisServer(ProjectApis(project), self.compute.state, self.billing.catalog,
                                               self.project_address, context)
+        vertex_state = VertexState(project, self.project_apis.apis.project_number)
         self.cloudquotas = CloudQuotasServer(CloudQuotas(), self.compute.state, self.project_apis.enabled,
-                                             self.cloudquotas_address, context)
+                                             self.cloudquotas_address, context,
+                                             {"aiplatform.googleapis.com": vertex_state.quota_infos})
         self.monitoring = MonitoringServer(Monitoring(), self.compute.state, self.project_apis.enabled,
                                            self.monitoring_address, context)
+        self.cloud_logging = LoggingServer(LoggingState(project), self.compute.state, self.project_apis,
+                                           self.logging_address, context)
+        # tests/world/vertex_replicas.py's runtime, made for the first job.
+        self._replicas, self._replicas_lock = None, threading.Lock()
+        self.vertex = VertexServer(Vertex(vertex_state, self.compute.state, self.project_apis, self.cloud_logging.state,
+                                          lambda: self.replicas(root)), self.vertex_address, context)
+
+    def replicas(self, root: Path):
+        """Vertex AI's replicas (Docker on the lab's own network), started with the first job."""
+        from tests.world.vertex_replicas import ReplicaRuntime
+
+        with self._replicas_lock:
+            if self._replicas is None:
+                self._replicas = ReplicaRuntime(self, root, self.vertex.vertex.log)
+        return self._replicas
 
     def trust_store(self, folder: Path) -> Path:
         """A copy of this machine's /etc/ssl that also trusts the test CA: the bundle file
@@ -173,7 +200,9 @@ class GoogleWorld:
                    **dict.fromkeys(CHECKIP_NAMES, self.checkip_address),
                    **dict.fromkeys(PROJECT_NAMES, self.project_address),
                    **dict.fromkeys(CLOUDQUOTAS_NAMES, self.cloudquotas_address),
-                   **dict.fromkeys(MONITORING_NAMES, self.monitoring_address)}
+                   **dict.fromkeys(MONITORING_NAMES, self.monitoring_address),
+                   **dict.fromkeys(VERTEX_NAMES, self.vertex_address),
+                   **dict.fromkeys(LOGGING_NAMES, self.logging_address)}
         real = socket.getaddrinfo
 
         def getaddrinfo(host, *args, **kwargs):
@@ -187,10 +216,11 @@ class GoogleWorld:
 
     def close(self) -> None:
         """All at once: each server's shutdown waits out its serve_forever poll (0.5 s)."""
-        import threading
-
-        closers = [self.cloudquotas.close, self.monitoring.close, self.project_apis.close, self.checkip.close, self.billing.close, self.artifacts.close,
-                   self.storage_proxy.close, self.storage.stop, self.compute.close]
+        if self._replicas is not None:  # Containers and the lab's network first: no replica outlives the world.
+            self._replicas.close()
+        closers = [self.cloudquotas.close, self.monitoring.close, self.vertex.close, self.cloud_logging.close,
+                   self.project_apis.close, self.checkip.close, self.billing.close, self.artifacts.close, self.storage_proxy.close, self.storage.stop,
+                   self.compute.close]
         threads = [threading.Thread(target=close) for close in closers]
         for thread in threads:
             thread.start()

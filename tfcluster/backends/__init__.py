@@ -1,7 +1,7 @@
 """Backends: where worker machines come from and how the launcher reaches them.
 
 Rooms: base (the written interface: WorkerHost, Backend with its optional capabilities),
-group (per-host parallel actions, one error naming every failure), local, ssh/, gcp/.
+group (per-host parallel actions, one error naming every failure), local, ssh/, gcp/, vertex/.
 Backends may import state, config, errors and tfconfig; never commands or launch.
 
 A backend provisions (``up``/``down``), checks hosts (``preflight``), ships code and data
@@ -30,6 +30,10 @@ def get_backend(name: str, store, announce=print) -> Backend:
         from tfcluster.backends.gcp import GcpBackend
 
         return GcpBackend(store, announce)
+    if name == "vertex":
+        from tfcluster.backends.vertex import VertexBackend
+
+        return VertexBackend(store, announce)
     raise ConfigError(f"backend must be one of {', '.join(BACKENDS)} (got {name!r})")
 
 

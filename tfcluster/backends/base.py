@@ -67,6 +67,58 @@ class WorkerHost(Protocol):
         the program is not installed there."""
 
 
+@dataclass
+class JobSpec:
+    """What an attempt runs, for a backend whose attempts are cloud jobs (Backend.cloud_job)."""
+
+    # argv every worker runs, as Staged.argv (no "{run_root}": the cloud job has no host folder).
+    argv: list[str]
+    # The workers' environment beyond what the cloud sets itself (TF_CONFIG, the AIP_* folders).
+    env: dict[str, str]
+    # Workers: the chief and workers - 1 others.
+    workers: int
+    # The image every worker runs in.
+    image: str
+
+
+@dataclass
+class JobReport:
+    """One look at an attempt that runs as one cloud job."""
+
+    # STARTING (queued, being provisioned), RUNNING, SUCCEEDED, FAILED or STOPPED (cancelled).
+    state: str
+    # The cloud's own name for it (JOB_STATE_RUNNING), as `status` shows it.
+    cloud_state: str = ""
+    # On FAILED: the worker the cloud names and its exit code (None when it names none), and its words.
+    failed_worker: int | None = None
+    exit_code: int | None = None
+    message: str = ""
+    # How often the service has started the job's workers again so far (a Spot preemption restarts the job).
+    restarts: int = 0
+    # The cloud's own lines about the job since the last look ("Job is running."), oldest first.
+    notes: list[str] = field(default_factory=list)
+    # The service's name for the job ("" when none was submitted).
+    job: str = ""
+
+
+class CloudJob(Protocol):
+    """An attempt as one job of a managed service (Vertex AI): the service starts, restarts and
+    stops the workers; the launcher submits, looks and cancels. Each worker's lines arrive in its
+    local log (the run folder's worker-I.log), where the launcher follows them."""
+
+    def submit(self, attempt: int) -> None:
+        """Start attempt ``attempt``: one new job."""
+
+    def poll(self) -> JobReport:
+        """The job now, with its new lines appended to the workers' local logs."""
+
+    def look(self) -> JobReport:
+        """The job now, its state only (another shell's `status`: the launcher mirrors the lines)."""
+
+    def cancel(self) -> None:
+        """Cancel the job; return once the service says it ended and nothing of it runs."""
+
+
 @dataclass(frozen=True)
 class Finding:
     """One prerequisite `invoke check` looked at."""
@@ -95,6 +147,10 @@ class Backend:
     # Whether tfcluster may halt the machines (cloud VMs): `train --then stop`, and each machine
     # halting itself at the run's end when the launcher is gone (arm_then_stop, stop_machines).
     can_halt_machines: bool = False
+    # Why `invoke tune` cannot run on this backend, with what to use instead ("" when it can).
+    tune_unsupported: str = ""
+    # The run folder's TensorBoard folder in a cloud bucket (Vertex AI names it logs/: AIP_TENSORBOARD_LOG_DIR).
+    tensorboard_folder: str = "tensorboard"
 
     def confirm(self, question: str) -> bool:
         """Asked by `up` before it creates what bills (the question says what it costs an hour). The
@@ -258,6 +314,16 @@ class Backend:
         """Stop the announced workers' machines and start them again (on another host), updating
         ``cluster``'s host records. Default: no machine here has host maintenance."""
         raise ClusterError(f"the {self.name} backend has no machines with host maintenance")
+
+    def cloud_job(self, cluster: ClusterState, run_id: str, spec: JobSpec) -> CloudJob | None:
+        """The run's attempts as jobs of a managed service (Vertex AI), one job each. Default: None,
+        the workers are processes the launcher starts on the hosts."""
+        return None
+
+    def cloud_job_of(self, cluster: ClusterState, run_id: str, attempt: int) -> CloudJob | None:
+        """The job a run's attempt was submitted as, to look at or cancel from any shell. Default: None,
+        the workers are processes whose status files tell."""
+        return None
 
     def gather(self, hosts: list[WorkerHost], run_id: str, folder: str, local_run_dir: Path) -> None:
         """Merge ``folder`` (relative to each host's run folder) from every host into the local

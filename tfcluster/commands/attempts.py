@@ -12,7 +12,7 @@ from pathlib import Path
 
 from rich.status import Status
 
-from tfcluster import holds, launch, ledger, stall, tflog, throughput, ui
+from tfcluster import holds, launch, ledger, runners, stall, tflog, throughput, ui
 from tfcluster.commands import maintenance, restage, run_summary, run_view, spend, stall_report
 from tfcluster.commands.common import console
 from tfcluster.config import Settings
@@ -51,6 +51,7 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
     # A stop the user asked for (`stop`, `down` from another shell; the budget's end time halting the
     # VMs): written before any worker is signalled, so a failure seen after it is that stop, never retried.
     stopped_by = lambda: user_stop(store, run, budget)  # noqa: E731
+    runner = runners.HostRunner(plans)  # Each attempt's: processes on the hosts, or a cloud job.
     try:
         for attempt in range(first_attempt, run.retries + 2):
             if stopped_by():
@@ -62,15 +63,21 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
                               "resuming from the last checkpoint[/]")
                 backend.before_retry([plan.host for plan in plans], run.run_id)
             attempt_started = time.time()
-            failure = _one_attempt(settings, plans, attempt, progress,
-                                   lambda: interrupted.is_set() or bool(budget and budget.refusal)
-                                   or stopped_by() is not None, verbose, stall_limit, budget)
+            runner = runners.runner_for(backend, store.load_cluster(), run.run_id, plans, run.image,
+                                        lambda text: console.print(f"[dim]{backend.name}: {text}[/]", soft_wrap=True))
+            try:
+                failure = _one_attempt(settings, runner, plans, attempt, progress,
+                                       lambda: interrupted.is_set() or bool(budget and budget.refusal)
+                                       or stopped_by() is not None, verbose, stall_limit, budget)
+            except TfClusterError:  # The attempt could not start (a cloud job refused): the run ends here.
+                _finish(settings, store, run, "failed", progress, started)
+                raise
             if failure is None or failure.interrupted or stopped_by():
                 break
             if failure.stall is not None:
                 stalls.append(stall_report.report(failure.stall, plans, attempt))
                 run.summary = {**run.summary, "stalls": list(stalls)}
-                launch.stop_attempt(plans, attempt, settings.stop_grace_seconds)
+                runner.stop(attempt, settings.stop_grace_seconds)
                 continue
             # A worker lost with its machine, or its peers failing because of it: ask the cloud
             # whether it took a machine back before treating this as the program's failure.
@@ -91,22 +98,22 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
                                     "Stopping and starting the announced VMs...")
                 continue
             cause = _report_failure(failure, plans, verbose)
-            launch.stop_attempt(plans, attempt, settings.stop_grace_seconds)
+            runner.stop(attempt, settings.stop_grace_seconds)
             if interrupted.is_set():
                 break
         if budget is not None and budget.refusal and not interrupted.is_set():
             console.print("[yellow]Over --budget: stopping every worker (its backup stays)...[/]")
-            launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
+            runner.stop(run.attempts, settings.stop_grace_seconds)
             _finish(settings, store, run, "stopped", progress, started)
             raise TfClusterError(budget.refusal)  # Exit 2: the run is refused, not failed.
         if interrupted.is_set():
             console.print("\n[yellow]Interrupted: stopping every worker...[/]")
-            launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
+            runner.stop(run.attempts, settings.stop_grace_seconds)
             _finish(settings, store, run, "stopped", progress, started)
             raise TrainingFailed(f"run {run.run_id} stopped by Ctrl-C; no worker is left running")
         who = stopped_by()
         if who is not None:  # Its workers are being stopped by whoever asked; make sure, then say who.
-            launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
+            runner.stop(run.attempts, settings.stop_grace_seconds)
             run.summary = {**run.summary, "stopped_by": who}
             _finish(settings, store, run, "stopped", progress, started)
             raise TrainingFailed(f"run {run.run_id} was stopped by {who}; it is not retried, and no worker "
@@ -142,7 +149,7 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
         store.run_dir(run.run_id) / "output" / "tensorboard" / "throughput",
         throughput.tensorboard_scalars(run.summary["throughput"], run.summary["scaling"]))
     if tensorboard is not None:
-        tensorboard = _publish_throughput(store, run, tensorboard)
+        tensorboard = _publish_throughput(store, backend, run, tensorboard)
     run_summary.print_summary(run, progress, time.time() - started, tensorboard,
                               spend.run_cost(store, backend, settings, run))
     if failure is not None and failure.stall is not None:
@@ -249,7 +256,7 @@ def _bring_back(settings: Settings, store: StateStore, backend, run: RunRecord, 
     return [dataclasses.replace(plan, host=host) for plan, host in zip(plans, backend.hosts(cluster))]
 
 
-def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progress, should_stop,
+def _one_attempt(settings: Settings, runner, plans, attempt: int, progress: launch.Progress, should_stop,
                  verbose: bool, stall_limit: stall.StallLimit, budget=None):
     # One live line for the whole attempt (a terminal only: rich draws nothing elsewhere): the workers
     # starting, then from the first step where the run is (tfcluster/pace.py).
@@ -277,11 +284,12 @@ def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progr
             live.update(f"Attempt {attempt}: {running}/{len(plans)} workers running, "
                         "waiting for the first training step...")
 
-    follower = launch.LogFollower(plans, from_end=True)
-    launch.start_attempt(plans, attempt)
+    follower = runner.follower()
+    runner.start(attempt)
     try:
         watch = stall.StallWatch(stall_limit, [plan.index for plan in plans])
-        result = launch.follow_attempt(plans, attempt, follower, view.line, on_event, on_tick, should_stop, watch)
+        result = launch.follow_attempt(plans, attempt, follower, view.line, on_event, on_tick, should_stop, watch,
+                                       lambda: runner.statuses(attempt))
     finally:
         live.stop()
     view.finish(plans)
@@ -354,7 +362,7 @@ def _redone(progress: launch.Progress) -> float:
     return round(ledger.redone_seconds(chief.samples, chief.median_step_seconds), 2) if chief else 0.0
 
 
-def _publish_throughput(store: StateStore, run: RunRecord, local_dir) -> str:
+def _publish_throughput(store: StateStore, backend, run: RunRecord, local_dir) -> str:
     """Where TensorBoard finds the throughput figures: the local run folder, and on a cluster with a
     bucket the bucket too, beside the trainer's logs (`invoke tensorboard` reads the bucket there)."""
     cluster = store.load_cluster()
@@ -363,7 +371,7 @@ def _publish_throughput(store: StateStore, run: RunRecord, local_dir) -> str:
     from tfcluster.backends.gcp import storage as gcs
     from tfcluster.backends.gcp.errors import translated
 
-    url = f"gs://{cluster.bucket}/runs/{run.run_id}/tensorboard/throughput"
+    url = f"gs://{cluster.bucket}/runs/{run.run_id}/{backend.tensorboard_folder}/throughput"
     try:
         with translated(cluster.project, f"uploading the throughput figures to {url}"):
             gcs.upload_dir(gcs.client(cluster.project), local_dir, url)

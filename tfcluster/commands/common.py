@@ -8,7 +8,7 @@ import socket
 import time
 from typing import Callable
 
-from tfcluster import container, holds, launch, state, ui
+from tfcluster import container, holds, launch, runners, state, ui
 from tfcluster.backends import Backend, get_backend
 from tfcluster.commands.tune_plans import attempt_of, build_tune_plans
 from tfcluster.errors import ClusterError
@@ -45,7 +45,7 @@ def active_run(store: StateStore, cluster: ClusterState,
     plans = plans_for(store, cluster, run, backend=backend)
     if attached:
         return run, plans
-    statuses = [launch.worker_status(plan, attempt_of(run, plan)) for plan in plans]
+    statuses = [status for _, status in run_statuses(store, cluster, run, backend, plans)]
     if any(status.state in (launch.RUNNING, launch.STARTING) for status in statuses):
         return run, plans
     return None
@@ -64,9 +64,14 @@ def backend_for_cluster(store: StateStore, cluster: ClusterState):
     return backend_named(cluster.backend, store)
 
 
-def run_statuses(store, cluster, run,
-                 backend: Backend | None = None) -> list[tuple[launch.WorkerPlan, launch.WorkerStatus]]:
-    plans = plans_for(store, cluster, run, backend=backend)
+def run_statuses(store, cluster, run, backend: Backend | None = None,
+                 plans: list | None = None) -> list[tuple[launch.WorkerPlan, launch.WorkerStatus]]:
+    """Each worker's state: its cloud job's (Vertex AI), else its status files."""
+    backend = backend or backend_for_cluster(store, cluster)
+    plans = plans if plans is not None else plans_for(store, cluster, run, backend=backend)
+    from_job = runners.job_statuses(backend, cluster, run, plans)
+    if from_job is not None:
+        return list(zip(plans, from_job))
     return [(plan, launch.worker_status(plan, attempt_of(run, plan))) for plan in plans]
 
 

@@ -14,6 +14,17 @@ def offers(settings: Settings) -> None:
     from tfcluster.backends.gcp.errors import translated
     from tfcluster.backends.gcp.offers import find_offers, without_project
 
+    if settings.backend == "vertex":  # Vertex AI's own training prices and quota, per region.
+        from tfcluster.backends.vertex.preflight import offers as vertex_offers
+
+        if not settings.project:
+            raise ConfigError("offers --backend vertex needs --project (or tfcluster.project in invoke.yaml): the "
+                              "regions offering the GPU and Vertex AI's training quota are the project's")
+        with translated(settings.project, "offers"):
+            lines = vertex_offers(settings)
+        for line in lines:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        return
     if not settings.project:  # Choosing a GPU before there is a project: the dated table, marked as such.
         for line in without_project(settings.gpu, settings.gpu_count, settings.machine_type, settings.spot):
             console.print(line, markup=False, highlight=False, soft_wrap=True)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from tfcluster import launch
-from tfcluster.commands.common import console, require_cluster, run_or_latest
+from tfcluster.commands.common import backend_for_cluster, console, require_cluster, run_or_latest
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
 from tfcluster.state import StateStore
@@ -125,9 +125,10 @@ def pull(settings: Settings, run_id: str | None = None) -> Path:
     storage = gcs.client(cluster.project)
     destination = store.run_dir(run.run_id) / "output"
     count = 0
-    for part in ("model", "tensorboard"):
+    tensorboard = backend_for_cluster(store, cluster).tensorboard_folder  # Vertex AI's is logs/.
+    for part, local in (("model", "model"), (tensorboard, "tensorboard")):
         url = f"gs://{cluster.bucket}/runs/{run.run_id}/{part}"
-        count += len(gcs.download_prefix(storage, url, destination / part))
+        count += len(gcs.download_prefix(storage, url, destination / local))
     if count == 0:
         raise ClusterError(f"nothing under gs://{cluster.bucket}/runs/{run.run_id}/ yet (did the run finish?)")
     console.print(f"[green]✓[/] Downloaded {count} files of run {run.run_id} into {destination}")
@@ -140,7 +141,7 @@ def tensorboard_logdir(settings: Settings, run_id: str | None = None) -> str:
     run = run_or_latest(store, run_id)
     cluster = store.load_cluster()
     if cluster is not None and cluster.bucket:
-        return f"gs://{cluster.bucket}/runs/{run.run_id}/tensorboard"
+        return f"gs://{cluster.bucket}/runs/{run.run_id}/{backend_for_cluster(store, cluster).tensorboard_folder}"
     logdir = store.run_dir(run.run_id) / "output" / "tensorboard"
     if not logdir.exists():
         raise ClusterError(f"run {run.run_id} has no TensorBoard logs at {logdir}")

@@ -35,6 +35,11 @@ def print_run(store, cluster, backend, run, rows) -> dict:
                       str(worker.pid or "-"), "-" if worker.exit_code is None else str(worker.exit_code),
                       where.position() or "-", f"{ui.duration(now - where.last_at)} ago" if where.last_at else "-")
     ui.show(table)
+    job = backend.cloud_job_of(cluster, run.run_id, max(run.attempts, 1))  # A run of cloud jobs (Vertex AI).
+    if job is not None:
+        report = job.look()
+        console.print(f"{cluster.backend} job {report.job or '(none submitted)'}: {report.cloud_state}"
+                      + (f" ({report.message})" if report.message else ""), soft_wrap=True, markup=False)
     chief = pace.of_events(recent.get(0, []))
     if chief.started:
         running = state == "running"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
-from tfcluster import holds, launch, ui
+from tfcluster import holds, launch, runners, ui
 from tfcluster.backends import Backend
 from tfcluster.commands.common import (active_run, backend_for_cluster, console, end_launchers, plans_for,
                                        require_cluster, run_or_latest, run_state, stop_processes)
@@ -133,7 +133,8 @@ def stop_active_run(settings: Settings, store: StateStore, cluster, backend: Bac
     attached = holds.live_launchers(store)  # Before the request: it lets go as soon as it sees it.
     holds.request_stop(store, run.run_id, by)
     with console.status(f"Stopping run {run.run_id}..."):
-        stop_processes(plans, run, settings.stop_grace_seconds)
+        if not runners.cancel_job(backend, cluster, run):  # A cloud job is cancelled; processes stopped.
+            stop_processes(plans, run, settings.stop_grace_seconds)
     launchers = end_launchers(store, lambda: holds.attached_launcher(store, run.run_id) is None, by, attached)
     current = store.load_run(run.run_id) or run
     if current.outcome is None:  # No launcher recorded it.

@@ -270,8 +270,9 @@ def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterStat
         staged = backend.stage(cluster, hosts, run_id, payload)
     skipped = [name for name, uploaded in staged.uploaded.items() if not uploaded]
     if cluster.backend != "local":
-        console.print(f"Code and data: uploaded to {len(hosts) - len(skipped)} host(s), "
-                      f"unchanged (same content hash) on {len(skipped)}.")
+        console.print(f"Code and data: uploaded to {len(staged.uploaded) - len(skipped)} of {len(staged.uploaded)} "
+                      f"place(s) ({', '.join(staged.uploaded)}), unchanged (same content hash) on {len(skipped)}.",
+                      soft_wrap=True)
     request_seen = holds.stop_request(store, run_id)
     if request_seen is not None:  # `down` came while this run was staged: nothing has started.
         raise TrainingFailed(f"run {run_id} was stopped by {request_seen.describe()} before it started; "

@@ -69,6 +69,8 @@ def tune(settings: Settings, request: TuneRequest) -> RunRecord | None:
     retries = settings.retries if request.retries is None else parse_int("retries", request.retries, 0)
     script, project = _script_and_project(request)
     backend = backend_for_cluster(store, cluster)
+    if backend.tune_unsupported:
+        raise ConfigError(backend.tune_unsupported)
     hosts = backend.hosts(cluster)[:workers]
     python = settings.python or (sys.executable if cluster.backend == "local" else cluster.python)
 

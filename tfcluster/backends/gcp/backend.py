@@ -83,6 +83,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
             "bucket_force_destroy": settings.bucket_force_destroy, "boot_nonce": new_nonce(),
             # Docker on the VMs when the workers run in an image (startup.sh, step 2a).
             "docker": bool(settings.image),
+            "vertex": False,  # The VMs are the cluster (the vertex backend sets it, with workers = 0).
             "startup_script": str(STARTUP_DIR / "startup.sh"),
             "watchdog_script": str(STARTUP_DIR / "watchdog.py"),
         }

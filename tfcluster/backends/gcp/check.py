@@ -149,10 +149,11 @@ def credentials_finding() -> tuple[Finding, object | None]:
     return Finding("credentials", True, f"{who} (application default credentials)"), credentials
 
 
-def services_finding(google: Google, project: str) -> Finding:
+def services_finding(google: Google, project: str, services=rules.SERVICES) -> Finding:
+    """``services``: the APIs to look at (the gcp backend's; the vertex backend gives its own)."""
     url = f"https://serviceusage.googleapis.com/v1/projects/{project}/services:batchGet"
     try:
-        answer = google.call("GET", url, params={"names": [f"projects/{project}/services/{s}" for s in rules.SERVICES]})
+        answer = google.call("GET", url, params={"names": [f"projects/{project}/services/{s}" for s in services]})
     except Refused as error:
         return Finding("APIs", None, f"cannot read them ({error.why()}); ask for roles/serviceusage.serviceUsageViewer")
     off = sorted(s["name"].rsplit("/", 1)[-1] for s in answer.get("services", []) if s.get("state") != "ENABLED")
@@ -160,20 +161,21 @@ def services_finding(google: Google, project: str) -> Finding:
         return Finding("APIs", False, f"{'the API' if len(off) == 1 else 'the APIs'} {', '.join(off)} "
                                       f"{'is' if len(off) == 1 else 'are'} off in project {project}: run "
                                       f"`gcloud services enable {' '.join(off)} --project {project}`")
-    return Finding("APIs", True, f"{len(rules.SERVICES)} enabled ({', '.join(rules.SERVICES)})")
+    return Finding("APIs", True, f"{len(services)} enabled ({', '.join(services)})")
 
 
-def permissions_finding(google: Google, project: str) -> Finding:
+def permissions_finding(google: Google, project: str, permissions=rules.PERMISSIONS) -> Finding:
+    """``permissions``: permission -> (the role that holds it, the commands that use it)."""
     url = f"https://cloudresourcemanager.googleapis.com/v1/projects/{project}:testIamPermissions"
     try:
-        answer = google.call("POST", url, json={"permissions": sorted(rules.PERMISSIONS)})
+        answer = google.call("POST", url, json={"permissions": sorted(permissions)})
     except Refused as error:
         return Finding("permissions", None, f"cannot test them ({error.why()})")
-    missing = sorted(set(rules.PERMISSIONS) - set(answer.get("permissions", [])))
+    missing = sorted(set(permissions) - set(answer.get("permissions", [])))
     if not missing:
-        return Finding("permissions", True, f"all {len(rules.PERMISSIONS)} that up, train, down and image build use")
-    roles = sorted({rules.PERMISSIONS[p][0] for p in missing})
-    listed = "; ".join(f"{p} ({rules.PERMISSIONS[p][1]})" for p in missing)
+        return Finding("permissions", True, f"all {len(permissions)} that up, train, down and image build use")
+    roles = sorted({permissions[p][0] for p in missing})
+    listed = "; ".join(f"{p} ({permissions[p][1]})" for p in missing)
     return Finding("permissions", False, f"your account lacks {listed} in project {project}; ask a project owner "
                                          f"for {', '.join(roles)}")
 

@@ -77,8 +77,10 @@ def _kept_repository(stored: Stored, location: str, repository: str, project: st
 def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_stored: bool,
                             announce: Callable[[str], None]) -> list[str]:
     """Destroy the cluster's resources, the VMs first; returns one line per kept bucket or repository."""
-    announce("destroying the VMs first (what bills by the hour), then looking at what the bucket and the registry hold")
-    terraform.destroy([WORKERS])
+    vms = bool(terraform.variables().get("workers", 1))  # A Vertex AI cluster has none (terraform/vertex.tf).
+    if vms:
+        announce("destroying the VMs first (what bills by the hour), then looking at what the bucket and the registry hold")
+        terraform.destroy([WORKERS])
     with translated(cluster.project, "down (the VMs are destroyed; the bucket, registry, network and service "
                                      "account are not yet)"):
         bucket = bucket_usage(cluster.project, cluster.bucket) if cluster.bucket else None
@@ -101,7 +103,7 @@ def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_
             terraform.forget(REPOSITORY)
             _, name = repository_path(cluster)
             kept.append(_kept_repository(images, name.split("/")[3], name.split("/")[-1], name.split("/")[1]))
-    rest = "the firewall rules, network and service account"
+    rest = "the firewall rules, network and service account" if vms else "the jobs' service account"
     if deleted:
         announce(f"deleting {' and '.join(deleted)}, then {rest}")
     else:

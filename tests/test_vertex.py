@@ -1,0 +1,275 @@
+"""`--backend vertex`: each attempt of a run as a Vertex AI custom job, in the test world
+(tests/world/vertex.py, cloud_logging.py): the real terraform on the module in terraform/, the CLI with
+the product's own defaults, the replicas as containers of the `--image` tests' image.
+
+One Spot cluster and five jobs, to keep CI short: a 3-worker job of the bundled trainer (the happy
+path), a 2-worker job of a tutorial-shaped script, and one small Python-only run whose jobs walk the
+unhappy paths (a failing replica then --retries, a Spot preemption, Ctrl-C, then --resume and
+`invoke stop`); the quota refusal needs no job. What differs on demand (no SPOT strategy, the
+on-demand quota and rates) is checked on the job's body alone.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import imagelab
+from tests.conftest import REPO, Cli, wait_for
+from tests.world.provider import mirror
+from tests.world.vertex_replicas import LABEL, NET
+
+REGION = "us-west1"  # Where the world's Compute offers T4s (Vertex AI trains on its machines).
+PRICES = json.loads((REPO / "tfcluster" / "backends" / "vertex" / "prices.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def images():
+    reason = imagelab.ensure_dockerd()
+    if reason:
+        pytest.skip(f"docker: {reason}")
+    return imagelab.build()[0]
+
+
+def make_vertex_cli(tmp_path, world, synthetic_data) -> Cli:
+    cli = Cli(tmp_path / "state", synthetic_data)
+    cli.env.update(mirror.build(tmp_path / "providers"))
+    cli.env.update({"INVOKE_TFCLUSTER_BACKEND": "vertex", "INVOKE_TFCLUSTER_PROJECT": world.compute.state.project,
+                    "INVOKE_TFCLUSTER_REGION": REGION})
+    cli.enter(world)
+    return cli
+
+
+@pytest.fixture
+def pushed():
+    """Tag a local image as pushed to the cluster's registry (what `invoke image build` leaves there:
+    Vertex AI's machines pull it from there); untagged at the end."""
+    tags = []
+
+    def push(local: str, registry: str, name: str) -> str:
+        reference = f"{registry}/{name}:lab{NET}"
+        subprocess.run(["docker", "tag", local, reference], check=True, capture_output=True)
+        tags.append(reference)
+        return reference
+
+    yield push
+    for reference in tags:
+        subprocess.run(["docker", "rmi", reference], capture_output=True)
+
+
+def replicas() -> list[str]:
+    """The world's replica containers of this lab (tests/world/vertex_replicas.py's label)."""
+    return subprocess.run(["docker", "ps", "-a", "--filter", f"label={LABEL}", "--format", "{{.Names}}"],
+                          capture_output=True, text=True, check=True).stdout.split()
+
+
+class Timed:
+    """A launcher's output, each line with the time it arrived."""
+
+    def __init__(self, process: subprocess.Popen):
+        self.process, self.lines = process, []
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        for line in self.process.stdout:
+            self.lines.append((time.time(), line.rstrip("\n")))
+
+    def wait(self, timeout: float) -> str:
+        self.process.wait(timeout=timeout)
+        self.thread.join(timeout=10)
+        return "\n".join(line for _, line in self.lines)
+
+    def first(self, text: str) -> float | None:
+        return next((at for at, line in self.lines if text in line), None)
+
+
+def jobs_of(world, run_id: str) -> list:
+    return sorted((job for job in world.vertex.vertex.state.jobs.values()
+                   if job.record.get("labels", {}).get("tfcluster-run") == run_id), key=lambda j: j.record["createTime"])
+
+
+def seconds(stamp: str) -> float:
+    from tests.world.cloud_logging import parse_time
+
+    return parse_time(stamp)
+
+
+def test_an_on_demand_job_has_no_spot_strategy():
+    from tfcluster.backends.vertex import jobspec, money, preflight
+
+    args = dict(cluster="default", run_id="r1", attempt=1, workers=1, image="i", bundles=[], argv=["x"], env={},
+                machine=jobspec.machine_spec("n1-standard-8", "t4", 1), bucket="b", service_account="a",
+                timeout_seconds=60, boot_disk_gb=50)
+    assert jobspec.job_body(spot=False, **args)["jobSpec"]["scheduling"] == {"timeout": "60s",
+                                                                               "restartJobOnWorkerRestart": True}
+    assert jobspec.job_body(spot=True, **args)["jobSpec"]["scheduling"]["strategy"] == "SPOT"
+    assert [pool["replicaCount"] for pool in jobspec.job_body(spot=False, **args)["jobSpec"]["workerPoolSpecs"]] == ["1"]
+    assert preflight.quota_metric("t4", False) == "aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus"
+    on_demand, spot = (money.replica_rates("n1-standard-8", "t4", 1, flag) for flag in (False, True))
+    assert on_demand["gpu"] == PRICES["accelerator_hour"]["NVIDIA_TESLA_T4"]
+    assert abs(spot["gpu"] - on_demand["gpu"] * (1 - PRICES["spot_discount"])) < 1e-9
+
+
+TICKS = str(REPO / "tests" / "scripts" / "vertex_ticks.py")
+
+
+def test_up_train_unhappy_paths_down_on_vertex(tmp_path, world, synthetic_data, images, pushed):
+    tf_image, python_image = images
+    vertex = world.vertex.vertex
+    vertex.state.stop_grace_seconds = 2
+    cli = make_vertex_cli(tmp_path, world, synthetic_data)
+    up = cli.run("up", "--spot", timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    metric = "custom_model_training_preemptible_nvidia_t4_gpus"
+    assert f"✓ quota: aiplatform.googleapis.com/{metric} is 16 in us-west1" in up.stdout
+    assert world.compute.state.instances == {}  # Nothing that bills between jobs.
+    cluster = cli.cluster()
+    account = f"default-jobs@{world.compute.state.project}.iam.gserviceaccount.com"
+    assert account in world.compute.state.service_accounts
+    image = pushed(tf_image, cluster["registry"], "trainer")
+    small = pushed(python_image, cluster["registry"], "python")
+
+    # Quota at submission: Vertex AI's own (Spot) T4 quota, smaller than the job; no job, one line.
+    vertex.state.quota[(REGION, metric)] = 1
+    refused = cli.run("train", "--workers", "2", "--image", small, "--script", TICKS, timeout=300)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stdout + refused.stderr
+    assert refused.stderr.strip().splitlines() == [
+        f"error: submitting the Vertex AI job: the job needs more than the custom training quota {metric} allows in "
+        f"{REGION} (Vertex AI's own quota, not Compute Engine's); request more in the console (IAM & Admin > Quotas, "
+        f"service aiplatform.googleapis.com, filter {metric}, region {REGION}), or use fewer workers, another GPU or "
+        "another region (`invoke offers --backend vertex` shows both)"]
+    assert cli.latest_run()[1]["outcome"] == "failed"
+    del vertex.state.quota[(REGION, metric)]
+
+    # The bundled trainer, 3 workers, --budget as the job's timeout; lines as they come.
+    launcher = Timed(cli.popen("train", "--workers", "3", "--image", image, "--budget", "2", "--",
+                               "--epochs", "2", "--steps-per-epoch", "3", "--batch-size", "8", "--width", "8"))
+    output = launcher.wait(600)
+    assert launcher.process.returncode == 0, output[-6000:]
+    run_dir, run = cli.latest_run()
+    [job] = jobs_of(world, run["run_id"])
+    record = job.record
+    assert record["state"] == "JOB_STATE_SUCCEEDED"
+    # Live: a worker's line was on the console before the job ended (within a poll of Cloud Logging).
+    assert launcher.first("worker-2 │") < seconds(record["endTime"]), output[-3000:]
+    assert "worker-0 │ MultiWorkerMirroredStrategy: 3 replicas in sync" in output
+    summary = run["summary"]
+    assert run["outcome"] == "succeeded" and summary["replicas_in_sync"] == 3 and summary["last_epoch"] == 2
+    assert summary["model_dir"].startswith(f"gs://{cluster['bucket']}/runs/{run['run_id']}/model")
+    # The job as Google got it.
+    spec = record["jobSpec"]
+    pools = spec["workerPoolSpecs"]
+    assert [pool["replicaCount"] for pool in pools] == ["1", "2"]
+    assert pools[0]["machineSpec"] == {"machineType": "n1-standard-8", "acceleratorType": "NVIDIA_TESLA_T4",
+                                       "acceleratorCount": 1}
+    assert pools[0]["containerSpec"]["imageUri"] == image
+    assert spec["serviceAccount"] == account
+    assert spec["baseOutputDirectory"] == {"outputUriPrefix": f"gs://{cluster['bucket']}/runs/{run['run_id']}/"}
+    scheduling = spec["scheduling"]
+    assert scheduling["restartJobOnWorkerRestart"] is True and scheduling["strategy"] == "SPOT"
+    # --budget $2 at Vertex AI's Spot rate for 3 replicas (the dated table's numbers, not the product's sums).
+    replica_hour = (8 * PRICES["vcpu_hour"]["n1"] + 30 * PRICES["memory_gib_hour"]["n1"]
+                    + PRICES["accelerator_hour"]["NVIDIA_TESLA_T4"]) * (1 - PRICES["spot_discount"])
+    budget_seconds = 2 / (3 * replica_hour) * 3600
+    assert budget_seconds - 120 < float(scheduling["timeout"].rstrip("s")) <= budget_seconds
+    # The ledger: each replica from the job's startTime, billed to the next 30 s.
+    billed = math.ceil((seconds(record["endTime"]) - seconds(record["startTime"])) / 30) * 30
+    costs = cli.run("costs", timeout=120)
+    assert costs.returncode == 0, costs.stdout + costs.stderr
+    book = [json.loads(line) for line in (cli.state_dir / "ledger" / "default.jsonl").read_text().splitlines()]
+    stops = [e for e in book if e["type"] == "event" and e["kind"] == "stop" and e["instance"].startswith(job.id)]
+    assert len(stops) == 3 and all(abs(e["at"] - seconds(record["startTime"]) - billed) < 0.01 for e in stops)
+    spent = [float(word[1:]) for word in costs.stdout.split() if word.startswith("$")]
+    assert any(abs(usd - 3 * billed / 3600 * replica_hour) < 0.011 for usd in spent), costs.stdout
+
+    # The model in the bucket: pulled, loaded in a fresh process and served through serving_default.
+    pulled = cli.run("pull", timeout=300)
+    assert pulled.returncode == 0, pulled.stdout + pulled.stderr
+    # The SavedModel at the model folder's root (the trainer's export to AIP_MODEL_DIR), pulled to output/model.
+    model = run_dir / "output" / "model" / summary["saved_model_path"].rstrip("/").removeprefix(
+        summary["model_dir"].rstrip("/")).strip("/")
+    served = subprocess.run([sys.executable, "-c", textwrap.dedent(f"""
+        import io
+        import numpy as np, tensorflow as tf
+        from PIL import Image
+        from trainer.synthetic import CLASSES, render
+        serve = tf.saved_model.load({str(model)!r}).signatures["serving_default"]
+        encoded = []
+        for i in range(4):
+            buffer = io.BytesIO()
+            Image.fromarray(render(CLASSES[i % len(CLASSES)], 32, np.random.default_rng(i))).save(buffer, format="PNG")
+            encoded.append(buffer.getvalue())
+        [name] = serve.structured_input_signature[1]
+        out = serve(**{{name: tf.constant(encoded)}})
+        print("served", {{key: value.shape[0] for key, value in out.items()}})
+        """)], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert served.returncode == 0 and "served" in served.stdout and ": 4" in served.stdout, served.stderr[-2000:]
+
+    # A user script of the tutorials' shape, unchanged: the chief's model in AIP_MODEL_DIR, no temp folder left.
+    tutorial = cli.run("train", "--workers", "2", "--image", image, "--script",
+                       str(REPO / "tests" / "scripts" / "vertex_tutorial.py"), timeout=600)
+    assert tutorial.returncode == 0, tutorial.stdout[-4000:] + tutorial.stderr[-2000:]
+    assert "replicas in sync: 2" in tutorial.stdout
+    _, second = cli.latest_run()
+    from google.cloud import storage
+
+    names = [blob.name for blob in storage.Client(project=world.compute.state.project).list_blobs(
+        cluster["bucket"], prefix=f"runs/{second['run_id']}/model/")]
+    assert f"runs/{second['run_id']}/model/saved_model.pb" in names
+    assert not [name for name in names if "workertemp" in name]
+
+    # The unhappy paths, one small run: its first job FAILED (a replica exits 3), --retries 1 submits
+    # the next, which resumes; a Spot preemption restarts that whole job and the run goes on; Ctrl-C
+    # leaves it CANCELLED, no container left.
+    launcher = Timed(cli.popen("train", "--workers", "2", "--image", small, "--retries", "1", "--script", TICKS,
+                               "--", "--seconds", "600", "--fail-once"))
+    wait_for(lambda: launcher.first("worker-1 │ tick 2"), 180, what="the second job's third tick")
+    _, flaky = cli.latest_run()
+    first, retried = jobs_of(world, flaky["run_id"])
+    assert (first.state, retried.state) == ("JOB_STATE_FAILED", "JOB_STATE_RUNNING")
+    assert retried.record["jobSpec"]["scheduling"]["strategy"] == "SPOT"
+    vertex.preempt(retried.id, "workerpool1-0")
+    wait_for(lambda: retried.restarts == 1 and launcher.first("the service started the job's workers again"), 120,
+             what="the restart's note")
+    wait_for(lambda: sum("worker-1 │ tick 1" in line for _, line in launcher.lines) >= 2, 120,
+             what="worker-1 ticking again after the restart")
+    status = cli.run("status", timeout=120)
+    assert status.returncode == 0 and "JOB_STATE_RUNNING" in status.stdout, status.stdout + status.stderr
+    launcher.process.send_signal(2)
+    output = launcher.wait(120)
+    assert launcher.process.returncode == 1 and "no worker is left running" in output, output[-3000:]
+    assert ("✗ worker-1 (worker:0 on workerpool1-0:2222) exited with code 3; the job ended JOB_STATE_FAILED: The "
+            "replica workerpool1-0 exited with a non-zero status of 3.") in output.replace("\n", " ")
+    assert "worker-1 │ worker 1 fails on purpose" in output and "worker-1 │ resumes after an earlier job" in output
+    assert "vertex: the service started the job's workers again (restart 1: " in output
+    run_dir = cli.runs()[-1]
+    for index in range(2):  # Both started twice in the second job: the whole job, not the preempted replica.
+        assert (run_dir / f"worker-{index}.log").read_text().count(f"=== tfcluster: worker-{index} ") == 3
+    assert [state for state, _ in retried.history][-2:] == ["JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"]
+    assert replicas() == []
+
+    # --resume submits a new job, which resumes; `invoke stop` from another shell cancels it.
+    launcher = Timed(cli.popen("train", "--resume", flaky["run_id"]))
+    wait_for(lambda: sum("worker-1 │ resumes after an earlier job" in line for _, line in launcher.lines), 120,
+             what="the resumed job's worker-1")
+    stop = cli.run("stop", timeout=120)
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+    output = launcher.wait(120)
+    assert launcher.process.returncode == 1 and "was stopped by" in output, output[-3000:]
+    jobs = jobs_of(world, flaky["run_id"])
+    assert [job.state for job in jobs] == ["JOB_STATE_FAILED", "JOB_STATE_CANCELLED", "JOB_STATE_CANCELLED"]
+    assert [state for state, _ in jobs[2].history][-2:] == ["JOB_STATE_CANCELLING", "JOB_STATE_CANCELLED"]
+    assert replicas() == []
+
+    down = cli.run("down", timeout=300)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert replicas() == [] and account not in world.compute.state.service_accounts
