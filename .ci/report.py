@@ -26,6 +26,8 @@ def durations(report: Path) -> dict[str, float]:
         parts = classname.split(".")
         module = next((i for i in range(len(parts), 0, -1) if parts[i - 1].startswith("test_")), len(parts))
         nodeid = "/".join(parts[:module]) + ".py::" + "::".join([*parts[module:], name])
+        at, bracket = nodeid.rfind("@"), nodeid.rfind("]")
+        nodeid = nodeid[:at] if at > bracket else nodeid  # xdist's "@group" suffix.
         found[nodeid] = found.get(nodeid, 0.0) + float(case.get("time", 0) or 0)
     return found
 

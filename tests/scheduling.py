@@ -26,6 +26,12 @@ UNKNOWN_SECONDS = 2.0
 LONG_SECONDS = 30.0
 
 
+def test_id(nodeid: str) -> str:
+    """A node id without the "@group" xdist's loadgroup appends to a grouped test's."""
+    at, bracket = nodeid.rfind("@"), nodeid.rfind("]")
+    return nodeid[:at] if at > bracket else nodeid
+
+
 def expected_seconds() -> dict[str, float]:
     try:
         return {nodeid: float(seconds) for nodeid, seconds in json.loads(DURATIONS.read_text()).items()}
@@ -41,7 +47,7 @@ class LongestFirstScheduling(LoadGroupScheduling):
         self.seconds = expected_seconds()
 
     def unit_seconds(self, work_unit: dict[str, bool]) -> float:
-        return sum(self.seconds.get(nodeid, UNKNOWN_SECONDS) for nodeid, done in work_unit.items() if not done)
+        return sum(self.seconds.get(test_id(nodeid), UNKNOWN_SECONDS) for nodeid, done in work_unit.items() if not done)
 
     def _assign_work_unit(self, node) -> None:
         held = self.assigned_work.get(node, {})

@@ -3,7 +3,12 @@
 from __future__ import annotations
 
 import ast
+import os
+import subprocess
+import sys
 from types import SimpleNamespace
+
+import pytest
 
 from tests.conftest import REPO
 from tests.scheduling import LongestFirstScheduling
@@ -82,8 +87,34 @@ def test_the_longest_tests_start_first_each_with_a_short_one_next():
 
 
 def test_a_group_is_one_unit_of_its_tests_seconds():
-    seconds = {"g.py::one@grp": 30, "g.py::two@grp": 30, "t.py::alone": 50, "t.py::x": 1}
+    seconds = {"g.py::one": 30, "g.py::two": 30, "t.py::alone": 50, "t.py::x": 1}  # Measured without "@grp".
     collection = ["g.py::one@grp", "g.py::two@grp", "t.py::alone", "t.py::x"]
     _, nodes = _scheduler(seconds, collection, 1)
     # The group's 60 s beat the 50 s test; both of its tests go to the same worker, in file order.
     assert [collection[i] for i in nodes[0].sent][:2] == ["g.py::one@grp", "g.py::two@grp"]
+
+
+REPORT = "TFCLUSTER_TEST_GROUP_REPORT"
+
+
+@pytest.mark.xdist_group("group_probe")
+@pytest.mark.parametrize("probe", ["a", "b", "c"])
+def test_group_probe(probe):
+    """Runs in every suite (it only reports where it ran when the next test asks it to)."""
+    if os.environ.get(REPORT):
+        with open(os.environ[REPORT], "a") as report:
+            report.write(f"{os.environ.get('PYTEST_XDIST_WORKER', '-')} {probe}\n")
+
+
+def test_an_xdist_group_runs_on_one_worker(tmp_path):
+    """The grouping the suite relies on really happens: pytest 9.2 with xdist 3.8 silently handed a
+    group's tests to every worker (pytest-dev/pytest-xdist#1386), so this runs three grouped probes
+    in two workers and asks where each ran."""
+    report = tmp_path / "report.txt"
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-n", "2", "-p", "no:cacheprovider", "-q", f"--junitxml={tmp_path / 'j.xml'}",
+         "tests/test_scheduling.py::test_group_probe"],
+        cwd=REPO, env={**os.environ, REPORT: str(report)}, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    ran = dict(reversed(line.split()) for line in report.read_text().splitlines())
+    assert sorted(ran) == ["a", "b", "c"] and len(set(ran.values())) == 1, ran

@@ -31,7 +31,7 @@ REGION = "us-west1"  # Where the world's Compute offers T4s (Vertex AI trains on
 PRICES = json.loads((REPO / "tfcluster" / "backends" / "vertex" / "prices.json").read_text())
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # Cached images, the same in every worker: no order between tests.
 def images():
     reason = imagelab.ensure_dockerd()
     if reason:

@@ -55,7 +55,7 @@ sys.exit(int(os.environ.get("EXIT_" + name, "0")))
 SLEEPER = "import socket, time; print('start', socket.gethostname(), flush=True); time.sleep(600)"
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # Cached images, the same in every worker: no order between tests.
 def python_image():
     reason = imagelab.ensure_dockerd()
     if reason:
