@@ -47,7 +47,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from tests.world import compute_auth, discovery
-from tests.world.http import send_json
+from tests.world.http import json_body, send_json
 
 LOGGING_NAMES = ("logging.googleapis.com",)
 SEVERITIES = ["DEFAULT", "DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL", "ALERT", "EMERGENCY"]
@@ -305,12 +305,9 @@ class LoggingServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 parsed = urlparse(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length) or b"null") if length else None
-                except ValueError:
-                    send_json(self, 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
-                                                    "message": "Invalid JSON payload received."}})
+                body, bad = json_body(self)
+                if bad:
+                    send_json(self, *bad)
                     return
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 _, refused = compute_auth.principal(compute, headers)

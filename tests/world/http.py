@@ -16,6 +16,16 @@ def send_json(handler: BaseHTTPRequestHandler, code: int, payload) -> None:
     handler.wfile.write(data)
 
 
+def json_body(handler: BaseHTTPRequestHandler) -> tuple[object, tuple[int, dict] | None]:
+    """A request's JSON body (None when it has none), or Google's 400 for one that does not parse."""
+    length = int(handler.headers.get("Content-Length") or 0)
+    try:
+        return (json.loads(handler.rfile.read(length) or b"null") if length else None), None
+    except ValueError:
+        return None, (400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                                      "message": "Invalid JSON payload received."}})
+
+
 class JsonGetServer:
     """A GET-only stand-in over HTTPS on ``address``:443: ``handle(path, query, headers)`` gives
     (status, payload) for each request (query parsed, blank values kept)."""
