@@ -53,6 +53,39 @@ class JsonGetServer:
         self.server.server_close()
 
 
+class JsonServer:
+    """A REST stand-in over HTTPS on ``address``:443 for GET, POST, PATCH and DELETE:
+    ``handle(method, path, query, body, headers)`` gives (status, payload) for each request (body: its
+    JSON, None when it has none; headers lowercased). A body that is not JSON gets Google's 400."""
+
+    def __init__(self, address: str, context, handle):
+        import threading
+        from http.server import ThreadingHTTPServer
+        from urllib.parse import parse_qs, urlparse
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self):
+                parsed = urlparse(self.path)
+                body, bad = json_body(self)
+                code, payload = bad or handle(self.command, parsed.path, parse_qs(parsed.query), body,
+                                              {k.lower(): v for k, v in self.headers.items()})
+                send_json(self, code, payload)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = _serve
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer((address, 443), Handler)
+        self.server.daemon_threads = True
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
 def google_error(service: str, code: int, status: str, message: str, reason: str = "") -> tuple[int, dict]:
     """Google's JSON error (https://cloud.google.com/apis/design/errors): code, message, status, and
     a google.rpc.ErrorInfo naming ``reason`` and the service when there is one."""

@@ -68,12 +68,10 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
 
 from tests.world import compute_auth, discovery
 from tests.world.cloud_logging import FilterError, parse_filter, rfc3339
-from tests.world.http import json_body, send_json
+from tests.world.http import JsonServer
 from tests.world.vertex_replicas import NET, TF_PORT, Replica
 
 VERTEX_REGIONS = ("us-central1", "us-east1", "us-east4", "us-west1", "europe-west4", "asia-east1")
@@ -518,28 +516,7 @@ class VertexServer:
 
     def __init__(self, vertex: Vertex, address: str, context):
         self.vertex = vertex
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self):
-                parsed = urlparse(self.path)
-                body, bad = json_body(self)
-                if bad:
-                    send_json(self, *bad)
-                    return
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                code, payload = vertex.route(self.command, parsed.path, parse_qs(parsed.query), body, headers)
-                send_json(self, code, payload)
-
-            do_GET = do_POST = do_DELETE = do_PATCH = _serve
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer((address, 443), Handler)
-        self.server.daemon_threads = True
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.http = JsonServer(address, context, vertex.route)
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.close()
