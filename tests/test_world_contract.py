@@ -13,6 +13,7 @@ from tests.world.compute_auth import OPERATOR_TOKEN
 P = "demo-project"
 COMPUTE = f"https://compute.googleapis.com/compute/v1/projects/{P}"
 AR = f"https://artifactregistry.googleapis.com/v1/projects/{P}/locations/us-west1/repositories"
+VERTEX = f"https://us-central1-aiplatform.googleapis.com/v1/projects/{P}/locations/us-central1"
 UNKNOWN_FIELD = "Invalid JSON payload received. Unknown name \"bogus\""
 
 
@@ -54,6 +55,10 @@ CASES = {
                           "compute.requireOsLogin:getEffectivePolicy?%24.xgafv=7", None)),
     "monitoring": (("GET", f"https://monitoring.googleapis.com/v3/projects/{P}/timeSeries?filter=x&bogus=1", None),
                    ("GET", f"https://monitoring.googleapis.com/v3/projects/{P}/timeSeries?filter=x&view=BOGUS", None)),
+    "aiplatform": (("POST", f"{VERTEX}/customJobs", {"displayName": "j", "bogus": 1}),
+                   ("POST", f"{VERTEX}/customJobs", {"displayName": "j", "jobSpec": {"scheduling": {"strategy": "BOGUS"}}})),
+    "logging": (("POST", "https://logging.googleapis.com/v2/entries:list", {"resourceNames": [f"projects/{P}"], "bogus": 1}),
+                ("POST", "https://logging.googleapis.com/v2/entries:list?%24.xgafv=7", {"resourceNames": [f"projects/{P}"]})),
     "storage": (("POST", f"https://storage.googleapis.com/storage/v1/b?project={P}", {"name": "b-1", "bogus": 1}),
                 ("GET", "https://storage.googleapis.com/storage/v1/b/b-1?projection=bogus", None)),
 }

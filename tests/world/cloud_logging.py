@@ -43,11 +43,9 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
 
 from tests.world import compute_auth, discovery
-from tests.world.http import send_json
+from tests.world.http import JsonServer
 
 LOGGING_NAMES = ("logging.googleapis.com",)
 SEVERITIES = ["DEFAULT", "DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL", "ALERT", "EMERGENCY"]
@@ -299,43 +297,17 @@ class LoggingServer:
     """entries.list over HTTPS on ``address``:443, where logging.googleapis.com points."""
 
     def __init__(self, state: LoggingState, compute, project_apis, address: str, context):
-        self.state = state
-        server_ref = self
+        self.state, self.compute, self.project_apis = state, compute, project_apis
+        self.http = JsonServer(address, context, self.handle)
+        self.close = self.http.close
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self):
-                parsed = urlparse(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length) or b"null") if length else None
-                except ValueError:
-                    send_json(self, 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
-                                                    "message": "Invalid JSON payload received."}})
-                    return
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                _, refused = compute_auth.principal(compute, headers)
-                if refused:
-                    code, payload = _error(401, "UNAUTHENTICATED", "Request is missing required authentication "
-                                           "credential. Expected OAuth 2 access token.")
-                elif not project_apis.enabled("logging.googleapis.com"):
-                    code, payload = _error(403, "PERMISSION_DENIED", "Cloud Logging API has not been used in project "
-                                           f"{state.project} before or it is disabled.", "SERVICE_DISABLED",
-                                           state.project)
-                else:
-                    code, payload = discovery.serve("logging.v2", "POST", parsed.path, parse_qs(parsed.query), body,
-                                                    lambda call: list_entries(server_ref.state, call.body or {}))
-                send_json(self, code, payload)
-
-            do_GET = do_POST
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer((address, 443), Handler)
-        self.server.daemon_threads = True
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    def handle(self, method: str, path: str, query: dict, body, headers: dict) -> tuple[int, dict]:
+        _, refused = compute_auth.principal(self.compute, headers)
+        if refused:
+            return _error(401, "UNAUTHENTICATED", "Request is missing required authentication credential. Expected "
+                          "OAuth 2 access token.")
+        if not self.project_apis.enabled("logging.googleapis.com"):
+            return _error(403, "PERMISSION_DENIED", f"Cloud Logging API has not been used in project "
+                          f"{self.state.project} before or it is disabled.", "SERVICE_DISABLED", self.state.project)
+        return discovery.serve("logging.v2", method, path, query, body,
+                               lambda call: list_entries(self.state, call.body or {}))

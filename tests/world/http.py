@@ -16,6 +16,16 @@ def send_json(handler: BaseHTTPRequestHandler, code: int, payload) -> None:
     handler.wfile.write(data)
 
 
+def json_body(handler: BaseHTTPRequestHandler) -> tuple[object, tuple[int, dict] | None]:
+    """A request's JSON body (None when it has none), or Google's 400 for one that does not parse."""
+    length = int(handler.headers.get("Content-Length") or 0)
+    try:
+        return (json.loads(handler.rfile.read(length) or b"null") if length else None), None
+    except ValueError:
+        return None, (400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
+                                      "message": "Invalid JSON payload received."}})
+
+
 class JsonGetServer:
     """A GET-only stand-in over HTTPS on ``address``:443: ``handle(path, query, headers)`` gives
     (status, payload) for each request (query parsed, blank values kept)."""
@@ -35,6 +45,39 @@ class JsonGetServer:
                 pass
 
         self.server = ThreadingHTTPServer((address, 443), Handler)
+        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class JsonServer:
+    """A REST stand-in over HTTPS on ``address``:443 for GET, POST, PATCH and DELETE:
+    ``handle(method, path, query, body, headers)`` gives (status, payload) for each request (body: its
+    JSON, None when it has none; headers lowercased). A body that is not JSON gets Google's 400."""
+
+    def __init__(self, address: str, context, handle):
+        import threading
+        from http.server import ThreadingHTTPServer
+        from urllib.parse import parse_qs, urlparse
+
+        class Handler(BaseHTTPRequestHandler):
+            def _serve(self):
+                parsed = urlparse(self.path)
+                body, bad = json_body(self)
+                code, payload = bad or handle(self.command, parsed.path, parse_qs(parsed.query), body,
+                                              {k.lower(): v for k, v in self.headers.items()})
+                send_json(self, code, payload)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = _serve
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer((address, 443), Handler)
+        self.server.daemon_threads = True
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

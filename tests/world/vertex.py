@@ -68,12 +68,10 @@ import secrets
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
 
 from tests.world import compute_auth, discovery
 from tests.world.cloud_logging import FilterError, parse_filter, rfc3339
-from tests.world.http import send_json
+from tests.world.http import JsonServer
 from tests.world.vertex_replicas import NET, TF_PORT, Replica
 
 VERTEX_REGIONS = ("us-central1", "us-east1", "us-east4", "us-west1", "europe-west4", "asia-east1")
@@ -367,12 +365,9 @@ class Vertex:
             if job.cancel.is_set():
                 return self._cancelled(job)
             if time.monotonic() - started > timeout:
-                runtime.stop(job.replicas, self.state.stop_grace_seconds)
-                runtime.remove(job.replicas)
-                with self.state.lock:
-                    self._set(job, "JOB_STATE_FAILED", {"code": 4, "message": "The job ran past its maximum running "
-                                                        f"time (scheduling.timeout {spec['scheduling']['timeout']})."})
-                return None
+                return self._end(job, runtime, job.replicas, "JOB_STATE_FAILED", {
+                    "code": 4, "message": "The job ran past its maximum running time (scheduling.timeout "
+                    f"{spec['scheduling']['timeout']})."})
             preempted = [r for r in job.replicas if r.ended_by == "preempted" and r.exit_code is not None]
             if preempted:
                 if not self._restart(job, runtime, preempted):
@@ -441,27 +436,28 @@ class Vertex:
         failed = [(r, results[r.task]) for r in (only or job.replicas) if results.get(r.task)]
         return failed[0] if failed else None
 
+    def _end(self, job: Job, runtime, stopping: list[Replica], state: str, error: dict, grace: float | None = None):
+        """Stop ``stopping`` (SIGTERM, then SIGKILL after the grace), remove every replica, end the job."""
+        runtime.stop(stopping, self.state.stop_grace_seconds if grace is None else grace)
+        runtime.remove(job.replicas)
+        with self.state.lock:
+            self._set(job, state, error)
+
     def _failed(self, job: Job, failed: tuple) -> None:
         replica, words = failed
-        self.runtime().stop(job.replicas, 1)
-        self.runtime().remove(job.replicas)
         message = f"The replica {replica.task} could not start: {words}"
         self.service_log(job, message, "ERROR")
-        with self.state.lock:
-            self._set(job, "JOB_STATE_FAILED", {"code": 3, "message": message})
+        self._end(job, self.runtime(), job.replicas, "JOB_STATE_FAILED", {"code": 3, "message": message}, grace=1)
 
     def _replica_failed(self, job: Job, runtime, replica: Replica) -> None:
         code = replica.exit_code
         self.service_log(job, f"The replica {replica.task} exited with a non-zero status of {code}. "
                               "Termination reason: Error.", "ERROR")
-        runtime.stop([r for r in job.replicas if r is not replica], self.state.stop_grace_seconds)
-        runtime.remove(job.replicas)
         link = (f"https://console.cloud.google.com/logs/viewer?project={self.state.project_number}&resource=ml_job%2F"
                 f"job_id%2F{job.id}&advancedFilter=resource.type%3D%22ml_job%22%0Aresource.labels.job_id%3D%22{job.id}%22")
-        with self.state.lock:
-            self._set(job, "JOB_STATE_FAILED", {"code": 3, "message": (
-                f"The replica {replica.task} exited with a non-zero status of {code}. To find out more about why your "
-                f"job exited please check the logs: {link}")})
+        self._end(job, runtime, [r for r in job.replicas if r is not replica], "JOB_STATE_FAILED", {"code": 3, "message": (
+            f"The replica {replica.task} exited with a non-zero status of {code}. To find out more about why your "
+            f"job exited please check the logs: {link}")})
 
     def _restart(self, job: Job, runtime, preempted: list[Replica]) -> bool:
         """After a preemption: the whole job again (restartJobOnWorkerRestart), or the preempted
@@ -469,11 +465,8 @@ class Vertex:
         scheduling = job.record["jobSpec"].get("scheduling") or {}
         job.restarts += 1
         if job.restarts > SPOT_RESTARTS:
-            runtime.stop(job.replicas, self.state.stop_grace_seconds)
-            runtime.remove(job.replicas)
-            with self.state.lock:
-                self._set(job, "JOB_STATE_FAILED", {"code": 8, "message": "STOCKOUT: the Spot capacity for the job "
-                                                    f"was reclaimed {SPOT_RESTARTS + 1} times."})
+            self._end(job, runtime, job.replicas, "JOB_STATE_FAILED", {
+                "code": 8, "message": f"STOCKOUT: the Spot capacity for the job was reclaimed {SPOT_RESTARTS + 1} times."})
             return False
         again = job.replicas if scheduling.get("restartJobOnWorkerRestart") else preempted
         runtime.stop([r for r in again if r.exit_code is None], self.state.stop_grace_seconds)
@@ -487,11 +480,11 @@ class Vertex:
         return True
 
     def _cancelled(self, job: Job) -> None:
-        if job.replicas:
-            self.runtime().stop(job.replicas, self.state.stop_grace_seconds)
-            self.runtime().remove(job.replicas)
-        with self.state.lock:
-            self._set(job, "JOB_STATE_CANCELLED", {"code": 1, "message": "CANCELED"})
+        if not job.replicas:  # Cancelled while queued: no container was started.
+            with self.state.lock:
+                self._set(job, "JOB_STATE_CANCELLED", {"code": 1, "message": "CANCELED"})
+            return
+        self._end(job, self.runtime(), job.replicas, "JOB_STATE_CANCELLED", {"code": 1, "message": "CANCELED"})
 
     # -- What tests do to a job, as Google's side would --------------------------------------------
 
@@ -523,31 +516,7 @@ class VertexServer:
 
     def __init__(self, vertex: Vertex, address: str, context):
         self.vertex = vertex
-
-        class Handler(BaseHTTPRequestHandler):
-            def _serve(self):
-                parsed = urlparse(self.path)
-                length = int(self.headers.get("Content-Length") or 0)
-                try:
-                    body = json.loads(self.rfile.read(length) or b"null") if length else None
-                except ValueError:
-                    send_json(self, 400, {"error": {"code": 400, "status": "INVALID_ARGUMENT",
-                                                    "message": "Invalid JSON payload received."}})
-                    return
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                code, payload = vertex.route(self.command, parsed.path, parse_qs(parsed.query), body, headers)
-                send_json(self, code, payload)
-
-            do_GET = do_POST = do_DELETE = do_PATCH = _serve
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer((address, 443), Handler)
-        self.server.daemon_threads = True
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.http = JsonServer(address, context, vertex.route)
 
     def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        self.http.close()
