@@ -1,0 +1,193 @@
+"""Capacity (issue 40): the world's Flex-start requests, reservations and run-duration ends
+(tests/world/capacity.py), met with the real google-cloud-compute client; then the product's
+provisioning models, the capacity ladder and reservations (tfcluster/backends/gcp/capacity.py,
+reservations.py, tfcluster/provisioning.py)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tests.conftest import wait_for
+from tests.world.capacity import Reservation, end_run
+
+ZONE = "us-central1-a"
+IMAGE = "projects/deeplearning-platform-release/global/images/common-cu129-ubuntu-2204-nvidia-580-v20261115"
+
+
+def _client():
+    from google.cloud import compute_v1
+
+    from tfcluster.backends.gcp.compute import default_credentials
+
+    return compute_v1, compute_v1.InstancesClient(transport="rest", credentials=default_credentials())
+
+
+def _body(name: str, machine: str = "a3-highgpu-1g", model: str = "FLEX_START", wait: int = 0, **extra) -> dict:
+    """An insert body as a client would send it (the provider's shape, tests/world/provider/instance_body.py)."""
+    body = {"name": name, "machineType": f"projects/demo-project/zones/{ZONE}/machineTypes/{machine}",
+            "disks": [{"boot": True, "autoDelete": True, "initializeParams": {
+                "sourceImage": IMAGE, "diskSizeGb": "100",
+                "diskType": f"projects/demo-project/zones/{ZONE}/diskTypes/pd-balanced"}}],
+            "networkInterfaces": [{"nicType": "GVNIC"} if machine.startswith("a3-") else {}],
+            "scheduling": {"provisioningModel": model, "onHostMaintenance": "TERMINATE", "automaticRestart": False,
+                           "instanceTerminationAction": "DELETE", "maxRunDuration": {"seconds": "3600"}},
+            **extra}
+    if wait:
+        body["params"] = {"requestValidForDuration": {"seconds": str(wait)}}
+    return body
+
+
+def _insert(body: dict):
+    """instances.insert through the real client: its operation (an ExtendedOperation)."""
+    compute_v1, instances = _client()
+    return instances.insert(project="demo-project", zone=ZONE,
+                            instance_resource=compute_v1.Instance.from_json(json.dumps(body)))
+
+
+def _grant_h100_quota(state) -> None:
+    state.accelerators[ZONE] = ["nvidia-h100-80gb", "nvidia-tesla-t4"]
+    state.region_quotas["us-central1"] = {"PREEMPTIBLE_NVIDIA_H100_GPUS": (8.0, 0.0), "NVIDIA_T4_GPUS": (8.0, 0.0),
+                                          "NVIDIA_A100_GPUS": (8.0, 0.0), "A2_CPUS": (96.0, 0.0), "CPUS": (96.0, 0.0)}
+    state.project_quotas["CPUS_ALL_REGIONS"] = (512.0, 0.0)
+    state.project_quotas["GPUS_ALL_REGIONS"] = (16.0, 0.0)
+    state.family_quotas["CPUS-PER-VM-FAMILY-per-project-region"] = [({"vm_family": "A3"}, 416)]
+    state.family_quotas["GPUS-PER-GPU-FAMILY-per-project-region"] = [({"gpu_family": "NVIDIA_H100"}, 8)]
+
+
+def test_the_world_holds_a_flex_start_request_pending_then_grants_or_expires_it(world):
+    state = world.compute.state
+    _grant_h100_quota(state)
+    compute_v1, instances = _client()
+    # Refused at the call: an N1 (not accelerator-optimized), a run duration under 10 minutes.
+    from google.api_core import exceptions
+
+    with pytest.raises(exceptions.BadRequest, match="Machine type n1-standard-8 does not support the Flex-start"):
+        _insert(_body("n1", machine="n1-standard-8"))
+    short = _body("short")
+    short["scheduling"]["maxRunDuration"] = {"seconds": "300"}
+    with pytest.raises(exceptions.BadRequest, match="need a run duration between 10 minutes and 7 days"):
+        _insert(short)
+
+    # Capacity comes in 1.5 s; a request that may wait 90 s is PENDING until then, its operation running.
+    state.capacity.flex_from[ZONE] = time.monotonic() + 1.5
+    operation = _insert(_body("waits", wait=90))
+    vm = instances.get(project="demo-project", zone=ZONE, instance="waits")
+    assert vm.status == "PENDING" and vm.scheduling.provisioning_model == "FLEX_START"
+    assert not operation.done()
+    operation.result(timeout=20)
+    assert instances.get(project="demo-project", zone=ZONE, instance="waits").status == "RUNNING"
+
+    # No wait time: only capacity that is there now; none is, so the insert fails and nothing is made.
+    state.capacity.room[(ZONE, "FLEX_START")] = 0
+    operation = _insert(_body("now"))
+    with pytest.raises(exceptions.GoogleAPICallError, match="does not have enough resources available"):
+        operation.result(timeout=20)
+    assert "now" not in state.instances
+
+    # A waiting request whose wait ends without capacity fails, and Compute deletes the VM.
+    operation = _insert(_body("expires", wait=7200))
+    assert state.instances["expires"]["status"] == "PENDING"
+    name, (op, _) = "expires", state.capacity.pending["expires"]
+    state.capacity.pending[name] = (op, time.monotonic())  # Two hours pass.
+    with pytest.raises(exceptions.GoogleAPICallError, match="does not have enough resources available"):
+        operation.result(timeout=20)
+    assert "expires" not in state.instances
+
+    # The user deletes a waiting request: it ends, and nothing is left.
+    operation = _insert(_body("cancelled", wait=600))
+    instances.delete(project="demo-project", zone=ZONE, instance="cancelled").result(timeout=20)
+    with pytest.raises(exceptions.GoogleAPICallError):
+        operation.result(timeout=20)
+    assert "cancelled" not in state.instances
+
+    # Flex-start VMs take the preemptible quota: with none left, the insert is refused as over quota.
+    state.region_quotas["us-central1"]["PREEMPTIBLE_NVIDIA_H100_GPUS"] = (1.0, 1.0)
+    with pytest.raises(exceptions.Forbidden, match="Quota 'PREEMPTIBLE_NVIDIA_H100_GPUS' exceeded"):
+        _insert(_body("no-quota"))
+
+
+def test_the_world_consumes_reservations_by_its_matching_rule(world):
+    from google.api_core import exceptions
+
+    state = world.compute.state
+    _grant_h100_quota(state)
+    compute_v1, instances = _client()
+    reservations = compute_v1.ReservationsClient(transport="rest", credentials=instances._transport._credentials)
+    state.capacity.reservations = {
+        (ZONE, "a100-named"): Reservation("a100-named", ZONE, "a2-highgpu-2g", 1, specific_required=True),
+        (ZONE, "t4-open"): Reservation("t4-open", ZONE, "n1-standard-8", 2, (("nvidia-tesla-t4", 1),)),
+        (ZONE, "t4-named"): Reservation("t4-named", ZONE, "n1-standard-8", 1, (("nvidia-tesla-t4", 1),),
+                                        specific_required=True)}
+    # reservations.get / list / aggregatedList, as the client reads them.
+    got = reservations.get(project="demo-project", zone=ZONE, reservation="t4-open")
+    assert (got.specific_reservation.count, got.specific_reservation.in_use_count) == (2, 0)
+    assert got.specific_reservation.instance_properties.guest_accelerators[0].accelerator_type == "nvidia-tesla-t4"
+    assert sorted(r.name for r in reservations.list(project="demo-project", zone=ZONE)) == [
+        "a100-named", "t4-named", "t4-open"]
+    assert {zone: len(scoped.reservations) for zone, scoped in reservations.aggregated_list(
+        request=compute_v1.AggregatedListReservationsRequest(project="demo-project"))} == {f"zones/{ZONE}": 3}
+    with pytest.raises(exceptions.NotFound):
+        reservations.get(project="demo-project", zone=ZONE, reservation="nope")
+
+    t4 = {"guestAccelerators": [{"acceleratorType": f"projects/demo-project/zones/{ZONE}/acceleratorTypes/"
+                                                    "nvidia-tesla-t4", "acceleratorCount": 1}]}
+    standard = {"provisioningModel": "STANDARD", "onHostMaintenance": "TERMINATE"}
+    # ANY_RESERVATION (no affinity sent) takes the open one; a Spot VM never does.
+    operation = _insert(_body("any-0", machine="n1-standard-8", model="STANDARD", **t4, scheduling=standard))
+    operation.result(timeout=20)
+    consumed = instances.get(project="demo-project", zone=ZONE, instance="any-0").resource_status
+    assert consumed.reservation_consumption_info.consumed_reservation.endswith("/reservations/t4-open")
+    operation = _insert(_body("spot-0", machine="n1-standard-8", model="SPOT", **t4))
+    operation.result(timeout=20)
+    assert "reservation" not in state.instances["spot-0"]
+    # By name: the named reservation, when it matches and has room.
+    named = {"consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
+             "values": ["t4-named"]}
+    operation = _insert(_body("named-0", machine="n1-standard-8", model="STANDARD", reservationAffinity=named,
+                                 scheduling=standard, **t4))
+    operation.result(timeout=20)
+    assert state.instances["named-0"]["reservation"] == (ZONE, "t4-named")
+    assert reservations.get(project="demo-project", zone=ZONE, reservation="t4-named").specific_reservation \
+        .in_use_count == 1
+    # Refused by name: full, a mismatch, one consumed automatically, one that is not there, a Spot VM.
+    for name, reservation, machine, extra, model, words in [
+        ("full", "t4-named", "n1-standard-8", t4, "STANDARD", "has no available resources: 1 of 1 in use"),
+        ("mismatch", "a100-named", "a2-highgpu-1g", {}, "STANDARD", "it holds a2-highgpu-2g, not a2-highgpu-1g"),
+        ("open", "t4-open", "n1-standard-8", t4, "STANDARD", "can not be targeted as specificReservationRequired is "
+                                                             "not set"),
+        ("missing", "nope", "n1-standard-8", t4, "STANDARD", "Could not find the given reservation"),
+        ("spot", "t4-named", "n1-standard-8", t4, "SPOT", "must use ReservationAffinity of NO_RESERVATION")]:
+        affinity = dict(named, values=[reservation])
+        with pytest.raises(exceptions.BadRequest, match=words):
+            _insert(_body(name, machine=machine, model=model, reservationAffinity=affinity,
+                          scheduling=dict(standard, provisioningModel=model), **extra))
+    # A stopped VM gives its place back; a deleted one too.
+    instances.stop(project="demo-project", zone=ZONE, instance="named-0").result(timeout=20)
+    assert state.capacity.reservations[(ZONE, "t4-named")].in_use == set()
+    instances.delete(project="demo-project", zone=ZONE, instance="any-0").result(timeout=20)
+    assert state.capacity.reservations[(ZONE, "t4-open")].in_use == set()
+
+
+def test_the_world_ends_a_run_duration_by_its_termination_action(world):
+    state = world.compute.state
+    _grant_h100_quota(state)
+    for name, action in (("stops", "STOP"), ("goes", "DELETE")):
+        body = _body(name, model="SPOT")
+        body["scheduling"]["instanceTerminationAction"] = action
+        operation = _insert(body)
+        operation.result(timeout=20)
+    end_run(state, "stops")
+    assert state.instances["stops"]["status"] == "TERMINATED"
+    end_run(state, "goes")
+    assert "goes" not in state.instances
+    # The world's clock does it too when asked to, once started + maxRunDuration has passed.
+    state.capacity.end_runs = True
+    operation = _insert(_body("clock", model="SPOT"))
+    operation.result(timeout=20)
+    state.instances["clock"]["max_run_seconds"] = 1
+    instances = _client()[1]
+    wait_for(lambda: "clock" not in [vm.name for vm in instances.list(project="demo-project", zone=ZONE)], 10,
+             what="the run duration's end")
