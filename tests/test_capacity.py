@@ -191,3 +191,96 @@ def test_the_world_ends_a_run_duration_by_its_termination_action(world):
     instances = _client()[1]
     wait_for(lambda: "clock" not in [vm.name for vm in instances.list(project="demo-project", zone=ZONE)], 10,
              what="the run duration's end")
+
+
+# ---------------------------------------------------------------- the product, in the gcp world
+
+from tests.test_gcp_backend import fake_compute, gcp_cli, needs_hosts  # noqa: E402,F401
+
+WEST = "us-west1-b"  # gcp_cli's zone.
+
+
+def _a100_world(state) -> None:
+    """A project with A100 quota (on-demand and Spot) in us-west1, for 2 x a2-highgpu-1g."""
+    state.accelerators[WEST] = ["nvidia-tesla-a100"]
+    state.region_quotas["us-west1"].update({"NVIDIA_A100_GPUS": (4.0, 0.0), "PREEMPTIBLE_NVIDIA_A100_GPUS": (4.0, 0.0),
+                                            "A2_CPUS": (48.0, 0.0)})
+    state.project_quotas.update({"CPUS_ALL_REGIONS": (96.0, 0.0), "GPUS_ALL_REGIONS": (16.0, 0.0)})
+
+
+def _in_process(cli, monkeypatch, said: list, **values):
+    """The gcp backend in this process, on ``cli``'s state folder and terraform (what a launcher does)."""
+    from tfcluster import config
+    from tfcluster.backends import get_backend
+    from tfcluster.state import StateStore
+
+    import shlex
+
+    # terraform as the CLI runs it: in the world's names (its own /etc/hosts), through TFCLUSTER_TERRAFORM.
+    wrapper = cli.state_dir.parent / "terraform-in-world"
+    wrapper.write_text(f"#!/bin/sh\nexec {shlex.join(cli.prefix)} {shlex.quote(cli.env['TFCLUSTER_TERRAFORM'])} "
+                       '"$@"\n')
+    wrapper.chmod(0o755)
+    for key in ("TF_CLI_CONFIG_FILE", "CHECKPOINT_DISABLE"):
+        monkeypatch.setenv(key, cli.env[key])
+    monkeypatch.setenv("TFCLUSTER_TERRAFORM", str(wrapper))
+    settings = config.load({"backend": "gcp", "project": "demo-project", "state_dir": str(cli.state_dir),
+                            "workers": 2, "ready_timeout_seconds": 20, **values}, zone=WEST)
+    store = StateStore(settings)
+    return settings, store, get_backend("gcp", store, announce=said.append)
+
+
+@needs_hosts
+def test_a_reservation_by_name_and_a_spot_cluster_back_on_it_when_spot_stays_full(gcp_cli, monkeypatch):
+    """`check` judges a named reservation (a mismatch is a ✗); `up --capacity auto --spot` skips a reservation
+    without room for every VM and lands on Spot; preempted while Spot stays full, the cluster comes back by
+    the rest of the ladder: the reservation, now with room, consumed by name; `status` says so per VM."""
+    from tests.fake_operations import preempt_instance
+
+    state = gcp_cli.compute.state
+    _a100_world(state)
+    state.capacity.reservations = {
+        (WEST, "a100-wrong"): Reservation("a100-wrong", WEST, "a2-highgpu-2g", 2, specific_required=True),
+        (WEST, "a100-right"): Reservation("a100-right", WEST, "a2-highgpu-1g", 1, specific_required=True)}
+    checked = gcp_cli.run("check", "--gpu", "a100", "--reservation", "a100-wrong", timeout=120)
+    assert checked.returncode != 0
+    assert ("✗ reservation a100-wrong: it holds a2-highgpu-2g, the cluster's VMs are a2-highgpu-1g: a VM consumes "
+            "only a reservation it matches exactly") in checked.stdout, checked.stdout + checked.stderr
+    state.capacity.room[(WEST, "SPOT")] = 2
+
+    up = gcp_cli.run("up", "--gpu", "a100", "--capacity", "auto", "--spot", timeout=240)
+    assert up.returncode == 0, up.stdout + up.stderr
+    assert ("plan: 2 x a2-highgpu-1g + 1 x nvidia-tesla-a100 (capacity auto, per zone: a matching reservation, then "
+            "Spot, then on-demand, then Flex-start (waiting up to 30 min)) in us-west1-b") in up.stdout
+    steps = [line[2:] for line in up.stdout.splitlines() if line.startswith("! zone ")]
+    assert steps == ["zone us-west1-b, reservation: no matching reservation with room (a100-right has 1 of 1 free, "
+                     "the cluster needs 2); skipped",
+                     "zone us-west1-b, Spot: the cluster's VMs are created here"], up.stdout
+    assert {vm["body"]["scheduling"]["provisioningModel"] for vm in state.instances.values()} == {"SPOT"}
+
+    # Preempted; Spot stays full; the reservation has room for both now.
+    preempt_instance(state, "default-1")
+    state.capacity.room[(WEST, "SPOT")] = 0
+    state.capacity.reservations[(WEST, "a100-right")].count = 2
+    said: list = []
+    settings, store, backend = _in_process(gcp_cli, monkeypatch, said, gpu="a100", capacity="auto", spot=True,
+                                           capacity_wait_seconds=1, capacity_tries=2)
+    cluster = store.load_cluster()
+    backend.restart_preempted(cluster, settings)
+    store.save_cluster(cluster)
+    assert said[-2:] == [
+        "zone us-west1-b, reservation a100-right (2 of 2 free): the cluster's VMs are created here",
+        "back: the cluster's 2 VM(s) run on-demand on reservation a100-right in us-west1-b now (new addresses and "
+        "host keys)"], said
+    assert any(line.startswith("zone us-west1-b: Spot stays full for default-1 after 2 starts") for line in said)
+    assert {name: (vm["body"]["scheduling"]["provisioningModel"], vm.get("reservation"))
+            for name, vm in state.instances.items()} == {
+        "default-0": ("STANDARD", (WEST, "a100-right")), "default-1": ("STANDARD", (WEST, "a100-right"))}
+    assert state.instances["default-0"]["body"]["reservationAffinity"] == {
+        "consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
+        "values": ["a100-right"]}
+
+    status = gcp_cli.run("status", timeout=120)
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert status.stdout.count("on-demand, reservation a100-right") == 2, status.stdout
+    assert "default-0, default-1 run on a reservation: no cost beyond it" in status.stdout

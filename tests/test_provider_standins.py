@@ -220,14 +220,16 @@ def test_every_argument_terraform_sets_reaches_the_create_request(tmp_path):
     sets (read from the .tf files against the provider schema), changing that argument in the
     planned object changes what the stand-in sends Google to create it (method, URL or body):
     an argument the stand-in drops fails here by name. Planned with a GPU (the guest_accelerator
-    block) and a retention (the dynamic lifecycle rule), so that every block is present."""
+    block), a retention (the dynamic lifecycle rule) and a named reservation (specific_reservation), so
+    that every block is present."""
     import os
 
     from tests.test_terraform_agreement import product_variables
     from tests.world.provider import mirror, planning
 
     env = {**os.environ, **mirror.build(tmp_path / "providers")}
-    variables = product_variables(gpu="nvidia-tesla-t4", gpu_count=1, bucket_retention_days=30)
+    variables = product_variables(gpu="nvidia-tesla-t4", gpu_count=1, bucket_retention_days=30,
+                                  reservation="my-reservation")
     shown = planning.plan(env, tmp_path / "cluster", variables)
     schemas = load_schemas()["google"]["resource_schemas"]
     cases, baseline, index = [], {}, []

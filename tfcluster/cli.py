@@ -74,7 +74,13 @@ def _user_errors(body):
             "project": "gcp: project ID", "zone": "gcp: zone, e.g. us-west1-b",
             "gpu": "gcp: t4, v100, l4, a100, a100-80gb or h100", "gpu_count": "gcp: GPUs per VM (default 1)",
             "machine_type": "gcp: machine type (default: n1-standard-8, or the GPU's G2/A2/A3 type for gpu_count)",
-            "spot": "gcp: SPOT VMs (cheaper; may be stopped by Google)",
+            "spot": "gcp: SPOT VMs (cheaper; may be stopped by Google); --provisioning spot",
+            "provisioning": "gcp: standard (default), spot, or flex-start (waits for capacity, runs at most 7 days, "
+                            "discounted; A2, A3 and G2 types)",
+            "reservation": "gcp: the reservation on-demand VMs consume: any (default), none, or its name",
+            "capacity": "gcp: auto tries, per zone, a matching reservation, Spot (with --spot), on-demand, then "
+                        "Flex-start",
+            "capacity_wait": "gcp: minutes to wait for Flex-start capacity (default 30)",
             "operator_cidr": "gcp: only source allowed to SSH in (default: your public IP/32)",
             "idle_minutes": "idle watchdog: minutes before acting, 0 = off (default 30)",
             "idle_action": "idle watchdog: stop or delete (default stop)",
@@ -91,7 +97,9 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        gpu_count: Optional[int] = None, machine_type: Optional[str] = None, spot: bool = False,
        operator_cidr: Optional[str] = None, idle_minutes: Optional[int] = None,
        idle_action: Optional[str] = None, max_run_hours: Optional[int] = None,
-       image: Optional[str] = None, boot_image: Optional[str] = None, budget: Optional[str] = None):
+       image: Optional[str] = None, boot_image: Optional[str] = None, budget: Optional[str] = None,
+       provisioning: Optional[str] = None, reservation: Optional[str] = None, capacity: Optional[str] = None,
+       capacity_wait: Optional[int] = None):
     """Create the cluster. Idempotent: running it twice changes nothing."""
     if hosts and workers is None and backend in (None, "ssh"):
         workers = len([h for h in hosts.split(",") if h.strip()])  # One worker per host given.
@@ -101,7 +109,9 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
                          project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
                          machine_type=machine_type, spot=spot or None, operator_cidr=operator_cidr,
                          idle_minutes=idle_minutes, idle_action=idle_action,
-                         max_run_hours=max_run_hours, image=image, boot_image=boot_image, budget=budget)
+                         max_run_hours=max_run_hours, image=image, boot_image=boot_image, budget=budget,
+                         provisioning=provisioning, reservation=reservation, capacity=capacity,
+                         capacity_wait_minutes=capacity_wait)
     if idle_minutes is not None and settings.backend == "ssh":  # Own hosts get a watchdog when asked for one.
         settings = dataclasses.replace(settings, install_watchdog=True)
     commands.up(settings)
@@ -220,6 +230,8 @@ def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bo
             "zone": "gcp: zone, e.g. us-west1-b", "gpu": "gcp: t4, v100, l4, a100, a100-80gb or h100",
             "gpu_count": "gcp: GPUs per VM",
             "workers": "number of workers (default: tfcluster.workers, 3)", "spot": "gcp: check for SPOT VMs",
+            "provisioning": "gcp: check for standard, spot or flex-start VMs",
+            "reservation": "gcp: check this reservation (exists in the zone, matches, has room)",
             "boot_image": "gcp: projects/P/global/images/NAME or .../images/family/FAMILY "
                           "(default: the Deep Learning VM CUDA family)",
             "operator_cidr": "gcp: only source allowed to SSH in (default: your public IP/32)",
@@ -228,11 +240,12 @@ def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bo
 def check(c, backend: Optional[str] = None, project: Optional[str] = None, zone: Optional[str] = None,
           gpu: Optional[str] = None, gpu_count: Optional[int] = None, workers: Optional[int] = None,
           spot: bool = False, boot_image: Optional[str] = None, operator_cidr: Optional[str] = None,
-          cluster: Optional[str] = None):
+          cluster: Optional[str] = None, provisioning: Optional[str] = None, reservation: Optional[str] = None):
     """Before anything is created: one line per prerequisite (✓, ✗ with the fix, ? when it cannot tell)."""
     commands.check(_settings(c, backend=backend, project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
                              workers=workers, spot=spot or None, boot_image=boot_image,
-                             operator_cidr=operator_cidr, cluster=cluster))
+                             operator_cidr=operator_cidr, cluster=cluster, provisioning=provisioning,
+                             reservation=reservation))
 
 
 @task(auto_shortflags=False,

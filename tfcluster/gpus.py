@@ -12,7 +12,7 @@ Sources, read 2026-11-25 (through excerpts of the pages; what the excerpts did n
   80GB GPUs, A2 Ultra A100 80GB, A2 Standard A100 40GB, G2 L4. Not in the excerpts read, from the
   pages' machine-type and storage tables as tfcluster knows them (re-check when Google changes
   them): each type's vCPUs and memory below; A3 and G2 take no Standard Persistent Disk; A3
-  requires gVNIC; a3-highgpu-1g, -2g and -4g are for Spot VMs (or Flex-start, not used here).
+  requires gVNIC; a3-highgpu-1g, -2g and -4g are for Spot or Flex-start VMs only.
 - Quota: Compute's Quota.metric enum (compute.v1.json revision 20261106) has CPUS, A2_CPUS,
   NVIDIA_T4/V100/L4/A100/A100_80GB_GPUS and their PREEMPTIBLE_ forms, and PREEMPTIBLE_NVIDIA_H100_GPUS,
   but no NVIDIA_H100_GPUS, G2_CPUS or A3_CPUS: on-demand H100s count on the Cloud Quotas API's
@@ -45,7 +45,8 @@ class Shape:
     vcpus: int
     # Memory in GB.
     memory_gb: int
-    # Only Spot VMs may have it (A3 High below 8 GPUs).
+    # Only Spot or Flex-start VMs may have it (A3 High below 8 GPUs: "you must create instances by using
+    # Spot VMs or Flex-start VMs", https://cloud.google.com/compute/docs/gpus).
     spot_only: bool = False
 
 
