@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import pty
 import re
+import select
 import signal
 import subprocess
 import sys
@@ -76,12 +78,13 @@ class Cli:
         self.prefix = world.prefix()
         self.env.update(world.env())
 
-    def argv(self, *args: str) -> list[str]:
-        return [*self.prefix, sys.executable, "-m", "invoke", *args]
+    def argv(self, *args: str, python_flags: tuple[str, ...] = ()) -> list[str]:
+        return [*self.prefix, sys.executable, *python_flags, "-m", "invoke", *args]
 
-    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(*args), cwd=REPO, env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
+    def run(self, *args: str, timeout: float = 300, python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        """``python_flags``: for the CLI's own interpreter only (`-X importtime`), not its children."""
+        return subprocess.run(self.argv(*args, python_flags=python_flags), cwd=REPO, env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
 
     def popen(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen(self.argv(*args), cwd=REPO, env=self.env, stdout=subprocess.PIPE,
@@ -138,6 +141,40 @@ def assert_stopped_by(output: str, run_id: str, command: str, pid: int, retried_
     assert re.fullmatch(rf"error: run {run_id} was stopped by `invoke {command}` \(pid {pid}, at \d\d:\d\d:\d\d\); "
                         "it is not retried, and no worker is left running", output.strip().splitlines()[-1]), \
         output[-3000:]
+
+
+def run_on_terminal(argv: list[str], env: dict, on_output=lambda screen: None, timeout: float = 300) -> tuple[int, str]:
+    """Run ``argv`` on a pseudo-terminal, as from a user's shell (rich draws its live lines, prompts ask);
+    ``on_output(screen so far)`` may return bytes to type. Returns the exit code and the screen."""
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(argv, cwd=REPO, env={**env, "TERM": "xterm"}, stdin=terminal, stdout=terminal,
+                               stderr=terminal, start_new_session=True)
+    os.close(terminal)
+    screen, deadline = b"", time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 1)
+            if not ready:
+                if process.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # The terminal closed: the process exited.
+                break
+            if not chunk:
+                break
+            screen += chunk
+            typed = on_output(screen)
+            if typed:
+                os.write(controller, typed)
+        code = process.wait(timeout=max(1, deadline - time.monotonic()))
+        return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.decode(errors="replace"))  # Colours, cursor moves.
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        os.close(controller)
 
 
 def events_of(log_text: str) -> list[dict]:

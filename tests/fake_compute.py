@@ -168,7 +168,14 @@ def _instance_json(state: FakeCompute, name: str, zone: str) -> dict:
         scheduling["maxRunDuration"] = {"seconds": str(instance["max_run_seconds"])}
     if instance.get("termination_action"):
         scheduling["instanceTerminationAction"] = instance["termination_action"]
-    return {"kind": "compute#instance", "name": name, "status": instance["status"],
+    machine = {"machineType": instance["body"]["machineType"]} if (instance.get("body") or {}).get("machineType") else {}
+    if machine:  # The boot disk, and the Local SSD Compute attaches to a type that bundles it (375 GB each).
+        machine["disks"] = [{"kind": "compute#attachedDisk", "type": "PERSISTENT", "boot": True, "autoDelete": True,
+                             "deviceName": "persistent-disk-0", "interface": "SCSI", "mode": "READ_WRITE"}] + [
+            {"kind": "compute#attachedDisk", "type": "SCRATCH", "autoDelete": True, "deviceName": f"local-ssd-{i}",
+             "interface": "NVME", "mode": "READ_WRITE", "diskSizeGb": "375"}
+            for i in range(world_quotas.LOCAL_SSD.get(machine["machineType"].rsplit("/", 1)[-1], 0) // 375)]
+    return {"kind": "compute#instance", "name": name, "status": instance["status"], **machine,
             "labels": instance.get("labels", {}), "zone": f"projects/{state.project}/zones/{zone}",
             "creationTimestamp": instance.get("created", "2026-11-22T05:00:00.000-08:00"),
             "lastStartTimestamp": instance.get("started", "2026-11-22T05:00:00.000-08:00"),
@@ -369,6 +376,13 @@ def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict 
                 # instances/stop: "Stops a running instance, shutting it down cleanly"; STOPPING until the
                 # operation is DONE, then TERMINATED (https://cloud.google.com/compute/docs/instances/
                 # instance-life-cycle). Stopping a VM that is not running is a no-op operation.
+                machine = ((instance.get("body") or {}).get("machineType") or "").rsplit("/", 1)[-1]
+                if machine in world_quotas.LOCAL_SSD and "discardLocalSsd" not in query:
+                    # "This property is required if the instance has any attached Local SSD disks"
+                    # (compute.v1.json instances.stop); Google's words, skypilot-org/skypilot#2586.
+                    return _error(400, "VM has a Local SSD attached but an undefined value for `discard-local-ssd`. "
+                                       "If using gcloud, please add `--discard-local-ssd=false` or "
+                                       "`--discard-local-ssd=true` to your command.", "badRequest")
                 if instance["status"] == "RUNNING":
                     instance["status"] = "STOPPING"
                     return 200, new_operation(state, match["project"], match["zone"], "stop", match["name"],

@@ -89,6 +89,22 @@ def test_every_flag_given_a_word_is_one_line_through_the_real_parser(task, flag,
     assert "Traceback" not in out + err and not list(config.user_state_dir().glob("clusters/*.json"))
 
 
+@pytest.mark.parametrize("argv,line", [
+    (["up", "--hosts", "a,b"], "error: --hosts needs --backend ssh, and the backend is local; add the backend, or drop it"),
+    (["up", "--gpu", "l4", "--spot"], "error: --gpu, --spot need --backend gcp, and the backend is local; add the backend, "
+                                      "or drop them"),
+    (["up", "--backend", "ssh", "--hosts", "a", "--zone", "us-west1-b"],
+     "error: --zone needs --backend gcp, and the backend is ssh; add the backend, or drop it"),
+    (["check", "--spot"], "error: --spot needs --backend gcp, and the backend is local; add the backend, or drop it"),
+])
+def test_a_flag_of_another_backend_is_refused_not_ignored(argv, line, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as ended:
+        cli._Program(namespace=cli.ns, name="tfcluster", binary="tfcluster").run(["tfcluster", *argv])
+    assert ended.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [line]
+    assert not list(config.user_state_dir().glob("clusters/*.json"))  # Nothing made.
+
+
 # ---------------------------------------------------------------- the issue's five, from a real CLI
 
 
@@ -130,3 +146,16 @@ def test_a_variable_broken_yaml_a_read_only_state_folder_and_a_port_are_one_line
     (clone / "invoke.yaml").write_text("tfcluster:\n  workers: [3\n")
     assert_one_line(invoke_in(clone, "status", env=env), f"{clone / 'invoke.yaml'} is not valid YAML",
                     "at line 3, column 1")
+
+
+@pytest.mark.parametrize("name", sorted(cli.ns.tasks))
+def test_dash_h_is_help_on_every_task(name, capsys):
+    """`-h` shows the task's help, never a flag's short name (it was `--then` on train)."""
+    try:
+        cli._Program(namespace=cli.ns, name="tfcluster", binary="tfcluster").run(["tfcluster", name, "-h"])
+        code = 0  # `image`: its positional action took the flag, and it printed its help.
+    except SystemExit as ended:
+        code = ended.code
+    out, err = capsys.readouterr()
+    usage = "Usage: image build --tag" if name == "image" else f"Usage: tfcluster [--core-opts] {name} "
+    assert code == 0 and usage in out, out + err

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Cli, assert_stopped_by, stop_while_attached, wait_for
+from tests.conftest import Cli, assert_stopped_by, run_on_terminal, stop_while_attached, wait_for
 from tests.fake_operations import advance
 from tests.fake_compute import stop_instance
 from tests.hostlab import SUBNET, HostLab, available
@@ -131,7 +131,7 @@ def test_outputs_parse_and_cost_estimate():
     cost = gcp.hourly_cost("n1-standard-8", "nvidia-tesla-t4", 1, 100, 3, spot=False)
     prices = json.loads(gcp.PRICES.read_text())
     vm = 8 * prices["n1_vcpu_hour"] + 30 * prices["n1_memory_gib_hour"]
-    assert cost["per_vm"] == pytest.approx(vm + 0.35 + 100 * 0.10 / 730)
+    assert cost["per_vm"] == pytest.approx(vm + 0.35 + 100 * 0.10 / 730 + prices["external_ip_hour"]["standard"])
     assert cost["total"] == pytest.approx(3 * cost["per_vm"])
     assert prices["date"] and "cloud.google.com" in prices["source"]
     assert gcp.hourly_cost("n1-standard-8", "nvidia-tesla-t4", 1, 100, 1, spot=True)["gpu"] < 0.35
@@ -227,8 +227,19 @@ def test_up_status_down(gcp_cli, world):
     gcp_cli.env["INVOKE_TFCLUSTER_BUCKET_LOCATION"] = "US"  # A multi-region, not the VMs' region.
     gcp_cli.env["INVOKE_TFCLUSTER_CLUSTER"] = "my-run"
     world.compute.state.iam_delay_seconds = IAM_DELAY
+    # On a terminal, `up` shows the plan and what it costs an hour and asks; "n" creates nothing.
+    code, screen = run_on_terminal(gcp_cli.argv("up"), gcp_cli.env,
+                                   lambda shown: b"n\n" if b"while they run?" in shown and b"): n" not in shown else None,
+                                   180)
+    assert code == 2 and re.search(r"Create 2 VM\(s\) in us-west1-b, about \$\d+\.\d\d an hour while they run\? "
+                                   r"\[y/n\] \(n\): n", screen), screen[-3000:]
+    assert "error: up cancelled: nothing was created" in screen and "/hour" in screen, screen[-3000:]
+    assert "apply" not in terraform_calls(gcp_cli, "my-run") and gcp_cli.cluster("my-run") is None
+    assert not gcp_cli.compute.state.instances
+    # Without a terminal nothing is asked.
     up = gcp_cli.run("up", timeout=180)
     assert up.returncode == 0, up.stdout + up.stderr
+    assert "while they run?" not in up.stdout
     # The provider waited for each new account (three reads in a row that find it, as hashicorp/google
     # does) before the instance that runs as it: Compute refuses an account it does not see yet.
     log = world.compute.state.requests

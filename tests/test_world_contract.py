@@ -54,6 +54,8 @@ CASES = {
                           "compute.requireOsLogin:getEffectivePolicy?bogus=1", None),
                   ("GET", f"https://orgpolicy.googleapis.com/v2/projects/{P}/policies/"
                           "compute.requireOsLogin:getEffectivePolicy?%24.xgafv=7", None)),
+    "monitoring": (("GET", f"https://monitoring.googleapis.com/v3/projects/{P}/timeSeries?filter=x&bogus=1", None),
+                   ("GET", f"https://monitoring.googleapis.com/v3/projects/{P}/timeSeries?filter=x&view=BOGUS", None)),
     "storage": (("POST", f"https://storage.googleapis.com/storage/v1/b?project={P}", {"name": "b-1", "bogus": 1}),
                 ("GET", "https://storage.googleapis.com/storage/v1/b/b-1?projection=bogus", None)),
 }

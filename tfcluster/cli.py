@@ -15,13 +15,14 @@ import sys
 from collections.abc import Mapping
 from typing import Optional
 
-from invoke import Collection, Context, Exit, Program, task
+from invoke import Collection, Context, Exit, Program, Task
+from invoke import task as invoke_task
 from invoke.config import AmbiguousMergeError
 from invoke.exceptions import UncastableEnvVar, UnknownFileType
 from invoke.util import yaml as invoke_yaml
 
 import tfcluster
-from tfcluster import commands, config, errors
+from tfcluster import commands, config, errors, sources
 from tfcluster.errors import ConfigError, TfClusterError
 
 
@@ -45,6 +46,18 @@ def _settings(c: Context, **overrides) -> config.Settings:
     return settings
 
 
+class _Task(Task):
+    """`-h` is help on every task: never a flag's short name (invoke gives a flag the first free letter
+    of its name, and `--then` and `--shards` took `h`)."""
+
+    def arg_opts(self, name: str, default, taken_names: set):
+        return super().arg_opts(name, default, taken_names | {"h"})
+
+
+def task(*args, **kwargs):
+    return invoke_task(*args, klass=_Task, **kwargs)
+
+
 def _user_errors(body):
     """Show TfClusterError, and a file this machine refuses to write (a read-only or full state folder),
     as one `error: ...` line and a non-zero exit, never a traceback."""
@@ -55,6 +68,9 @@ def _user_errors(body):
             return body(c, *args, **kwargs)
         except TfClusterError as error:
             raise Exit(f"error: {error}", code=error.exit_code) from None
+        except BrokenPipeError:  # The reader went away (`| head`): stop quietly, as a shell tool does.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own last flush too.
+            raise Exit(code=141) from None  # 128 + SIGPIPE, what a shell reports.
         except OSError as error:
             raise Exit(f"error: {errors.file_error(error)}", code=2) from None
 
@@ -87,7 +103,8 @@ def _user_errors(body):
             "max_run_hours": "gcp: hypervisor deadline in hours (default 12)",
             "budget": "gcp: cap the cluster at USD: each VM's hypervisor deadline is set so it cannot bill past it",
             "image": "container image the workers run in; pulled on every host now",
-            "boot_image": "gcp: VM boot image, projects/P/global/images/NAME or .../family/FAMILY"})
+            "boot_image": "gcp: VM boot image, projects/P/global/images/NAME or .../family/FAMILY",
+            "yes": "gcp: create without asking (on a terminal `up` shows the hourly cost and asks first)"})
 @_user_errors
 def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        cluster: Optional[str] = None, hosts: Optional[str] = None, ssh_user: Optional[str] = None,
@@ -98,8 +115,8 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        operator_cidr: Optional[str] = None, idle_minutes: Optional[int] = None,
        idle_action: Optional[str] = None, max_run_hours: Optional[int] = None,
        image: Optional[str] = None, boot_image: Optional[str] = None, budget: Optional[str] = None,
-       provisioning: Optional[str] = None, reservation: Optional[str] = None, capacity: Optional[str] = None,
-       capacity_wait: Optional[int] = None):
+       yes: bool = False, provisioning: Optional[str] = None, reservation: Optional[str] = None,
+       capacity: Optional[str] = None, capacity_wait: Optional[float] = None):
     """Create the cluster. Idempotent: running it twice changes nothing."""
     if hosts and workers is None and backend in (None, "ssh"):
         workers = len([h for h in hosts.split(",") if h.strip()])  # One worker per host given.
@@ -112,9 +129,16 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
                          max_run_hours=max_run_hours, image=image, boot_image=boot_image, budget=budget,
                          provisioning=provisioning, reservation=reservation, capacity=capacity,
                          capacity_wait_minutes=capacity_wait)
+    sources.check_backend_flags(settings.backend, {
+        "hosts": hosts, "ssh_user": ssh_user, "ssh_key": ssh_key, "known_hosts": known_hosts,
+        "trust_new_hosts": trust_new_hosts, "tf_port": tf_port, "project": project, "zone": zone, "gpu": gpu,
+        "gpu_count": gpu_count, "machine_type": machine_type, "spot": spot, "operator_cidr": operator_cidr,
+        "idle_minutes": idle_minutes, "idle_action": idle_action, "max_run_hours": max_run_hours,
+        "budget": budget, "boot_image": boot_image, "provisioning": provisioning, "reservation": reservation,
+        "capacity": capacity, "capacity_wait": capacity_wait})
     if idle_minutes is not None and settings.backend == "ssh":  # Own hosts get a watchdog when asked for one.
         settings = dataclasses.replace(settings, install_watchdog=True)
-    commands.up(settings)
+    commands.up(settings, yes=yes)
 
 
 @task(help={
@@ -123,6 +147,7 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
     "project": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
     "retries": "restart everything up to K times after a failure, resuming from the checkpoint",
     "dry_run": "print each worker's command and TF_CONFIG, start nothing",
+    "detach": "start the run and return; follow it with `logs --follow`, see it with `status`",
     "keras": "with --script: what tf.keras is, 2 (default: tf_keras, because Keras 3's model.fit fails "
              "under MultiWorkerMirroredStrategy with 2+ workers, keras-team/keras#20585) or 3 (Keras 3: "
              "train with a custom loop and strategy.run, which works)",
@@ -143,7 +168,7 @@ def train(c, workers: Optional[int] = None, script: Optional[str] = None,
           project: Optional[str] = None, retries: Optional[int] = None, dry_run: bool = False,
           keras: Optional[str] = None, verbose: bool = False, cluster: Optional[str] = None,
           image: Optional[str] = None, resume: Optional[str] = None, stall_minutes: Optional[int] = None,
-          then: Optional[str] = None, budget: Optional[str] = None):
+          then: Optional[str] = None, budget: Optional[str] = None, detach: bool = False):
     """Train on the cluster; arguments after `--` go to the trainer (e.g. -- --epochs 5)."""
     settings = _settings(c, cluster=cluster, keras=keras)
     if resume:
@@ -155,7 +180,7 @@ def train(c, workers: Optional[int] = None, script: Optional[str] = None,
     commands.train(settings, commands.TrainRequest(
         workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
         retries=retries, dry_run=dry_run, keras=keras, verbose=verbose, image=image,
-        stall_minutes=stall_minutes, then=then, budget=budget))
+        stall_minutes=stall_minutes, then=then, budget=budget, detach=detach))
 
 
 @task(help={
@@ -198,12 +223,13 @@ def costs(c):
 
 @task(help={"worker": "only this worker's log (0 = chief)",
             "follow": "keep streaming until the run ends (re-attaches to a running job)",
-            "run": "a run id (default: the latest)", "cluster": "cluster name (default: default)"})
+            "run": "a run id (default: the latest)", "cluster": "cluster name (default: default)",
+            "raw": "every line as the logs hold it: TensorFlow's start-up noise and the progress events too"})
 @_user_errors
 def logs(c, worker: Optional[int] = None, follow: bool = False, run: Optional[str] = None,
-         cluster: Optional[str] = None):
-    """Print a run's logs with a per-worker prefix."""
-    state = commands.logs(_settings(c, cluster=cluster), worker, follow, run)
+         cluster: Optional[str] = None, raw: bool = False):
+    """Print a run's logs with a per-worker prefix, as `train` shows them (--raw: everything)."""
+    state = commands.logs(_settings(c, cluster=cluster), worker, follow, run, raw=raw)
     if follow and state != "succeeded":
         raise Exit(code=1)
 
@@ -217,12 +243,13 @@ def stop(c, cluster: Optional[str] = None):
 
 @task(help={"cluster": "cluster name (default: default)",
             "keep": "ssh: keep the run folders on the hosts",
+            "force": "ssh: forget the cluster even if a host does not answer (what may stay there is named)",
             "delete_bucket": "gcp: also delete the bucket of results and the registry of images "
                              "(both kept by default when not empty, with their size and cost)"})
 @_user_errors
-def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bool = False):
+def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bool = False, force: bool = False):
     """Stop anything running, remove the cluster, and verify nothing is left running or billing."""
-    commands.down(_settings(c, cluster=cluster), keep=keep, delete_bucket=delete_bucket)
+    commands.down(_settings(c, cluster=cluster), keep=keep, delete_bucket=delete_bucket, force=force)
 
 
 @task(auto_shortflags=False,
@@ -242,10 +269,13 @@ def check(c, backend: Optional[str] = None, project: Optional[str] = None, zone:
           spot: bool = False, boot_image: Optional[str] = None, operator_cidr: Optional[str] = None,
           cluster: Optional[str] = None, provisioning: Optional[str] = None, reservation: Optional[str] = None):
     """Before anything is created: one line per prerequisite (✓, ✗ with the fix, ? when it cannot tell)."""
-    commands.check(_settings(c, backend=backend, project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
-                             workers=workers, spot=spot or None, boot_image=boot_image,
-                             operator_cidr=operator_cidr, cluster=cluster, provisioning=provisioning,
-                             reservation=reservation))
+    settings = _settings(c, backend=backend, project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
+                         workers=workers, spot=spot or None, boot_image=boot_image, operator_cidr=operator_cidr,
+                         cluster=cluster, provisioning=provisioning, reservation=reservation)
+    sources.check_backend_flags(settings.backend, {"project": project, "zone": zone, "gpu": gpu, "gpu_count": gpu_count,
+                                                   "spot": spot, "boot_image": boot_image, "operator_cidr": operator_cidr,
+                                                   "provisioning": provisioning, "reservation": reservation})
+    commands.check(settings)
 
 
 @task(auto_shortflags=False,
@@ -305,16 +335,21 @@ def tensorboard(c, run: Optional[str] = None, port: Optional[int] = None, cluste
           pty=True)
 
 
-@task(positional=["action"], help={"action": "build (the only action)",
-                                   "dockerfile": "the Dockerfile (default: ./Dockerfile)",
-                          "tag": "NAME:VERSION, e.g. trainer:1",
-                          "context": "build context folder (default: the Dockerfile's folder)",
-                          "registry": "push to HOST[:PORT]/PATH (default: tfcluster.registry, or the gcp cluster's)",
-                          "cluster": "cluster name (default: default)"})
+IMAGE_HELP = {"action": "build (the only action)", "dockerfile": "the Dockerfile (default: ./Dockerfile)",
+              "tag": "NAME:VERSION, e.g. trainer:1", "context": "build context folder (default: the Dockerfile's folder)",
+              "registry": "push to HOST[:PORT]/PATH (default: tfcluster.registry, or the gcp cluster's)",
+              "cluster": "cluster name (default: default)"}
+
+
+@task(positional=["action"], help=dict(IMAGE_HELP))
 @_user_errors
 def image(c, action, dockerfile: str = "Dockerfile", tag: Optional[str] = None,
           context: Optional[str] = None, registry: Optional[str] = None, cluster: Optional[str] = None):
     """`invoke image build`: build the trainer image here; push it to the gcp cluster's registry or --registry."""
+    if action in ("-h", "--help"):  # invoke hands a help flag to the positional action: help, as on every task.
+        print("Usage: image build --tag NAME:VERSION [--dockerfile F] [--context DIR] [--registry R] [--cluster C]\n\n"
+              f"{image.__doc__}\n\nOptions:\n" + "\n".join(f"  --{name:<12} {text}" for name, text in IMAGE_HELP.items()))
+        return
     if action != "build":
         raise ConfigError(f"unknown image action {action!r}; use: invoke image build --tag NAME:VERSION")
     commands.build_image(_settings(c, cluster=cluster, registry=registry), dockerfile, tag, context)
@@ -346,6 +381,8 @@ def config_file_error(error: BaseException) -> str | None:
 def excepthook(kind, error, trace) -> None:
     """For `invoke` from a clone (tasks.py installs it): invoke reads invoke.yaml after it has loaded
     the tasks and before any runs, outside any task's reach; its errors there become one line."""
+    if isinstance(error, BrokenPipeError):  # `invoke --list | head`: the reader went away.
+        os._exit(141)
     line = config_file_error(error)
     if line is None:
         sys.__excepthook__(kind, error, trace)
@@ -369,6 +406,9 @@ class _Program(Program):
     def run(self, argv=None, exit: bool = True) -> None:  # noqa: A002 (invoke's own name)
         try:
             super().run(argv, exit)
+        except BrokenPipeError:  # `tfcluster --list | head`: the reader went away.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            sys.exit(141)
         except Exception as error:  # Only the config files' errors; anything else is raised as it is.
             line = config_file_error(error)
             if line is None:

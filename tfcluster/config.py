@@ -97,8 +97,8 @@ class Settings:
     reservation: str = "any"
     # gcp: "auto" tries, per zone, a matching reservation, Spot (with --spot), on-demand, then Flex-start.
     capacity: str = ""
-    # gcp: how long `up` waits for Flex-start capacity, in minutes (--capacity-wait).
-    capacity_wait_minutes: int = 30
+    # gcp: how long `up` waits for Flex-start capacity, in minutes (--capacity-wait; 0 asks once per zone).
+    capacity_wait_minutes: float = 30.0
     # gcp: the only source allowed to SSH in; empty means this machine's public IP /32.
     operator_cidr: str = ""
     # gcp: login created on the VMs for the cluster's own key.

@@ -114,11 +114,11 @@ def parse(values: dict[str, Any], machine_type: str, gpu: str, spot: bool) -> di
                           f"Flex-start VMs use none; https://cloud.google.com/compute/docs/instances/reservations-consume); "
                           "drop --reservation, or use --provisioning standard")
     try:
-        wait = int(str(values.get("capacity_wait_minutes", 30)).strip())
+        wait = float(str(values.get("capacity_wait_minutes", 30)).strip())
     except ValueError:
-        wait = 0
-    if not 1 <= wait <= 1440:
-        raise ConfigError(f"capacity_wait_minutes must be a whole number of minutes from 1 to 1440 (got "
+        wait = -1.0
+    if not 0 <= wait <= 1440:
+        raise ConfigError(f"capacity_wait_minutes must be minutes from 0 (ask once in each zone) to 1440 (got "
                           f"{values.get('capacity_wait_minutes')!r}); set --capacity-wait or tfcluster.capacity_wait_minutes")
     return {"provisioning": model, "spot": model == SPOT, "reservation": reservation, "capacity": capacity,
             "capacity_wait_minutes": wait}

@@ -53,3 +53,27 @@ def check_kinds(values: Mapping[str, Any], defaults: Mapping[str, Any]) -> None:
             if name == "zones":
                 kind = "a list of zones, or zones separated by commas"
             raise ConfigError(f"{name} must be {kind} (got {value!r}); set it in {flag_hint(name)}")
+
+
+# Flags that only some backends read: given on another, they would be ignored without a word (an
+# `up --hosts a,b` that makes a local cluster). `--python` and the idle flags' defaults stay everywhere.
+BACKEND_FLAGS = {
+    "hosts": ("ssh",), "ssh_user": ("ssh",), "ssh_key": ("ssh",), "known_hosts": ("ssh",),
+    "trust_new_hosts": ("ssh",), "tf_port": ("ssh", "gcp"), "oracle_port": ("ssh", "gcp"),
+    "idle_minutes": ("ssh", "gcp"), "idle_action": ("ssh", "gcp"),
+    **dict.fromkeys(("project", "zone", "gpu", "gpu_count", "machine_type", "spot", "operator_cidr",
+                     "max_run_hours", "budget", "boot_image", "provisioning", "reservation", "capacity",
+                     "capacity_wait"), ("gcp",)),
+}
+
+
+def check_backend_flags(backend: str, given: Mapping[str, Any]) -> None:
+    """One line naming every flag in ``given`` (name -> value; None or False: not given) that
+    ``backend`` does not read, and the backend each needs."""
+    wrong = [(name, BACKEND_FLAGS[name]) for name, value in given.items()
+             if value not in (None, False) and name in BACKEND_FLAGS and backend not in BACKEND_FLAGS[name]]
+    if wrong:
+        flags = ", ".join(f"--{name.replace('_', '-')}" for name, _ in wrong)
+        needs = sorted({" or ".join(f"--backend {b}" for b in backends) for _, backends in wrong})
+        raise ConfigError(f"{flags} {'needs' if len(wrong) == 1 else 'need'} {' and '.join(needs)}, and the backend is "
+                          f"{backend}; add the backend, or drop {'it' if len(wrong) == 1 else 'them'}")

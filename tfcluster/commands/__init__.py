@@ -1,6 +1,6 @@
 """The operations behind the invoke tasks, one room per thing a user does.
 
-check: the prerequisites of up. offers: the zones that offer a GPU, priced. cluster: up, status, idle, down. train: a new run (attempts: its live loop; maintenance: an attempt ended by host maintenance; stall_report: a stalled attempt on the console;
+check: the prerequisites of up. offers: the zones that offer a GPU, priced. cluster: up, status, idle, down. train: a new run (resume: train --resume; attempts: its live loop; maintenance: an attempt ended by host maintenance; stall_report: a stalled attempt on the console;
 run_summary: the table it ends with). runs: logs, stop.
 tune: a hyperparameter search (tune_loop: its live loop; tune_plans: its processes and trials).
 spend: the cost ledger in status, down and the run summary, and costs.
@@ -17,7 +17,8 @@ from tfcluster.commands.offers import offers
 from tfcluster.commands.results import data, pull, tensorboard_logdir
 from tfcluster.commands.runs import logs, stop
 from tfcluster.commands.spend import costs
-from tfcluster.commands.train import TrainRequest, ensure_synthetic_data, resume, train
+from tfcluster.commands.resume import resume
+from tfcluster.commands.train import TrainRequest, ensure_synthetic_data, train
 from tfcluster.commands.tune import TuneRequest, tune
 
 __all__ = ["TrainRequest", "TuneRequest", "tune", "adopt_project_state", "build_image", "check", "costs", "data", "down", "ensure_synthetic_data", "idle", "logs", "offers", "pull", "resume", "run_state",

@@ -8,11 +8,12 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.status import Status
 
 from tfcluster import holds, launch, ledger, stall, tflog, throughput, ui
-from tfcluster.commands import maintenance, restage, run_summary, spend, stall_report
+from tfcluster.commands import maintenance, restage, run_summary, run_view, spend, stall_report
 from tfcluster.commands.common import console
 from tfcluster.config import Settings
 from tfcluster.backends.base import Preemption
@@ -131,6 +132,8 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
             if remote:
                 setattr(progress, name, remote.replace(progress.model_dir, local_model, 1))
         progress.model_dir = local_model
+    if local_model and not (progress.keras_path or progress.saved_model_path):  # A script, which says nothing.
+        progress.keras_path, progress.saved_model_path = run_summary.saved_in(Path(local_model))
     _finish(settings, store, run, outcome, progress, started)
     if stalls:
         run.summary["stalls"] = stalls
@@ -254,44 +257,20 @@ def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progr
     live = Status(f"Starting {len(plans)} workers (attempt {attempt})...", console=console)
     live.start()
     stepping = False
-    folds = {plan.index: tflog.StartupFold() for plan in plans}
-
-    def announce(plan):
-        """The worker's folded start-up noise as one dim line, once, before its first real output."""
-        fold = folds[plan.index]
-        if fold.hidden and not fold.announced:
-            fold.announced = True
-            console.print(ui.prefixed(plan.index, plan.name, fold.summary()), style="dim", soft_wrap=True)
-
-    def on_line(plan, line):
-        if not verbose and folds[plan.index].hides(line):
-            return
-        announce(plan)
-        console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
+    view = run_view.RunView(plans, verbose)
 
     def on_event(plan, event):
         nonlocal stepping
-        announce(plan)
         progress.update(plan, event, attempt)
+        view.event(plan, event, progress.pace)
         if plan.index != 0:
             return
         note = budget.observe(event) if budget is not None else None
         if note:
             console.print(f"[yellow]{note}[/]", soft_wrap=True)
-        kind = event["event"]
-        if kind in STEP_EVENTS:
+        if event["event"] in run_view.STEP_EVENTS:
             stepping = True
             live.update(f"Training: {progress.pace.line()}")
-        if kind == "strategy":
-            rate = f", learning rate {event['learning_rate']['text']}" if event.get("learning_rate") else ""
-            console.print(ui.prefixed(0, plan.name, f"MultiWorkerMirroredStrategy: "
-                                      f"{event.get('replicas_in_sync')} replicas in sync, global batch "
-                                      f"{event.get('global_batch')}, shard policy {event.get('shard_policy')}{rate}",
-                                      ), style="bold", soft_wrap=True)
-        elif kind == "epoch_end":  # Without a terminal, these lines are the progress: one per epoch.
-            console.print(ui.prefixed(0, plan.name, f"epoch {event.get('epoch')}/{event.get('epochs')}  "
-                                      + ui.format_metrics(event.get("metrics", {})) + _pace_after_epoch(progress.pace)),
-                          style="bold", soft_wrap=True)
 
     def on_tick(statuses):
         if not stepping:
@@ -303,22 +282,11 @@ def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progr
     launch.start_attempt(plans, attempt)
     try:
         watch = stall.StallWatch(stall_limit, [plan.index for plan in plans])
-        result = launch.follow_attempt(plans, attempt, follower, on_line, on_event, on_tick, should_stop, watch)
+        result = launch.follow_attempt(plans, attempt, follower, view.line, on_event, on_tick, should_stop, watch)
     finally:
         live.stop()
-    for plan in plans:
-        announce(plan)  # Workers that printed nothing but noise.
+    view.finish(plans)
     return None if result.ok else result
-
-
-# The chief's events that say where training is (tfcluster/pace.py).
-STEP_EVENTS = ("first_step", "step", "progress")
-
-
-def _pace_after_epoch(pace) -> str:
-    """"  · 812 images/s · ETA 1m20s" after an epoch's line, with what is known."""
-    rate, eta = pace.images_per_second(), pace.eta_seconds()
-    return "".join([f"  · {rate:,.0f} images/s" if rate else "", f" · ETA {ui.duration(eta)}" if eta is not None else ""])
 
 
 def _report_failure(result: launch.AttemptResult, plans, verbose: bool) -> str | None:

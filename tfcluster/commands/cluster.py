@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import sys
 import time
+
+from rich.prompt import Confirm
 
 from tfcluster import holds, launch, ledger, tfconfig, ui
 from tfcluster.backends import Backend
@@ -19,7 +22,9 @@ from tfcluster.holds import ClusterHold
 from tfcluster.state import ClusterState, StateStore
 
 
-def up(settings: Settings) -> ClusterState:
+def up(settings: Settings, yes: bool = False) -> ClusterState:
+    """``yes``: create without asking. On a terminal a backend whose machines bill asks first
+    (the gcp backend, with the hourly cost); without one nothing is asked."""
     store = StateStore(settings)
     existing = store.load_cluster()
     if existing is not None and existing.status != "up":
@@ -40,8 +45,11 @@ def up(settings: Settings) -> ClusterState:
         _pre_pull(store, backend, existing, settings.image)
         return existing
     with console.status(f"Creating {settings.backend} cluster '{settings.cluster}' "
-                        f"with {settings.workers} workers..."):
-        cluster = backend_named(settings.backend, store).up(settings, None)
+                        f"with {settings.workers} workers...") as creating:
+        backend = backend_named(settings.backend, store)
+        if not yes and sys.stdin.isatty() and console.is_terminal:
+            backend.confirm = lambda question: _ask(creating, question)
+        cluster = backend.up(settings, None)
         store.save_cluster(cluster)
         spend.sync(store, backend_named(cluster.backend, store), cluster, settings, own=ledger.START)
     console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is up: {cluster.workers} "
@@ -50,6 +58,15 @@ def up(settings: Settings) -> ClusterState:
     console.print("  Next: invoke train --workers N   (state: "
                   f"{store.cluster_file})")
     return cluster
+
+
+def _ask(spinner, question: str) -> bool:
+    """A yes/no on the terminal, the spinner paused while it waits."""
+    spinner.stop()
+    try:
+        return Confirm.ask(question, console=console, default=False)
+    finally:
+        spinner.start()
 
 
 def _pre_pull(store: StateStore, backend: Backend, cluster: ClusterState, image: str) -> None:
@@ -81,7 +98,7 @@ def status(settings: Settings, every: bool = False) -> dict | list:
         answer = [f"[red]{reachable[host.name]}[/]" if reachable.get(host.name) else "ok"] if reachable else []
         table.add_row(f"[{ui.worker_colour(index)}]{host.name}[/]", f"{task_type}:{task_index}", host.endpoint,
                       *answer)
-    console.print(table)
+    ui.show(table)
     if cluster.waiting:  # An `up` waiting for capacity (tfcluster/backends/gcp/capacity.py).
         console.print(overview.waiting_line(cluster.waiting))
     rows = backend.vm_rows(cluster, settings) if cluster.status == "up" else []
@@ -90,7 +107,7 @@ def status(settings: Settings, every: bool = False) -> dict | list:
         for row in rows:
             vms.add_row(row.name, row.status, row.capacity or "-", ui.duration(row.uptime_seconds),
                         f"${row.cost_so_far:.2f}")
-        console.print(vms)
+        ui.show(vms)
     if cluster.status == "up":
         spend.print_status(store, backend, cluster, settings)
     _print_watchdog(backend, cluster)
@@ -129,7 +146,7 @@ def _print_watchdog(backend: Backend, cluster: ClusterState) -> None:
         else:
             acts = f"{status.get('action')} after {status.get('idle_minutes'):g} idle min"
         table.add_row(record.name, state, ui.duration(status.get("idle_seconds", 0)), acts, deadline_text)
-    console.print(table)
+    ui.show(table)
     for record in cluster.hosts:
         refused = (statuses.get(record.name) or {}).get("refused")
         if refused:  # The VM halted instead of deleting itself: its disk still bills until `down`.
@@ -157,9 +174,10 @@ def idle(settings: Settings, minutes: int | None, off: bool) -> int:
     return value
 
 
-def down(settings: Settings, keep: bool = False, delete_bucket: bool = False) -> None:
-    """Stop the run, end every process of the cluster, remove what it created. Always finishes
-    on own hosts: one that cannot be reached is named with what stays on it."""
+def down(settings: Settings, keep: bool = False, delete_bucket: bool = False, force: bool = False) -> None:
+    """Stop the run, end every process of the cluster, remove what it created. An own host that cannot
+    be reached keeps the cluster's record (exit 2: run it again when the host is back); ``force``
+    forgets the cluster anyway, naming what stays on each such host."""
     store = StateStore(settings)
     cluster = store.load_cluster()
     if cluster is None:
@@ -182,13 +200,13 @@ def down(settings: Settings, keep: bool = False, delete_bucket: bool = False) ->
     hold = ClusterHold(store)
     try:
         end_launchers(store, hold.try_acquire, "`invoke down`")
-        _tear_down(settings, store, cluster, backend, gone, keep, delete_bucket)
+        _tear_down(settings, store, cluster, backend, gone, keep, delete_bucket, force)
     finally:
         hold.release()
 
 
 def _tear_down(settings: Settings, store: StateStore, cluster: ClusterState, backend: Backend, gone: dict,
-               keep: bool, delete_bucket: bool) -> None:
+               keep: bool, delete_bucket: bool, force: bool) -> None:
     reachable = dataclasses.replace(cluster, hosts=[h for h in cluster.hosts if h.name not in gone])
     leftovers = backend.leftover_processes(reachable)
     if leftovers:
@@ -203,11 +221,16 @@ def _tear_down(settings: Settings, store: StateStore, cluster: ClusterState, bac
     _remove_containers(backend, reachable)
     spend.sync(store, backend, cluster, settings)  # The last starts and stops, while Compute still lists the VMs.
     backend.teardown(reachable, keep, delete_bucket)
-    store.remove_cluster()
-    spend.print_final(store, backend, cluster, settings)
     for record in cluster.hosts:
         if record.name in gone:
             _print_left_on_host(cluster, record, gone[record.name])
+    if gone and not force:  # Never forgotten while something of it may run there.
+        names = ", ".join(f"{record.name} ({record.address})" for record in cluster.hosts if record.name in gone)
+        raise ClusterError(f"could not reach {names}; the hosts that answered are clean, and cluster '{cluster.name}' "
+                           "is kept: run `invoke down` again when it answers, or `invoke down --force` to forget the "
+                           "cluster (what stays on each host is named above)")
+    store.remove_cluster()
+    spend.print_final(store, backend, cluster, settings)
     checked = "verified that no worker process is left, nor any container" if not gone else (
         f"verified on the {len(reachable.hosts)} host(s) that answered; {len(gone)} could not be cleaned (above)")
     console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is down: {checked}. "

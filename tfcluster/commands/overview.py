@@ -48,7 +48,7 @@ def status_all(settings) -> list[dict]:
         table.add_row(cluster.name, cluster.backend, str(cluster.workers), state, latest, now, spent.words())
         rows.append({"cluster": cluster.name, "backend": cluster.backend, "workers": cluster.workers,
                      "state": cluster.status, "costs_now": now})
-    console.print(table)
+    ui.show(table)
     return rows
 
 

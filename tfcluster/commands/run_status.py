@@ -34,7 +34,7 @@ def print_run(store, cluster, backend, run, rows) -> dict:
         table.add_row(f"[{ui.worker_colour(plan.index)}]{plan.name}[/]", shown,
                       str(worker.pid or "-"), "-" if worker.exit_code is None else str(worker.exit_code),
                       where.position() or "-", f"{ui.duration(now - where.last_at)} ago" if where.last_at else "-")
-    console.print(table)
+    ui.show(table)
     chief = pace.of_events(recent.get(0, []))
     if chief.started:
         running = state == "running"

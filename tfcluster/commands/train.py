@@ -15,9 +15,8 @@ from pathlib import Path
 from tfcluster import container, holds, launch, ledger, stall, ui
 from tfcluster.backends import Payload
 from tfcluster.commands import restage, spend
-from tfcluster.commands.attempts import clock, run_attempts
-from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
-                                       stop_processes)
+from tfcluster.commands.attempts import run_attempts
+from tfcluster.commands.common import active_run, backend_for_cluster, console, require_cluster
 from tfcluster.commands.budget import RunBudget
 from tfcluster.config import Settings, parse_image, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError, TrainingFailed
@@ -51,6 +50,8 @@ class TrainRequest:
     then: str | None = None
     # --budget: the run's cap in USD (None or 0: none; tfcluster/commands/budget.py).
     budget: float | str | None = None
+    # --detach: start the workers and return (`logs --follow` and `status` watch the run; no retries).
+    detach: bool = False
 
 
 # --then stop halts the VMs (disks stay; `invoke up` starts them again); --then down removes the cluster.
@@ -135,9 +136,20 @@ def _keras_env(settings: Settings, request: TrainRequest, script: Path | None) -
     return {"TF_USE_LEGACY_KERAS": "1" if script is None or settings.keras == "2" else "0"}
 
 
+def _check_detach(request: TrainRequest) -> None:
+    """What needs this launcher attached: restarts, and removing the cluster from here at the end."""
+    if request.detach and request.retries is not None:
+        raise ConfigError("--retries needs the launcher attached (it restarts the workers after a failure); drop "
+                          "--detach, or --retries")
+    if request.detach and request.then == "down":
+        raise ConfigError("--then down removes the cluster from this launcher, which --detach leaves; run `invoke "
+                          "down` when `invoke status` says the run ended (gcp: --then stop halts the VMs by themselves)")
+
+
 def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     limit = stall_limit(request.stall_minutes)
     then = _then_action(request.then)
+    _check_detach(request)
     store = StateStore(settings)
     cluster = require_cluster(store)
     workers = _worker_count(request.workers, cluster)
@@ -202,10 +214,13 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
         return None
 
     # From here until its attempts end, this launcher holds the cluster: `down` waits for it, and a
-    # `stop` or `down` from another shell is seen at every step (tfcluster/state.py LauncherLease).
+    # `stop` or `down` from another shell is seen at every step (tfcluster/holds.py LauncherLease).
     with holds.LauncherLease(store, run_id):
-        run, failed = _launch(settings, store, backend, cluster, request, run_id, hosts, payload, common_env,
-                              image, data_dir, keras_env, workers, retries, limit, then, usd, rate)
+        run, failed = _launch(settings, store, backend, cluster, request, Launch(
+            run_id, hosts, payload, common_env, image, data_dir, keras_env["TF_USE_LEGACY_KERAS"] == "1", workers,
+            retries, limit, then, usd, rate))
+    if request.detach:
+        return run
     if then is not None and run.outcome != "stopped":  # After Ctrl-C, `stop` or `down` the user decides.
         _then(settings, store, backend, run, then)
     if failed is not None:
@@ -213,18 +228,42 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     return run
 
 
+@dataclass
+class Launch:
+    """What `train` worked out before anything starts."""
+
+    run_id: str
+    # The workers' hosts, what they get (code, data, interpreter, arguments) and their environment.
+    hosts: list
+    payload: Payload
+    env: dict
+    # The container image ("" = none) and the local data folder to ship (None: remote or none).
+    image: str
+    data_dir: Path | None
+    # Whether tf.keras is tf_keras on the workers (the preflight checks it is installed).
+    need_tf_keras: bool
+    workers: int
+    retries: int
+    limit: stall.StallLimit
+    then: str | None
+    # --budget in USD (0: none) and the cluster's hourly rate (None without prices).
+    usd: float
+    rate: float | None
+
+
 def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterState, request: TrainRequest,
-            run_id: str, hosts: list, payload: Payload, common_env: dict, image: str, data_dir: Path | None,
-            keras_env: dict, workers: int, retries: int, limit: stall.StallLimit, then: str | None,
-            usd: float, rate: float | None) -> tuple[RunRecord, TrainingFailed | None]:
-    """Check, stage and run the attempts; the run and how it failed (None: it succeeded)."""
+            plan: Launch) -> tuple[RunRecord, TrainingFailed | None]:
+    """Check, stage and run the attempts (``--detach``: start the first and return); the run and how it
+    failed (None: it succeeded, or runs on detached)."""
+    run_id, hosts, payload, common_env, image, data_dir = (plan.run_id, plan.hosts, plan.payload, plan.env,
+                                                           plan.image, plan.data_dir)
+    workers, retries, limit, then, usd, rate = plan.workers, plan.retries, plan.limit, plan.then, plan.usd, plan.rate
     if active_run(store, cluster):
         raise ClusterError(f"a run is still active on cluster '{cluster.name}'; "
                            "watch it with `invoke logs --follow` or end it with `invoke stop`")
     with console.status(f"Preflight on {len(hosts)} {cluster.backend} host(s)..."):
         # tf_keras must be importable wherever tf.keras resolves to it.
-        backend.preflight(cluster, hosts, need_tensorflow=keras_env["TF_USE_LEGACY_KERAS"] == "1",
-                          image=image)
+        backend.preflight(cluster, hosts, need_tensorflow=plan.need_tf_keras, image=image)
     if data_dir == store.synthetic_data_dir:
         ensure_synthetic_data(store, sys.executable)
     with console.status("Staging code and data..."):
@@ -254,9 +293,11 @@ def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterStat
     backend.set_stall_minutes(cluster, limit.minutes)  # The watchdogs hold it with the laptop gone.
     budget = RunBudget(run_id, usd, rate, time.time()) if usd else None
     backend.set_budget_end(cluster, budget.end_time if budget else None)  # Halts the VMs then, laptop or not.
+    if then is not None and backend.can_halt_machines:  # Each VM halts itself at the run's end if this launcher is gone.
+        backend.arm_then_stop(cluster, run.run_id, last_attempt=retries + 1)
+    if request.detach:
+        return _detached(store, cluster, run, plans), None
     try:
-        if then is not None and backend.can_halt_machines:  # Each VM halts itself at the run's end if this launcher is gone.
-            backend.arm_then_stop(cluster, run.run_id, last_attempt=retries + 1)
         run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit, budget=budget)
     except TrainingFailed as error:
         return run, error
@@ -265,6 +306,18 @@ def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterStat
             with contextlib.suppress(TfClusterError):
                 backend.set_budget_end(still, None)
     return run, None
+
+
+def _detached(store: StateStore, cluster: ClusterState, run: RunRecord, plans: list) -> RunRecord:
+    """`train --detach`: the first attempt started, its launcher gone at once (the job outlives it)."""
+    run.attempts = 1
+    store.save_run(run)
+    launch.start_attempt(plans, 1)
+    name = f" --cluster {cluster.name}" if cluster.name != "default" else ""
+    console.print(f"[green]✓[/] Run {run.run_id} started on {len(plans)} worker(s), detached. Follow it with "
+                  f"`invoke logs --follow{name}`, see it with `invoke status{name}`, end it with `invoke stop{name}`.",
+                  soft_wrap=True)
+    return run
 
 
 def _then(settings: Settings, store: StateStore, backend, run: RunRecord, then: str) -> None:
@@ -287,74 +340,6 @@ def _then(settings: Settings, store: StateStore, backend, run: RunRecord, then: 
 
 
 LAUNCH_FILE = restage.LAUNCH_FILE
-
-
-def resume(settings: Settings, run_id: str, retries: int | None = None, verbose: bool = False,
-           stall_minutes: int | None = None) -> RunRecord:
-    """`train --resume RUN`: stop what is left of the run, start its preempted VMs again and
-    resume the same run from its backup, as the next attempt."""
-    limit = stall_limit(stall_minutes)
-    store = StateStore(settings)
-    cluster = require_cluster(store)
-    run = store.load_run(run_id)
-    if run is None:
-        raise ConfigError(f"no run {run_id} on cluster '{cluster.name}'; see the run ids with `invoke status`")
-    if run.outcome == "succeeded":
-        raise ConfigError(f"run {run_id} already succeeded; start a new one with `invoke train`")
-    launch_file = store.run_dir(run_id) / LAUNCH_FILE
-    if not launch_file.exists():
-        raise ConfigError(f"run {run_id} was started by an older tfcluster and cannot be resumed; start a "
-                          "new one with `invoke train`")
-    backend = backend_for_cluster(store, cluster)
-    taken = backend.preemptions(cluster, run.started_at)
-    active = active_run(store, cluster, backend)
-    if active is not None and not taken:
-        raise ClusterError(f"run {active[0].run_id} is still running; follow it with `invoke logs --follow`")
-    with holds.LauncherLease(store, run_id):
-        holds.clear_stop_request(store, run_id)  # A run stopped before is resumed on purpose.
-        return _resume(settings, store, backend, cluster, run, taken, retries, verbose, limit)
-
-
-def _resume(settings: Settings, store: StateStore, backend, cluster: ClusterState, run: RunRecord, taken: list,
-            retries: int | None, verbose: bool, limit: stall.StallLimit) -> RunRecord:
-    run_id = run.run_id
-    launch_file = store.run_dir(run_id) / LAUNCH_FILE
-    with console.status(f"Stopping what is left of run {run_id}..."):
-        stop_processes(plans_for(store, cluster, run, backend=backend), run, settings.stop_grace_seconds)
-    noticed, zone, made = time.time(), cluster.zone, cluster.vms_made_at
-    for item in taken:
-        console.print(f"[yellow]{item.worker} ({item.address}) was preempted by Google at "
-                      f"{clock(item.at)}; starting its VM again[/]", soft_wrap=True)
-    if taken:
-        backend.restart_preempted(cluster, settings)
-        store.save_cluster(cluster)
-    # Host maintenance announced while no launcher ran: the workers exited 143; resuming on the same
-    # hosts would end the same way, so those VMs move first (tfcluster/commands/maintenance.py).
-    announced = backend.maintenance_notices(cluster, backend.hosts(cluster)[: run.workers])
-    for index, event in sorted(announced.items()):
-        console.print(f"[yellow]{cluster.hosts[index].name}: Google announced host maintenance ({event}); "
-                      "stopping and starting its VM[/]", soft_wrap=True)
-    if announced:
-        backend.restart_for_maintenance(cluster, settings, sorted(announced))
-        store.save_cluster(cluster)
-    if cluster.zone != zone or cluster.vms_made_at != made:  # New VMs (a zone move, --capacity auto): code again.
-        restage.restage(store, backend, cluster, run)
-    env = json.loads(launch_file.read_text())["env"]
-    image = container.ContainerSpec(run.image, run.mounts) if run.image else None
-    plans = launch.build_plans(backend.hosts(cluster)[: run.workers], run.run_id, run.command, env, image)
-    more = settings.retries if retries is None else parse_int("retries", retries, 0)
-    first = run.attempts + 1
-    run.retries, run.outcome, run.ended_at = run.attempts + more, None, None
-    backend.set_stall_minutes(cluster, limit.minutes)
-    console.print(f"Resuming run {run_id} as attempt {first}, from its backup.")
-    earlier = list(run.summary.get("preemptions", []))
-    for item in taken:
-        if not any(e["instance"] == item.instance and abs(e["at"] - item.at) < 1 for e in earlier):
-            earlier.append({"worker": item.worker, "instance": item.instance, "address": item.address,
-                            "at": item.at, "attempt": run.attempts, "noticed_at": noticed,
-                            "restarted_at": time.time()})
-    return run_attempts(settings, store, backend, run, plans, verbose=verbose, first_attempt=first,
-                        earlier=earlier, stall_limit=limit)
 
 
 def _print_plan(plans: list[launch.WorkerPlan]) -> None:

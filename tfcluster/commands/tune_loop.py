@@ -234,7 +234,7 @@ def _print_summary(run: RunRecord, book: TrialBook, best: dict, wall: float, bes
         status = trial.status + (f" ({trial.starts} starts)" if trial.starts > 1 else "")
         table.add_row(trial.trial_id, trial.tuner, status, "-" if trial.score is None else f"{trial.score:.4f}",
                       *[_number(trial.hyperparameters.get(name, "-")) for name in names])
-    console.print(table)
+    ui.show(table)
     if best:
         console.print(f"Best: trial {best['trial_id']} ({book.objective} {best['score']:.4f}), "
                       f"its folder {best['trial_dir']}", soft_wrap=True)

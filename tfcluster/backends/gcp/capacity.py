@@ -197,8 +197,8 @@ class Maker:
         until = self.clock() + minutes * 60
         what = (f"Flex-start capacity for {settings.workers} x {settings.machine_type} in "
                 f"{', '.join(step.zone for step in flex)}")
-        self.announce(f"waiting for {what}, up to {minutes} min (--capacity-wait); Ctrl-C or `invoke down` cancels "
-                      "it, and no VM is left")
+        self.announce(f"waiting for {what}, up to {minutes:g} min (--capacity-wait); Ctrl-C or `invoke down` "
+                      "cancels it, and no VM is left")
         delay = float(settings.capacity_wait_seconds)
         previous = self._on_term()
         self.waiting(what, until)
@@ -209,7 +209,7 @@ class Maker:
                     break
                 pause = min(delay, left)
                 self.announce(f"waiting: no {what} yet; next try in {pause:.0f} s ({_minutes(left)} left of "
-                              f"--capacity-wait {minutes} min)")
+                              f"--capacity-wait {minutes:g} min)")
                 self._pause(pause)
                 for step in flex:
                     if self._try(step) is None:
@@ -226,7 +226,7 @@ class Maker:
         finally:
             self.waiting("", 0.0)
             self._restore(previous)
-        raise ClusterError(f"no {what} within --capacity-wait {minutes} min; no VM is left (the minutes of those "
+        raise ClusterError(f"no {what} within --capacity-wait {minutes:g} min; no VM is left (the minutes of those "
                            "made and removed are in `invoke costs`). Run `invoke up` again later, raise "
                            "--capacity-wait, add zones, or allow other provisioning (--capacity auto, --spot); "
                            "`invoke down` removes the bucket and network")
@@ -263,10 +263,10 @@ def plan_words(settings) -> str:
     """How `up`'s plan line names the VMs' provisioning: " (SPOT)", " (Flex-start, waiting up to 30 min)"..."""
     if settings.capacity == AUTO:
         rungs = ["a matching reservation"] * (settings.reservation != NONE) + ["Spot"] * settings.spot + [
-            "on-demand", f"Flex-start (waiting up to {settings.capacity_wait_minutes} min)"]
+            "on-demand", f"Flex-start (waiting up to {settings.capacity_wait_minutes:g} min)"]
         return f" (capacity auto, per zone: {', then '.join(rungs)})"
     if settings.provisioning == FLEX_START:
-        return f" (Flex-start, waiting up to {settings.capacity_wait_minutes} min)"
+        return f" (Flex-start, waiting up to {settings.capacity_wait_minutes:g} min)"
     named = f" on reservation {settings.reservation}" if settings.reservation not in (ANY, NONE) else ""
     return " (SPOT)" if settings.spot else named
 
