@@ -284,3 +284,205 @@ def test_a_reservation_by_name_and_a_spot_cluster_back_on_it_when_spot_stays_ful
     assert status.returncode == 0, status.stdout + status.stderr
     assert status.stdout.count("on-demand, reservation a100-right") == 2, status.stdout
     assert "default-0, default-1 run on a reservation: no cost beyond it" in status.stdout
+
+
+def _h100_world(state) -> None:
+    """A project with preemptible H100 quota (what Flex-start VMs take) in us-west1, for 2 x a3-highgpu-1g."""
+    state.accelerators[WEST] = ["nvidia-h100-80gb"]
+    state.region_quotas["us-west1"].update({"PREEMPTIBLE_NVIDIA_H100_GPUS": (8.0, 0.0)})
+    state.project_quotas.update({"CPUS_ALL_REGIONS": (512.0, 0.0), "GPUS_ALL_REGIONS": (16.0, 0.0)})
+    state.family_quotas["CPUS-PER-VM-FAMILY-per-project-region"] = [({"vm_family": "A3"}, 416)]
+
+
+def _steps(output: str) -> list[str]:
+    return [line[2:] for line in output.splitlines() if line.startswith(("! zone ", "! waiting"))]
+
+
+@needs_hosts
+def test_flex_start_h100s_whole_or_not_at_all_after_a_wait_and_cancelled_by_down(gcp_cli):
+    """Two Flex-start H100 VMs (a3-highgpu-1g: Spot or Flex-start only): when capacity comes for one only and
+    the wait ends, neither is left, the one made is in the cost ledger, and `up` exits 2 with one line; a
+    waiting `up` shows in `status` as a pending cluster and `down` cancels it; then capacity comes while
+    `up` waits, and the cluster is made."""
+    from tfcluster.ledger import Ledger
+
+    state = gcp_cli.compute.state
+    _h100_world(state)
+    gcp_cli.env.update({"INVOKE_TFCLUSTER_GPU": "h100", "INVOKE_TFCLUSTER_PROVISIONING": "flex-start",
+                        "INVOKE_TFCLUSTER_CAPACITY_WAIT_SECONDS": "2"})
+    state.capacity.room[(WEST, "FLEX_START")] = 1
+    failed = gcp_cli.run("up", "--capacity-wait", "0.05", timeout=240)
+    assert failed.returncode == 2, failed.stdout + failed.stderr
+    assert failed.stderr.strip().splitlines() == [
+        "error: no Flex-start capacity for 2 x a3-highgpu-1g in us-west1-b within --capacity-wait 0.05 min; no VM is "
+        "left (the minutes of those made and removed are in `invoke costs`). Run `invoke up` again later, raise "
+        "--capacity-wait, add zones, or allow other provisioning (--capacity auto, --spot); `invoke down` removes "
+        "the bucket and network"], failed.stderr
+    assert "plan: 2 x a3-highgpu-1g + 1 x nvidia-h100-80gb (Flex-start, waiting up to 0.05 min) in us-west1-b" \
+        in failed.stdout
+    steps = _steps(failed.stdout)
+    assert steps[0] == ("zone us-west1-b, Flex-start: no capacity (ZONE_RESOURCE_POOL_EXHAUSTED); removed the 1 "
+                        "VM(s) made there"), failed.stdout
+    assert steps[1] == ("waiting for Flex-start capacity for 2 x a3-highgpu-1g in us-west1-b, up to 0.05 min "
+                        "(--capacity-wait); Ctrl-C or `invoke down` cancels it, and no VM is left")
+    assert state.instances == {} and gcp_cli.cluster()["status"] == "provisioning"
+    body = next(r["body"] for r in state.requests if r["method"] == "POST" and r["path"].endswith("/instances"))
+    assert body["scheduling"] == {**body["scheduling"], "provisioningModel": "FLEX_START", "automaticRestart": False,
+                                  "onHostMaintenance": "TERMINATE", "preemptible": False}
+    assert body["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
+    # The VM that was made, then removed, is in the ledger: its start and its deletion.
+    events = Ledger(gcp_cli.state_dir, "default").events()
+    assert {(e.instance, e.kind) for e in events} >= {("default-0", "start"), ("default-0", "delete")}, events
+
+    # No Flex-start capacity at all: `up` waits, `status` shows the cluster pending, `down` cancels the wait.
+    state.capacity.room.pop((WEST, "FLEX_START"))
+    state.capacity.flex_from[WEST] = time.monotonic() + 3600
+    waiting = gcp_cli.popen("up")
+    try:
+        wait_for(lambda: (gcp_cli.cluster() or {}).get("waiting"), 180, what="the waiting up's record")
+        status = gcp_cli.run("status", timeout=60)
+        assert ("pending: `invoke up` (pid " in status.stdout and "waits for Flex-start capacity for 2 x "
+                "a3-highgpu-1g in us-west1-b since" in status.stdout and "`invoke down` cancels it" in status.stdout), \
+            status.stdout + status.stderr
+        down = gcp_cli.run("down", timeout=300)
+        output, _ = waiting.communicate(timeout=120)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+    assert down.returncode == 0 and "Cancelled the `invoke up` that waited for capacity." in down.stdout, down.stdout
+    assert waiting.returncode == 2 and output.strip().splitlines()[-1] == (
+        "error: `invoke down` cancelled the wait for Flex-start capacity for 2 x a3-highgpu-1g in us-west1-b: removed "
+        "the 0 VM(s) made there, so none is left billing; the bucket and network stay until `invoke down`"), output
+    assert state.instances == {} and gcp_cli.cluster() is None
+
+    # Capacity comes 4 s after `up` starts asking: the cluster is made after a wait.
+    state.capacity.flex_from[WEST] = time.monotonic() + 4
+    up = gcp_cli.run("up", timeout=300)
+    assert up.returncode == 0, up.stdout + up.stderr
+    steps = _steps(up.stdout)
+    assert steps[-1].startswith("zone us-west1-b, Flex-start: the cluster's VMs are created here, after "), steps
+    assert any(step.startswith("waiting: no Flex-start capacity for 2 x a3-highgpu-1g in us-west1-b yet; next try "
+                               "in 2 s") for step in steps), steps
+    assert {vm["body"]["scheduling"]["provisioningModel"] for vm in state.instances.values()} == {"FLEX_START"}
+
+
+# ---------------------------------------------------------------- units
+
+@pytest.mark.parametrize("values, error", [
+    ({"provisioning": "preemptible"}, "provisioning must be one of standard, spot, flex-start (got 'preemptible')"),
+    ({"provisioning": "flex-start", "spot": True}, "--spot and --provisioning flex-start ask for two provisioning "
+                                                   "models; keep one"),
+    ({"provisioning": "flex-start", "gpu": "t4"}, "Flex-start VMs exist only for accelerator-optimized machine types "
+                                                  "(A2, A3, G2: --gpu a100, a100-80gb, h100 or l4), not n1-standard-8"),
+    ({"capacity": "best"}, "capacity must be auto or empty (got 'best')"),
+    ({"capacity": "auto", "provisioning": "flex-start", "gpu": "l4"}, "--capacity auto picks the provisioning model "
+                                                                      "per zone"),
+    ({"reservation": "My_Res"}, "reservation must be any, none or a reservation's name such as my-h100s"),
+    ({"reservation": "r1", "spot": True}, "reservation r1: only on-demand VMs consume reservations"),
+    ({"capacity_wait_minutes": 2000}, "capacity_wait_minutes must be minutes from 0 (ask once in each zone) to 1440"),
+    ({"gpu": "h100"}, "machine_type a3-highgpu-1g is offered only as Spot or Flex-start: add --spot or "
+                      "--provisioning flex-start (or --capacity auto)"),
+])
+def test_provisioning_settings_refuse_what_google_refuses(values, error):
+    from tfcluster import config
+    from tfcluster.errors import ConfigError
+
+    with pytest.raises(ConfigError) as raised:
+        config.load({"backend": "gcp", "project": "p", "zone": WEST, **values})
+    assert str(raised.value).startswith(error), str(raised.value)
+
+
+def test_provisioning_settings_and_what_terraform_gets():
+    from tfcluster import config
+    from tfcluster.backends.gcp.capacity import model_variables, plan_words
+    from tfcluster.provisioning import Choice
+
+    base = {"backend": "gcp", "project": "p", "zone": WEST}
+    spot = config.load(base, spot=True)
+    assert (spot.provisioning, spot.spot) == ("spot", True)  # --spot is --provisioning spot.
+    assert config.load({**base, "provisioning": "spot"}).spot is True
+    flex = config.load({**base, "gpu": "h100", "provisioning": "flex-start"})
+    assert (flex.machine_type, flex.spot, plan_words(flex)) == (
+        "a3-highgpu-1g", False, " (Flex-start, waiting up to 30 min)")
+    assert config.load({**base, "gpu": "h100", "capacity": "auto"}).machine_type == "a3-highgpu-1g"
+    assert model_variables(Choice("flex-start")) == {"spot": False, "provisioning_model": "FLEX_START",
+                                                     "reservation_affinity": "NO_RESERVATION", "reservation_name": ""}
+    assert model_variables(Choice("standard", "r1"))["reservation_affinity"] == "SPECIFIC_RESERVATION"
+    assert model_variables(Choice("standard"))["reservation_affinity"] == "ANY_RESERVATION"
+    assert model_variables(Choice("spot", "any"))["reservation_affinity"] == "NO_RESERVATION"  # Spot consumes none.
+    assert plan_words(config.load(base, reservation="r1")) == " on reservation r1"
+
+
+def test_the_ladder_per_zone_in_order(world):
+    """--capacity auto's steps, per zone of `zones`: a matching reservation with room for every VM, Spot (with
+    --spot), on-demand, Flex-start; one line for each step it leaves out."""
+    from tfcluster import config
+    from tfcluster.backends.gcp.capacity import steps
+    from tfcluster.backends.gcp.compute import ComputeApi
+
+    state = world.compute.state
+    state.capacity.reservations = {
+        (WEST, "open"): Reservation("open", WEST, "a2-highgpu-1g", 4),
+        ("us-west1-a", "small"): Reservation("small", "us-west1-a", "a2-highgpu-1g", 1, specific_required=True),
+        ("us-west1-a", "other"): Reservation("other", "us-west1-a", "a2-highgpu-8g", 4)}
+    said: list = []
+    settings = config.load({"backend": "gcp", "project": "demo-project", "gpu": "a100", "workers": 2,
+                            "capacity": "auto", "zones": ["us-west1-a"]}, zone=WEST, spot=True)
+    ladder = steps(settings, ComputeApi("demo-project"), said.append)
+    assert [step.name() for step in ladder] == [
+        "zone us-west1-b, reservation open (4 of 4 free)", "zone us-west1-b, Spot", "zone us-west1-b, on-demand",
+        "zone us-west1-b, Flex-start", "zone us-west1-a, Spot", "zone us-west1-a, on-demand",
+        "zone us-west1-a, Flex-start"]
+    assert ladder[0].choice.affinity() == ("ANY_RESERVATION", "")  # Open: consumed without naming it.
+    assert said == ["zone us-west1-a, reservation: no matching reservation with room (small has 1 of 1 free, the "
+                    "cluster needs 2); skipped"]
+    # One H100 (Spot or Flex-start only), no --spot: Flex-start alone, and the line that says why.
+    said.clear()
+    h100 = config.load({"backend": "gcp", "project": "demo-project", "gpu": "h100", "capacity": "auto"}, zone=WEST)
+    assert [step.name() for step in steps(h100, ComputeApi("demo-project"), said.append)] == [
+        "zone us-west1-b, Flex-start"]
+    assert said == ["zone us-west1-b, on-demand: a3-highgpu-1g is offered only as Spot or Flex-start; skipped"]
+
+
+def test_a_wait_ends_on_ctrl_c_and_nothing_is_left(tmp_path):
+    """Ctrl-C between two tries (the sleep) ends the wait: what the zone had is removed first, one line."""
+    from types import SimpleNamespace
+
+    from tfcluster import config
+    from tfcluster.backends.gcp.capacity import Maker, Step
+    from tfcluster.backends.gcp.terraform import TerraformError
+    from tfcluster.errors import ClusterError
+    from tfcluster.provisioning import Choice
+
+    full = "Error: Error waiting for instance to create: The zone 'projects/p/zones/us-west1-b' does not have " \
+           "enough resources available to fulfill the request.  Try a different zone, or try again later."
+    calls: list = []
+
+    class Terraform:
+        def set_variables(self, changes):
+            calls.append(("set", changes["provisioning_model"]))
+
+        def apply(self):
+            calls.append(("apply",))
+            raise TerraformError("apply", full)
+
+        def run(self, *args):
+            return ""  # `state list`: nothing made.
+
+    def interrupted(seconds):
+        raise KeyboardInterrupt
+
+    settings = config.load({"backend": "gcp", "project": "p", "gpu": "h100", "provisioning": "flex-start",
+                            "capacity_wait_seconds": 1}, zone=WEST)
+    said, waits = [], []
+    maker = Maker(Terraform(), SimpleNamespace(list_cluster=lambda zone, name: []), {"zone": WEST,
+                  "bucket_location": "US-WEST1", "registry_location": "us-west1"}, settings, said.append,
+                  record=lambda zone: None, sync=lambda zone, own: calls.append(("sync", own)),
+                  waiting=lambda what, until: waits.append(what), sleep=interrupted)
+    with pytest.raises(ClusterError) as error:
+        maker.make([Step(WEST, Choice("flex-start"))])
+    assert str(error.value) == ("Ctrl-C cancelled the wait for Flex-start capacity for 3 x a3-highgpu-1g in "
+                                "us-west1-b: removed the 0 VM(s) made there, so none is left billing; the bucket "
+                                "and network stay until `invoke down`")
+    assert waits == ["Flex-start capacity for 3 x a3-highgpu-1g in us-west1-b", ""]  # Pending, then not.
+    assert calls.count(("apply",)) == 1 and ("sync", "delete") in calls

@@ -228,39 +228,57 @@ def test_every_argument_terraform_sets_reaches_the_create_request(tmp_path):
     from tests.world.provider import mirror, planning
 
     env = {**os.environ, **mirror.build(tmp_path / "providers")}
-    variables = product_variables(gpu="nvidia-tesla-t4", gpu_count=1, bucket_retention_days=30,
-                                  reservation="my-reservation")
-    shown = planning.plan(env, tmp_path / "cluster", variables)
     schemas = load_schemas()["google"]["resource_schemas"]
     cases, baseline, index = [], {}, []
-    for address, paths in configured(TF).items():
-        type_name = address.split(".")[0]
-        block = schemas[type_name]["block"]
-        instance = next(r["address"] for r in shown["planned_values"]["root_module"]["resources"]
-                        if r["address"] in (address, f"{address}[0]"))
-        [config] = [r for r in shown["configuration"]["root_module"]["resources"] if r["address"] == address]
-        planned = fill_unknown(planning.planned_values(shown, instance), planning.after_unknown(shown, instance),
-                               block, from_resources(config["expressions"]))
-        baseline[address] = len(cases)
-        cases.append({"type": type_name, "planned": planned})
-        for path in paths:
-            if (type_name, path) in STATE_ONLY:
-                continue
-            for variant in mutated(planned, path, block):
-                index.append((address, path, len(cases)))
-                cases.append({"type": type_name, "planned": variant})
+    covered: set = set()
+    # Two plans, so that every block is present in one: attached GPUs, a retention and a named reservation;
+    # then a type with bundled Local SSD stopped at its deadline (on_instance_stop_action).
+    plans = [product_variables(gpu="nvidia-tesla-t4", gpu_count=1, bucket_retention_days=30,
+                               reservation="my-reservation"),
+             product_variables(gpu="a100-80gb", gpu_count=1, termination_action="STOP")]
+    for number, variables in enumerate(plans):
+        shown = planning.plan(env, tmp_path / f"cluster-{number}", variables)
+        for address, paths in configured(TF).items():
+            type_name = address.split(".")[0]
+            block = schemas[type_name]["block"]
+            instance = next(r["address"] for r in shown["planned_values"]["root_module"]["resources"]
+                            if r["address"] in (address, f"{address}[0]"))
+            [config] = [r for r in shown["configuration"]["root_module"]["resources"] if r["address"] == address]
+            planned = fill_unknown(planning.planned_values(shown, instance), planning.after_unknown(shown, instance),
+                                   block, from_resources(config["expressions"]))
+            baseline[(number, address)] = len(cases)
+            cases.append({"type": type_name, "planned": planned})
+            for path in paths:
+                if (type_name, path) in STATE_ONLY or (address, path) in covered:
+                    continue
+                try:
+                    variants = mutated(planned, path, block)
+                    present = planned
+                    for name in path:
+                        present = present[name][0] if isinstance(present[name], list) else present[name]
+                except (IndexError, KeyError, TypeError):  # Its block is absent from this plan: the next one has it.
+                    continue
+                covered.add((address, path))
+                for variant in variants:
+                    index.append(((number, address), path, len(cases)))
+                    cases.append({"type": type_name, "planned": variant})
+    missing = sorted(f"{a}: {'.'.join(p)}" for a, paths in configured(TF).items() for p in paths
+                     if (a, p) not in covered and (a.split(".")[0], p) not in STATE_ONLY)
+    assert missing == [], "arguments no plan has a block for:\n" + "\n".join(missing)
+    variables = plans[0]
     provider = {"project": variables["project"], "zone": variables["zone"], "region": variables["zone"][:-2]}
     result = subprocess.run([provider_python(), "-m", "tests.world.provider.create_calls"], cwd=REPO,
                             input=json.dumps({"provider": provider, "cases": cases}), capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stderr
     calls = json.loads(result.stdout)
-    baselines = {address: calls[at] for address, at in baseline.items()}
-    errors = {address: call["error"] for address, call in baselines.items() if isinstance(call, dict)}
+    baselines = {key: calls[at] for key, at in baseline.items()}
+    errors = {key: call["error"] for key, call in baselines.items() if isinstance(call, dict)}
     assert errors == {}, errors
     changed: dict[tuple, bool] = {}
-    for address, path, at in index:
-        changed[(address, path)] = changed.get((address, path), False) or calls[at] != baselines[address]
+    for key, path, at in index:
+        address = key[1]
+        changed[(address, path)] = changed.get((address, path), False) or calls[at] != baselines[key]
     dropped = sorted(f"{address}: {'.'.join(path)}" for (address, path), ok in changed.items() if not ok)
     assert dropped == [], "arguments terraform/ sets that the stand-in does not send:\n" + "\n".join(dropped)
     # Every resource of terraform/ that the stand-ins create was checked, the instance's blocks among them.
@@ -268,5 +286,5 @@ def test_every_argument_terraform_sets_reaches_the_create_request(tmp_path):
                                             ("google_compute_instance.worker", ("guest_accelerator", "count")),
                                             ("google_compute_instance.worker", ("scheduling", "automatic_restart"))}
     # Scopes go as the provider sends them: URLs, not gcloud's aliases.
-    instance = baselines["google_compute_instance.worker"][2]
+    instance = baselines[(0, "google_compute_instance.worker")][2]
     assert instance["serviceAccounts"][0]["scopes"] == ["https://www.googleapis.com/auth/cloud-platform"]

@@ -22,7 +22,7 @@ from invoke.exceptions import UncastableEnvVar, UnknownFileType
 from invoke.util import yaml as invoke_yaml
 
 import tfcluster
-from tfcluster import commands, config, errors, sources
+from tfcluster import commands, config, errors, provisioning, sources
 from tfcluster.errors import ConfigError, TfClusterError
 
 
@@ -90,13 +90,7 @@ def _user_errors(body):
             "project": "gcp: project ID", "zone": "gcp: zone, e.g. us-west1-b",
             "gpu": "gcp: t4, v100, l4, a100, a100-80gb or h100", "gpu_count": "gcp: GPUs per VM (default 1)",
             "machine_type": "gcp: machine type (default: n1-standard-8, or the GPU's G2/A2/A3 type for gpu_count)",
-            "spot": "gcp: SPOT VMs (cheaper; may be stopped by Google); --provisioning spot",
-            "provisioning": "gcp: standard (default), spot, or flex-start (waits for capacity, runs at most 7 days, "
-                            "discounted; A2, A3 and G2 types)",
-            "reservation": "gcp: the reservation on-demand VMs consume: any (default), none, or its name",
-            "capacity": "gcp: auto tries, per zone, a matching reservation, Spot (with --spot), on-demand, then "
-                        "Flex-start",
-            "capacity_wait": "gcp: minutes to wait for Flex-start capacity (default 30)",
+            **provisioning.UP_HELP,
             "operator_cidr": "gcp: only source allowed to SSH in (default: your public IP/32)",
             "idle_minutes": "idle watchdog: minutes before acting, 0 = off (default 30)",
             "idle_action": "idle watchdog: stop or delete (default stop)",
@@ -257,8 +251,7 @@ def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bo
             "zone": "gcp: zone, e.g. us-west1-b", "gpu": "gcp: t4, v100, l4, a100, a100-80gb or h100",
             "gpu_count": "gcp: GPUs per VM",
             "workers": "number of workers (default: tfcluster.workers, 3)", "spot": "gcp: check for SPOT VMs",
-            "provisioning": "gcp: check for standard, spot or flex-start VMs",
-            "reservation": "gcp: check this reservation (exists in the zone, matches, has room)",
+            **provisioning.CHECK_HELP,
             "boot_image": "gcp: projects/P/global/images/NAME or .../images/family/FAMILY "
                           "(default: the Deep Learning VM CUDA family)",
             "operator_cidr": "gcp: only source allowed to SSH in (default: your public IP/32)",

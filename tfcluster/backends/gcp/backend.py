@@ -344,10 +344,11 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         """On-demand and Spot per hour for the VMs Terraform made (``applied``, its variables) or is
         about to make (``settings``); catalog prices cached per region for the day in the state dir."""
         made = applied or {}
+        flex = made.get("provisioning_model", "FLEX_START" if settings.provisioning == FLEX_START else "") == "FLEX_START"
         return quote(project, zone, made.get("machine_type", settings.machine_type),
                      made.get("gpu_type") or gpu_type(settings.gpu), made.get("gpu_count", settings.gpu_count),
-                     made.get("boot_disk_gb", settings.boot_disk_gb), workers, spot, self._store.root / "cache",
-                     made.get("boot_disk_type", settings.boot_disk_type))
+                     made.get("boot_disk_gb", settings.boot_disk_gb), workers, spot and not flex,
+                     self._store.root / "cache", made.get("boot_disk_type", settings.boot_disk_type), flex_start=flex)
 
     def teardown(self, cluster, keep: bool, delete_bucket: bool = False) -> None:
         """Destroy everything that bills by the hour, then prove it through the Compute API.

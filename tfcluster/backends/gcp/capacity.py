@@ -106,6 +106,8 @@ def steps(settings, api, announce: Callable[[str], None]) -> list[Step]:
             found.append(Step(zone, Choice(SPOT)))
         if standard_ok:
             found.append(Step(zone, Choice(STANDARD, NONE)))
+        else:
+            announce(f"zone {zone}, on-demand: {settings.machine_type} is offered only as Spot or Flex-start; skipped")
         if flex_start_machine(settings.machine_type):
             found.append(Step(zone, Choice(FLEX_START)))
     return found

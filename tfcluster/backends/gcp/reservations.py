@@ -161,3 +161,24 @@ def check_finding(settings, accelerator: str, zones: list[str]) -> Finding:
         return (there or found)[0]
     return Finding(f"reservation {name}", False, f"not in zones {', '.join(zones)}: a reservation is zonal; list its "
                                                  "zone first in tfcluster.zones, or use `--reservation any`")
+
+
+def free_by_zone(api, machine_type: str, accelerators: tuple) -> dict[str, int] | None:
+    """Zone -> VMs of this machine type free in the project's matching READY reservations (one
+    reservations.aggregatedList); None when they cannot be read (a permission, the API)."""
+    from google.api_core import exceptions
+    from google.cloud import compute_v1
+
+    client = compute_v1.ReservationsClient(**api.client_kwargs)
+    try:
+        scoped = client.aggregated_list(request=compute_v1.AggregatedListReservationsRequest(project=api.project))
+        found: dict[str, int] = {}
+        for key, items in scoped:
+            zone = key.rsplit("/", 1)[-1]
+            for item in items.reservations:
+                held = held_of(item, zone)
+                if held.mismatch(machine_type, accelerators) is None:
+                    found[zone] = found.get(zone, 0) + held.free
+        return found
+    except exceptions.GoogleAPICallError:
+        return None
