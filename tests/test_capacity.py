@@ -478,7 +478,7 @@ def test_a_wait_ends_on_ctrl_c_and_nothing_is_left(tmp_path):
     maker = Maker(Terraform(), SimpleNamespace(list_cluster=lambda zone, name: []), {"zone": WEST,
                   "bucket_location": "US-WEST1", "registry_location": "us-west1"}, settings, said.append,
                   record=lambda zone: None, sync=lambda zone, own: calls.append(("sync", own)),
-                  waiting=lambda what, until: waits.append(what), sleep=interrupted)
+                  waiting=lambda what, until, since: waits.append(what), sleep=interrupted)
     with pytest.raises(ClusterError) as error:
         maker.make([Step(WEST, Choice("flex-start"))])
     assert str(error.value) == ("Ctrl-C cancelled the wait for Flex-start capacity for 3 x a3-highgpu-1g in "

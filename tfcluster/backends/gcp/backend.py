@@ -123,7 +123,8 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         for line in prices.lines():
             self._announce(line)
         rate = budget.budget_rate(prices, self._announce) if settings.budget else prices.in_use.total
-        run_seconds = budget.max_run_seconds(settings.budget, settings.max_run_hours, rate, 0.0)
+        run_seconds = capacity.run_seconds(settings, budget.max_run_seconds(settings.budget, settings.max_run_hours,
+                                                                             rate, 0.0))
         self._announce(
             f"safety: idle watchdog {settings.idle_action}s a VM after {settings.idle_minutes} idle minutes"
             f"{' (off)' if not settings.idle_minutes else ''}; hypervisor deadline {settings.termination_action} "

@@ -45,7 +45,8 @@ from tfcluster.backends.gcp import failover, reservations
 from tfcluster.backends.gcp.errors import zone_refusal
 from tfcluster.backends.gcp.terraform import Terraform, TerraformError
 from tfcluster.errors import ClusterError
-from tfcluster.provisioning import ANY, AUTO, FLEX_START, NONE, SPOT, STANDARD, Choice, flex_start_machine
+from tfcluster.provisioning import (ANY, AUTO, FLEX_START, NONE, SPOT, STANDARD, Choice, flex_run_seconds,
+                                    flex_start_machine)
 
 # Compute's words when a reservation will not take a VM (tests/world/capacity.py cites each).
 RESERVATION_WORDS = ("Could not find the given reservation", "specificReservationRequired is not set",
@@ -133,7 +134,7 @@ class Cancelled(Exception):
 class Maker:
     """Runs the steps for one `up`: each step's apply, the removal of what a refused step made, and the
     Flex-start wait. ``record(zone)`` saves the cluster's record before anything is made in a zone;
-    ``sync(zone, own)`` brings the cost ledger up to date (the VMs' minutes); ``waiting(text, until)``
+    ``sync(zone, own)`` brings the cost ledger up to date (the VMs' minutes); ``waiting(text, until, since)``
     saves what `up` waits for in the record (`status` shows it; "" clears it)."""
 
     def __init__(self, terraform: Terraform, api, variables: dict, settings, announce: Callable[[str], None],
@@ -145,6 +146,7 @@ class Maker:
         self.sleep, self.clock = sleep, clock
         self.cancelled = False
         self.zone = ""
+        self.pending: tuple = ()  # (what, until, since) while waiting: kept in the record across tries.
 
     def make(self, ladder: list[Step]) -> Step:
         """Apply the steps in turn; the first that takes the cluster is returned (ClusterError when none
@@ -173,6 +175,8 @@ class Maker:
         self.variables.update(changes)
         self.terraform.set_variables(changes)
         self.record(step.zone)
+        if self.pending:  # The record just saved is the cluster's; what `up` waits for stays in it.
+            self.waiting(*self.pending)
         line = failover.egress_line(step.zone, self.variables)
         if line:
             self.announce(line)
@@ -203,7 +207,8 @@ class Maker:
                       "cancels it, and no VM is left")
         delay = float(settings.capacity_wait_seconds)
         previous = self._on_term()
-        self.waiting(what, until)
+        self.pending = (what, until, self.clock())
+        self.waiting(*self.pending)
         try:
             while True:
                 left = until - self.clock()
@@ -226,7 +231,8 @@ class Maker:
             raise ClusterError(f"{by} cancelled the wait for {what}: removed the {removed} VM(s) made there, so none "
                                "is left billing; the bucket and network stay until `invoke down`") from None
         finally:
-            self.waiting("", 0.0)
+            self.pending = ()
+            self.waiting("", 0.0, 0.0)
             self._restore(previous)
         raise ClusterError(f"no {what} within --capacity-wait {minutes:g} min; no VM is left (the minutes of those "
                            "made and removed are in `invoke costs`). Run `invoke up` again later, raise "
@@ -261,6 +267,11 @@ class Maker:
             signal.signal(signal.SIGTERM, previous)
 
 
+def run_seconds(settings, seconds: int) -> int:
+    """The VMs' run duration: ``seconds``, within Flex-start's 10 minutes to 7 days for Flex-start VMs."""
+    return flex_run_seconds(seconds) if settings.provisioning == FLEX_START else seconds
+
+
 def plan_words(settings) -> str:
     """How `up`'s plan line names the VMs' provisioning: " (SPOT)", " (Flex-start, waiting up to 30 min)"..."""
     if settings.capacity == AUTO:
@@ -278,11 +289,11 @@ def _minutes(seconds: float) -> str:
     return f"{seconds // 60}m{seconds % 60:02d}s"
 
 
-def waiting_record(what: str, until: float) -> dict:
+def waiting_record(what: str, until: float, since: float) -> dict:
     """What a waiting `up` writes in the cluster's record (ClusterState.waiting)."""
     if not what:
         return {}
-    return {"what": what, "since": time.time(), "until": until, "pid": os.getpid(), "host": socket.gethostname()}
+    return {"what": what, "since": since, "until": until, "pid": os.getpid(), "host": socket.gethostname()}
 
 
 def make_cluster(backend, settings, terraform: Terraform, api, variables: dict, record: Callable[[str], None],
@@ -301,7 +312,7 @@ def make_cluster(backend, settings, terraform: Terraform, api, variables: dict, 
         backend.spend_sync(state(zone), settings, Ledger(backend._store.root, settings.cluster), own=own)
 
     maker = Maker(terraform, api, variables, settings, backend._announce, record, sync,
-                  lambda what, until: backend._store.save_cluster(state(maker.zone, waiting_record(what, until))))
+                  lambda *pending: backend._store.save_cluster(state(maker.zone, waiting_record(*pending))))
     return maker.make(steps(settings, api, backend._announce)).zone
 
 
@@ -336,7 +347,7 @@ def recover(backend, cluster, api, terraform: Terraform, full, settings) -> None
 
         backend.spend_sync(cluster, settings, Ledger(backend._store.root, cluster.name), own=own)
 
-    maker = Maker(terraform, api, variables, settings, backend._announce, record, sync, lambda what, until: None)
+    maker = Maker(terraform, api, variables, settings, backend._announce, record, sync, lambda *pending: None)
     step = maker.make(rest)
     count = failover.adopt(cluster, api, terraform, step.zone, variables["boot_nonce"], settings.ready_timeout_seconds)
     backend._announce(f"back: the cluster's {count} VM(s) run {step.choice.describe()} in {step.zone} now (new "
