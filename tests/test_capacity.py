@@ -6,6 +6,9 @@ reservations.py, tfcluster/provisioning.py)."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -299,11 +302,11 @@ def _steps(output: str) -> list[str]:
 
 
 @needs_hosts
-def test_flex_start_h100s_whole_or_not_at_all_after_a_wait_and_cancelled_by_down(gcp_cli):
+def test_flex_start_h100s_whole_or_not_at_all_pending_cancelled_and_made_after_a_wait(gcp_cli):
     """Two Flex-start H100 VMs (a3-highgpu-1g: Spot or Flex-start only): when capacity comes for one only and
     the wait ends, neither is left, the one made is in the cost ledger, and `up` exits 2 with one line; a
-    waiting `up` shows in `status` as a pending cluster and `down` cancels it; then capacity comes while
-    `up` waits, and the cluster is made."""
+    waiting `up` shows in `status` as a pending cluster and Ctrl-C ends it between two tries; then capacity
+    comes while `up` waits, and the cluster is made."""
     from tfcluster.ledger import Ledger
 
     state = gcp_cli.compute.state
@@ -330,11 +333,13 @@ def test_flex_start_h100s_whole_or_not_at_all_after_a_wait_and_cancelled_by_down
     assert body["scheduling"] == {**body["scheduling"], "provisioningModel": "FLEX_START", "automaticRestart": False,
                                   "onHostMaintenance": "TERMINATE", "preemptible": False}
     assert body["reservationAffinity"] == {"consumeReservationType": "NO_RESERVATION"}
-    # The VM that was made, then removed, is in the ledger: its start and its deletion.
+    # The VM that was made (either: terraform makes them side by side), then removed, is in the ledger: its
+    # start and its deletion; the other was never made, so it has none.
     events = Ledger(gcp_cli.state_dir, "default").events()
-    assert {(e.instance, e.kind) for e in events} >= {("default-0", "start"), ("default-0", "delete")}, events
+    made = {e.instance for e in events if e.kind == "start"}
+    assert len(made) == 1 and {(e.instance, e.kind) for e in events} >= {(made.pop(), "delete")}, events
 
-    # No Flex-start capacity at all: `up` waits, `status` shows the cluster pending, `down` cancels the wait.
+    # No Flex-start capacity at all: `up` waits, `status` shows the cluster pending, Ctrl-C ends the wait.
     state.capacity.room.pop((WEST, "FLEX_START"))
     state.capacity.flex_from[WEST] = time.monotonic() + 3600
     waiting = gcp_cli.popen("up")
@@ -344,22 +349,27 @@ def test_flex_start_h100s_whole_or_not_at_all_after_a_wait_and_cancelled_by_down
         assert ("pending: `invoke up` (pid " in status.stdout and "waits for Flex-start capacity for 2 x "
                 "a3-highgpu-1g in us-west1-b since" in status.stdout and "`invoke down` cancels it" in status.stdout), \
             status.stdout + status.stderr
-        down = gcp_cli.run("down", timeout=300)
+        waiting.send_signal(signal.SIGINT)
         output, _ = waiting.communicate(timeout=120)
     finally:
         if waiting.poll() is None:
             waiting.kill()
-    assert down.returncode == 0 and "Cancelled the `invoke up` that waited for capacity." in down.stdout, down.stdout
     assert waiting.returncode == 2 and output.strip().splitlines()[-1] == (
-        "error: `invoke down` cancelled the wait for Flex-start capacity for 2 x a3-highgpu-1g in us-west1-b: removed "
+        "error: Ctrl-C cancelled the wait for Flex-start capacity for 2 x a3-highgpu-1g in us-west1-b: removed "
         "the 0 VM(s) made there, so none is left billing; the bucket and network stay until `invoke down`"), output
-    assert state.instances == {} and gcp_cli.cluster() is None
+    assert state.instances == {} and not gcp_cli.cluster()["waiting"]
 
-    # Capacity comes 4 s after `up` starts asking: the cluster is made after a wait.
-    state.capacity.flex_from[WEST] = time.monotonic() + 4
-    up = gcp_cli.run("up", timeout=300)
-    assert up.returncode == 0, up.stdout + up.stderr
-    steps = _steps(up.stdout)
+    # Capacity comes while `up` waits: the cluster is made after the wait.
+    up = gcp_cli.popen("up")
+    try:
+        wait_for(lambda: (gcp_cli.cluster() or {}).get("waiting"), 180, what="the waiting up's record")
+        state.capacity.flex_from[WEST] = time.monotonic()
+        output, _ = up.communicate(timeout=300)
+    finally:
+        if up.poll() is None:
+            up.kill()
+    assert up.returncode == 0, output
+    steps = _steps(output)
     assert steps[-1].startswith("zone us-west1-b, Flex-start: the cluster's VMs are created here, after "), steps
     assert any(step.startswith("waiting: no Flex-start capacity for 2 x a3-highgpu-1g in us-west1-b yet; next try "
                                "in 2 s") for step in steps), steps
@@ -485,4 +495,31 @@ def test_a_wait_ends_on_ctrl_c_and_nothing_is_left(tmp_path):
                                 "us-west1-b: removed the 0 VM(s) made there, so none is left billing; the bucket "
                                 "and network stay until `invoke down`")
     assert waits == ["Flex-start capacity for 3 x a3-highgpu-1g in us-west1-b", ""]  # Pending, then not.
-    assert calls.count(("apply",)) == 1 and ("sync", "delete") in calls
+    # The refused try's VMs removed, then the zone's again on Ctrl-C (each with the ledger brought up to date).
+    assert calls.count(("apply",)) == 1 and calls.count(("sync", "delete")) == 2, calls
+
+
+def test_down_ends_a_waiting_up_and_waits_for_it(tmp_path):
+    """`invoke down` on a pending cluster (ClusterState.waiting): SIGTERM to the waiting `up`, which stops between
+    two tries (capacity.Maker), and down goes on once it has exited; one on another machine is an error."""
+    from tfcluster import config, holds
+    from tfcluster.errors import ClusterError
+    from tfcluster.state import StateStore
+
+    store = StateStore(config.load({"state_dir": str(tmp_path)}))
+    # A process that, like a waiting `up`, ends on SIGTERM a moment after it gets it.
+    up = subprocess.Popen([sys.executable, "-c", "import signal, sys, time\n"
+                           "signal.signal(signal.SIGTERM, lambda *a: (time.sleep(0.5), sys.exit(2)))\n"
+                           "print('waiting', flush=True)\ntime.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert up.stdout.readline() == "waiting\n"
+        started = time.monotonic()
+        assert holds.end_waiting_up(store, {"pid": up.pid, "host": ""}, "`invoke down`") is True
+        assert up.poll() == 2 and time.monotonic() - started >= 0.5  # It had ended before down went on.
+    finally:
+        up.kill()
+        up.wait()
+    assert holds.end_waiting_up(store, {"pid": up.pid, "host": ""}, "`invoke down`") is False  # Gone: nothing to do.
+    with pytest.raises(ClusterError, match=r"^`invoke up` \(pid 4242 on other-host\) is waiting for capacity for "
+                                           r"cluster 'default'; end it there \(Ctrl-C\), then run `invoke down` again"):
+        holds.end_waiting_up(store, {"pid": 4242, "host": "other-host"}, "`invoke down`")

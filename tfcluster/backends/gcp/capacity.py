@@ -128,7 +128,7 @@ def refusal(stderr: str) -> str | None:
 
 
 class Cancelled(Exception):
-    """`invoke down` asked the waiting `up` to stop (SIGTERM)."""
+    """Ctrl-C (SIGINT), or `invoke down` (SIGTERM), asked the waiting `up` to stop."""
 
 
 class Maker:
@@ -144,7 +144,7 @@ class Maker:
         self.terraform, self.api, self.variables, self.settings = terraform, api, variables, settings
         self.announce, self.record, self.sync, self.waiting = announce, record, sync, waiting
         self.sleep, self.clock = sleep, clock
-        self.cancelled = False
+        self.cancelled = ""  # Who asked the wait to end ("Ctrl-C", "`invoke down`"), between two tries.
         self.zone = ""
         self.pending: tuple = ()  # (what, until, since) while waiting: kept in the record across tries.
 
@@ -183,7 +183,7 @@ class Maker:
         try:
             self.terraform.apply()
         except TerraformError as error:
-            why = refusal(error.stderr)
+            why = refusal(error.stderr) or ("interrupted" if self.cancelled else None)  # Ctrl-C reached it too.
             if why is None:
                 raise
             return why, self._remove()
@@ -225,8 +225,8 @@ class Maker:
                         return step
                     self._check()
                 delay = min(delay * 2, BACKOFF_LIMIT_SECONDS)
-        except (KeyboardInterrupt, Cancelled) as stop:
-            by = "`invoke down`" if isinstance(stop, Cancelled) else "Ctrl-C"
+        except (KeyboardInterrupt, Cancelled):
+            by = self.cancelled or "Ctrl-C"
             removed = self._remove()
             raise ClusterError(f"{by} cancelled the wait for {what}: removed the {removed} VM(s) made there, so none "
                                "is left billing; the bucket and network stay until `invoke down`") from None
@@ -253,18 +253,19 @@ class Maker:
             raise Cancelled()
 
     def _on_term(self):
-        """`invoke down` sends SIGTERM to a waiting `up`: stop between tries (never inside an apply)."""
+        """Ctrl-C (SIGINT), or `invoke down` (SIGTERM to a waiting `up`): stop between two tries, never inside
+        an apply (a terraform cut short can leave a VM it made out of its state)."""
         if threading.current_thread() is not threading.main_thread():
             return None
 
         def cancel(signum, frame):
-            self.cancelled = True
+            self.cancelled = "Ctrl-C" if signum == signal.SIGINT else "`invoke down`"
 
-        return signal.signal(signal.SIGTERM, cancel)
+        return {number: signal.signal(number, cancel) for number in (signal.SIGINT, signal.SIGTERM)}
 
     def _restore(self, previous) -> None:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        for number, handler in (previous or {}).items():
+            signal.signal(number, handler)
 
 
 def run_seconds(settings, seconds: int) -> int:
