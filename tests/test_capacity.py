@@ -523,3 +523,50 @@ def test_down_ends_a_waiting_up_and_waits_for_it(tmp_path):
     with pytest.raises(ClusterError, match=r"^`invoke up` \(pid 4242 on other-host\) is waiting for capacity for "
                                            r"cluster 'default'; end it there \(Ctrl-C\), then run `invoke down` again"):
         holds.end_waiting_up(store, {"pid": 4242, "host": "other-host"}, "`invoke down`")
+
+
+def test_each_provisioning_model_is_priced_at_its_own_rate(world, tmp_path):
+    """Flex-start's rate from the catalog's own DWS Defined Duration SKUs (else the table's discount, which a
+    budget does not trust); the ledger prices each spell at the model in use, and a VM on a reservation at no
+    cost beyond its disk and address."""
+    from tests.world.billing import FAMILY_PRICES, GPU_PRICES
+    from tfcluster import ledger
+    from tfcluster.backends.gcp import cost
+    from tfcluster.ledger import Event, Prices
+
+    world.billing.catalog.disabled_projects.clear()
+    quoted = cost.quote("demo-project", "us-central1-a", "a3-highgpu-1g", "nvidia-h100-80gb", 1, 100, 2, False,
+                        tmp_path / "cache", flex_start=True)
+    core, ram = FAMILY_PRICES["A3 Instance"][:2]
+    assert quoted.live and not quoted.flex_table and quoted.in_use is quoted.flex
+    assert quoted.flex.gpu == pytest.approx(GPU_PRICES["Nvidia H100 80GB GPU"][0] / 2)  # The world's DWS SKU.
+    assert quoted.flex.vm == pytest.approx(26 * core / 2 + 234 * ram / 2)
+    assert quoted.for_budget is quoted.flex and quoted.budget_note() is None
+    assert [line for line in quoted.lines() if line.startswith("cost: Flex-start (in use): ")]
+    # An N1 has no Flex-start at all.
+    assert cost.quote("demo-project", "us-central1-a", "n1-standard-8", "nvidia-tesla-t4", 1, 100, 2, False,
+                      tmp_path / "cache").flex is None
+    # Without its SKUs: the table's 45% off on-demand, said in the line, and a budget held to on-demand.
+    world.billing.catalog.skus = [s for s in world.billing.catalog.skus if "DWS" not in s["description"]]
+    table = cost.quote("demo-project", "us-central1-a", "a3-highgpu-1g", "nvidia-h100-80gb", 1, 100, 2, False,
+                       tmp_path / "other-cache", flex_start=True)
+    assert table.flex_table and table.flex.gpu == pytest.approx(table.on_demand.gpu * 0.55)
+    assert table.for_budget is table.on_demand and "Flex-start VMs are held to the on-demand rate" in table.budget_note()
+
+    # The ledger: one hour on each model, at its own rate; on a reservation, the disk and address only.
+    rates = {"on_demand": {"vm": 1.0, "gpu": 10.0, "disk": 0.01, "ip": 0.005, "ssd": 0.1},
+             "spot": {"vm": 0.3, "gpu": 3.0, "disk": 0.01, "ip": 0.0025, "ssd": 0.1},
+             "flex": {"vm": 0.5, "gpu": 5.0, "disk": 0.01, "ip": 0.005, "ssd": 0.1}}
+    hour = 3600.0
+    for name, extra, expected in [("flex", {"flex_in_use": True}, 5.615), ("spot", {"spot_in_use": True}, 3.4125),
+                                  ("reserved", {"reservation": "r1"}, 0.015), ("standard", {}, 11.115)]:
+        book = ledger.Ledger(tmp_path, name)
+        book.note_prices(Prices(at=0, **rates, **{"spot_in_use": False, **extra}, gpu_count=1, workers=1,
+                                date="2026-11-26", source="test", live=True))
+        book.append([Event(0, "vm", "start", ledger.OWN), Event(hour, "vm", "delete", ledger.OWN)])
+        figures = book.figures(now=2 * hour)
+        assert figures.cost_usd == pytest.approx(expected), name
+        assert figures.on_demand_usd == pytest.approx(11.115)
+    assert "on reservation r1: no cost beyond it for the VMs" in ledger.Ledger(tmp_path, "reserved").figures(
+        now=2 * hour).words()
+    assert "Flex-start saved $5.50 against on-demand" in ledger.Ledger(tmp_path, "flex").figures(now=2 * hour).words()
