@@ -29,8 +29,8 @@ resource "google_compute_instance" "worker" {
   scheduling {
     on_host_maintenance         = local.on_host_maintenance
     automatic_restart           = local.automatic_restart
-    provisioning_model          = var.spot ? "SPOT" : "STANDARD"
-    preemptible                 = var.spot
+    provisioning_model          = local.provisioning_model
+    preemptible                 = local.provisioning_model == "SPOT"
     instance_termination_action = var.termination_action
     # The hypervisor's hard deadline: stops (or deletes) the VM even if nobody is watching; sooner
     # when the cluster's budget runs out first (tfcluster/backends/gcp/budget.py).
@@ -43,6 +43,17 @@ resource "google_compute_instance" "worker" {
       for_each = local.local_ssd && var.termination_action == "STOP" ? [1] : []
       content {
         discard_local_ssd = true
+      }
+    }
+  }
+
+  reservation_affinity {
+    type = local.reservation_affinity
+    dynamic "specific_reservation" {
+      for_each = local.reservation_affinity == "SPECIFIC_RESERVATION" ? [var.reservation_name] : []
+      content {
+        key    = "compute.googleapis.com/reservation-name"
+        values = [specific_reservation.value]
       }
     }
   }

@@ -15,10 +15,16 @@ locals {
   attached_gpu = local.has_gpu && startswith(var.machine_type, "n1-")
   family       = split("-", var.machine_type)[0]
   nic_type     = var.nic_type != "" ? var.nic_type : lookup(local.gpu_table.required_nic, local.family, null)
-  # GPUs cannot live-migrate, and SPOT VMs cannot either: both must TERMINATE on host maintenance.
-  on_host_maintenance = (local.has_gpu || var.spot) ? "TERMINATE" : "MIGRATE"
-  # SPOT VMs may not restart automatically; standard ones come back after a host error.
-  automatic_restart = !var.spot
+  # The provisioning model (`spot = true` is SPOT, as before provisioning_model existed).
+  provisioning_model = var.spot ? "SPOT" : var.provisioning_model
+  # GPUs cannot live-migrate, and SPOT and FLEX_START VMs cannot either: all must TERMINATE on host maintenance.
+  on_host_maintenance = (local.has_gpu || local.provisioning_model != "STANDARD") ? "TERMINATE" : "MIGRATE"
+  # SPOT VMs may not restart automatically, nor FLEX_START ones (the provider's own FLEX_START test sets
+  # automatic_restart = false); standard ones come back after a host error.
+  automatic_restart = local.provisioning_model == "STANDARD"
+  # Spot VMs cannot consume reservations, and Google's Flex-start requests consume none
+  # (https://cloud.google.com/compute/docs/instances/reservations-consume; .../ai-hypercomputer/docs/create/create-vm).
+  reservation_affinity = local.provisioning_model == "STANDARD" ? var.reservation_affinity : "NO_RESERVATION"
   # Types with bundled Local SSD (A3 High, A2 Ultra): a stop at the deadline must discard it.
   local_ssd = try(local.gpu_table.machine_types[var.machine_type].local_ssd_gb, 0) > 0
 

@@ -54,8 +54,13 @@ variable "machine_type" {
     error_message = "gpu_type and gpu_count must be what machine_type takes: T4 or V100 attached to N1 (machine_types.json attached), or the GPUs a G2, A2 or A3 type comes with."
   }
   validation {
-    condition     = !try(local.gpu_table.machine_types[var.machine_type].spot_only, false) || var.spot
-    error_message = "machine_type is offered only as Spot (spot = true)."
+    condition     = !try(local.gpu_table.machine_types[var.machine_type].spot_only, false) || var.spot || var.provisioning_model != "STANDARD"
+    error_message = "machine_type is offered only as Spot or Flex-start (spot = true, or provisioning_model = \"FLEX_START\")."
+  }
+  validation {
+    # "Flex-start VMs support all accelerator-optimized machine types (except A4X and G4)": not N1.
+    condition     = var.provisioning_model != "FLEX_START" || !startswith(var.machine_type, "n1-")
+    error_message = "provisioning_model FLEX_START needs an accelerator-optimized machine type (G2, A2 or A3), not N1."
   }
 }
 
@@ -123,6 +128,36 @@ variable "spot" {
   description = "Use SPOT VMs: much cheaper, but Google may stop them at any time (training resumes from the checkpoint)."
   type        = bool
   default     = false
+}
+
+variable "provisioning_model" {
+  description = "STANDARD, SPOT (as spot = true) or FLEX_START (Dynamic Workload Scheduler: discounted, runs at most 7 days, accelerator-optimized types only)."
+  type        = string
+  default     = "STANDARD"
+  validation {
+    condition     = contains(["STANDARD", "SPOT", "FLEX_START"], var.provisioning_model) && !(var.spot && var.provisioning_model == "FLEX_START")
+    error_message = "provisioning_model must be STANDARD, SPOT or FLEX_START, and not FLEX_START with spot = true."
+  }
+}
+
+variable "reservation_affinity" {
+  description = "Which reservation on-demand VMs consume: ANY_RESERVATION (Compute's default), NO_RESERVATION, or SPECIFIC_RESERVATION (reservation_name). Spot and Flex-start VMs consume none."
+  type        = string
+  default     = "ANY_RESERVATION"
+  validation {
+    condition     = contains(["ANY_RESERVATION", "NO_RESERVATION", "SPECIFIC_RESERVATION"], var.reservation_affinity) && ((var.reservation_affinity == "SPECIFIC_RESERVATION") == (var.reservation_name != ""))
+    error_message = "reservation_affinity must be ANY_RESERVATION, NO_RESERVATION or SPECIFIC_RESERVATION, with reservation_name set for SPECIFIC_RESERVATION only."
+  }
+}
+
+variable "reservation_name" {
+  description = "The reservation SPECIFIC_RESERVATION consumes (in the VMs' zone; it must require specific targeting)."
+  type        = string
+  default     = ""
+  validation {
+    condition     = var.reservation_name == "" || can(regex("^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$", var.reservation_name))
+    error_message = "reservation_name must be a reservation's name (lowercase letters, digits and dashes)."
+  }
 }
 
 variable "docker" {

@@ -56,7 +56,7 @@ from urllib.parse import parse_qs, urlparse
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 
-from tests.world import compute_auth, compute_lists, compute_resources, discovery, iam_api  # noqa: E402
+from tests.world import capacity, compute_auth, compute_lists, compute_resources, discovery, iam_api  # noqa: E402
 from tests.world import images as world_images  # noqa: E402
 from tests.world import quotas as world_quotas  # noqa: E402
 from tests.world.http import send_json  # noqa: E402
@@ -155,6 +155,8 @@ class FakeCompute:
     # run once when DONE (or None), "error": the error block it ends with (or None)}.
     operations: dict = field(default_factory=dict)
     requests: list = field(default_factory=list)
+    # Room per zone and provisioning model, Flex-start requests, reservations (tests/world/capacity.py).
+    capacity: capacity.Capacity = field(default_factory=capacity.Capacity)
     lock: threading.RLock = field(default_factory=threading.RLock)
 
     def __post_init__(self):
@@ -175,7 +177,8 @@ def _instance_json(state: FakeCompute, name: str, zone: str) -> dict:
     metadata = instance.setdefault("metadata", {})
     access = [{"kind": "compute#accessConfig", "type": "ONE_TO_ONE_NAT", "name": "external-nat",
                "natIP": instance["external_ip"]}] if instance.get("external_ip") and instance["status"] == "RUNNING" else []
-    scheduling = {"provisioningModel": "SPOT" if instance.get("spot") else "STANDARD"}
+    scheduling = {"provisioningModel": capacity.model_of(instance.get("body") or
+                                                         {"scheduling": {"preemptible": bool(instance.get("spot"))}})}
     if instance.get("max_run_seconds"):
         scheduling["maxRunDuration"] = {"seconds": str(instance["max_run_seconds"])}
     if instance.get("termination_action"):
@@ -194,7 +197,7 @@ def _instance_json(state: FakeCompute, name: str, zone: str) -> dict:
             **({"lastStopTimestamp": instance["stopped"]} if instance.get("stopped") else {}),
             "networkInterfaces": [{"kind": "compute#networkInterface", "name": "nic0",
                                    "networkIP": instance.get("internal_ip", ""), "accessConfigs": access}],
-            "scheduling": scheduling,
+            "scheduling": scheduling, **capacity.resource_status(state, instance),
             "metadata": {"kind": "compute#metadata", "fingerprint": instance.get("fingerprint", "ZmluZ2VyMQ=="),
                          "items": [{"key": k, "value": v} for k, v in sorted(metadata.items())]}}
 
@@ -217,6 +220,7 @@ def stop_instance(state: FakeCompute, name: str) -> None:
         instance["status"] = "TERMINATED"  # Its time limit stays; only the termination timestamp goes.
         instance["external_ip"] = None  # An ephemeral address is released.
         instance["stopped"] = _now_iso()  # lastStopTimestamp (the module docstring).
+        capacity.release(state, name)  # Its reservation's place, if it had one (tests/world/capacity.py).
 
 
 def stop_effect(state: FakeCompute, name: str):
@@ -262,6 +266,7 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
           headers: dict) -> tuple[int, dict]:
     state.requests.append({"method": method, "path": path, "query": query, "authorization":
                            headers.get("Authorization", ""), "body": body, "at": time.time()})
+    capacity.tick(state)
     advance(state)
     caller, refused = compute_auth.principal(state, headers)
     if refused:
@@ -286,7 +291,8 @@ def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict 
     refused = _forbidden(state, method, path)
     if refused:
         return refused
-    served = compute_resources.route(state, method, path, body, query) or world_images.route(state, method, path)
+    served = compute_resources.route(state, method, path, body, query) or world_images.route(state, method, path) or \
+        capacity.route(state, method, path, query)
     if served is not None:
         return served
     match = re.fullmatch(BASE + r"(?:/zones/[^/]+|/regions/[^/]+|/global)/(?P<kind>disks|addresses|firewalls|"
@@ -354,11 +360,7 @@ def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict 
         for name, instance in sorted(state.instances.items()):
             if instance.get("zone") != match["zone"]:
                 continue
-            items.append({"kind": "compute#instance", "name": name, "status": instance["status"],
-                          "labels": instance.get("labels", {}), "zone": f"projects/{state.project}/zones/{match['zone']}",
-                          "creationTimestamp": instance.get("created", "2026-11-22T05:00:00.000-08:00"),
-                          "lastStartTimestamp": instance.get("started", "2026-11-22T05:00:00.000-08:00"),
-                          **({"lastStopTimestamp": instance["stopped"]} if instance.get("stopped") else {})})
+            items.append(_instance_json(state, name, match["zone"]))  # instances.list: whole instances.
         return compute_lists.listed(state, items, query, "Instance", {"kind": "compute#instanceList"})
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)"
                          "(?P<verb>/setMetadata|/start|/stop|/setScheduling|/resume)?", path)
@@ -420,8 +422,9 @@ def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict 
                     return _error(400, "Instance is not suspended.", "badRequest")
                 instance["status"] = "RUNNING"
             else:  # start: a new ephemeral external IP once DONE; the boot script then reports readiness.
-                if instance["status"] in ("TERMINATED", "STOPPED") and state.no_capacity_starts > 0:
-                    state.no_capacity_starts -= 1
+                if instance["status"] in ("TERMINATED", "STOPPED") and (
+                        state.no_capacity_starts > 0 or capacity.start_refused(state, name)):
+                    state.no_capacity_starts = max(0, state.no_capacity_starts - 1)
                     return 200, new_operation(state, project, zone, "start", name, state.start_seconds,
                                               error=capacity_error(project, zone))
                 if instance["status"] in ("TERMINATED", "STOPPED"):

@@ -147,7 +147,8 @@ def test_trainer_rejects_bad_arguments(synthetic_data, capsys):
     ({"gpu": "l4", "gpu_count": 1, "machine_type": "g2-standard-24"},
      "machine_type g2-standard-24 has 2 x l4, not gpu_count 1; leave machine_type empty to pick g2-standard-8"),
     ({"gpu": "h100", "gpu_count": 1},
-     "machine_type a3-highgpu-1g is offered only as Spot: add --spot, or use a3-highgpu-8g"),
+     "machine_type a3-highgpu-1g is offered only as Spot or Flex-start: add --spot or --provisioning flex-start (or "
+     "--capacity auto), or use a3-highgpu-8g"),
     ({"gpu": "l4", "boot_disk_type": "pd-standard"}, "boot_disk_type must be one of pd-balanced, pd-ssd on G2 "
                                                      "(got 'pd-standard')"),
     ({"gpu": "h100", "gpu_count": 8, "boot_disk_type": "pd-standard"}, "boot_disk_type must be one of pd-balanced, "

@@ -21,7 +21,7 @@ PACKAGE = REPO / "tfcluster"
 BOTTOM = {"tfcluster.state", "tfcluster.config", "tfcluster.errors", "tfcluster.tfconfig", "tfcluster.tflog", "tfcluster.gpus",
           "tfcluster.ui",
           "tfcluster.container", "tfcluster.steptime", "tfcluster.money", "tfcluster.holds", "tfcluster.machines",
-          "tfcluster.pace", "tfcluster.sources",
+          "tfcluster.pace", "tfcluster.sources", "tfcluster.provisioning",
           "tfcluster.ports"}
 
 

@@ -5,6 +5,7 @@ region's free quota (one regions.list), cheapest first. Nothing is created."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -33,12 +34,17 @@ def offers_cli(tmp_path, world, synthetic_data):
 def rows(stdout: str) -> list[list[str]]:
     lines = stdout.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("zone "))
-    return [line.split() for line in lines[start + 1:] if not line.startswith("prices:")]
+    return [line.split() for line in lines[start + 1:] if re.fullmatch(r"[a-z]+-[a-z]+\d+-[a-z]", line.split()[0])]
 
 
 def test_offers_lists_every_zone_cheapest_first_with_the_regions_quota(offers_cli):
+    from tests.world.capacity import Reservation
+
     world = offers_cli.world
     world.billing.catalog.disabled_projects.clear()
+    world.compute.state.capacity.reservations = {
+        ("us-west1-b", "g2s"): Reservation("g2s", "us-west1-b", "g2-standard-8", 3, in_use={"other-vm"}),
+        ("us-west1-b", "a2s"): Reservation("a2s", "us-west1-b", "a2-highgpu-1g", 4)}
     mark = len(world.compute.state.requests)
     listed = offers_cli.run("offers", "--gpu", "l4", timeout=120)
     assert listed.returncode == 0, listed.stdout + listed.stderr
@@ -47,20 +53,24 @@ def test_offers_lists_every_zone_cheapest_first_with_the_regions_quota(offers_cl
     # g2-standard-8 (8 vCPUs, 32 GB) + 1 L4 at tests/world/billing.py's prices, + the external IPv4 address
     # ($0.005 an hour, $0.0025 on Spot: prices.json): the Netherlands are cheaper than the Americas; Taiwan
     # has no SKU in the catalog, so no price, and comes last.
-    assert rows(listed.stdout) == [["europe-west4-a", "$0.71", "$0.25", "5"],
-                                   ["us-central1-a", "$0.87", "$0.33", "2"],
-                                   ["us-west1-b", "$0.87", "$0.33", "3"],
-                                   ["asia-east1-a", "?", "?", "1"]]
-    assert "prices: Cloud Billing Catalog, read now" in listed.stdout
-    # One aggregatedList and one regions.list, not a call per zone or region.
+    # Flex-start: the catalog's DWS Defined Duration SKUs in the Americas (half the on-demand prices there);
+    # the Netherlands have none, so the table's 45% off its on-demand rates. A reservation holding 3 g2-standard-8
+    # VMs, 1 in use, in us-west1-b: 2 free there.
+    assert rows(listed.stdout) == [["europe-west4-a", "$0.71", "$0.25", "$0.39", "5", "0"],
+                                   ["us-central1-a", "$0.87", "$0.33", "$0.44", "2", "0"],
+                                   ["us-west1-b", "$0.87", "$0.33", "$0.44", "3", "2"],
+                                   ["asia-east1-a", "?", "?", "?", "1", "0"]]
+    assert "prices: Cloud Billing Catalog, read now; Flex-start 45% off on-demand where the catalog has no price" \
+        in listed.stdout
+    # One aggregatedList of each and one regions.list, not a call per zone or region.
     paths = [r["path"].split("/demo-project", 1)[1] for r in world.compute.state.requests[mark:]]
-    assert paths == ["/aggregated/acceleratorTypes", "/regions"], paths
+    assert paths == ["/aggregated/acceleratorTypes", "/regions", "/aggregated/reservations"], paths
 
     # --spot: ordered by the Spot price, with the PREEMPTIBLE_ quota where the region has one.
     spot = offers_cli.run("offers", "--gpu", "l4", "--spot", timeout=120)
     assert spot.returncode == 0, spot.stdout + spot.stderr
     assert [row[0] for row in rows(spot.stdout)] == ["europe-west4-a", "us-central1-a", "us-west1-b", "asia-east1-a"]
-    assert rows(spot.stdout)[0][3] == "16"
+    assert rows(spot.stdout)[0][4] == "16"
 
     # --gpu-count picks the machine type the price is for: g2-standard-24 has 2 L4s.
     two = offers_cli.run("offers", "--gpu", "l4", "--gpu-count", "2", timeout=120)
@@ -93,9 +103,11 @@ def test_offers_falls_back_to_the_table_and_refuses_in_one_line(offers_cli):
     assert alone.returncode == 0, alone.stdout + alone.stderr
     assert alone.stdout.splitlines() == [
         f"l4: one VM is g2-standard-8 with 1 x nvidia-l4: ${vm + 0.005:.2f}/h on-demand, "
-        f"${vm * (1 - table['spot_discount']) + 0.0025:.2f}/h Spot",
-        f"prices of {table['families']['date']}: tfcluster's table (us-central1 list prices, Spot as a flat 70% off; "
-        f"G2 and its GPU: {table['families']['note']}, {table['families']['date']}); no project given, so no zones "
+        f"${vm * (1 - table['spot_discount']) + 0.0025:.2f}/h Spot, "
+        f"${vm * (1 - table['flex_start']['discount']) + 0.005:.2f}/h Flex-start",
+        f"prices of {table['families']['date']}: tfcluster's table (us-central1 list prices, Spot as a flat 70% off, "
+        f"Flex-start as a flat 45% off; G2 and its GPU: {table['families']['note']}, {table['families']['date']}); "
+        "no project given, so no zones "
         "and no quota: `invoke offers --project P` lists the zones that offer it, priced for their region, with "
         "your quota"]
     assert len(offers_cli.world.compute.state.requests) == mark

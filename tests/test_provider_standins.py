@@ -228,7 +228,8 @@ def mutated(planned: dict, path: tuple, block: dict) -> list[dict]:
 # Clusters planned so that every block terraform/ may write exists in one of them: an N1 with an
 # attached T4 and a retention (guest_accelerator, the age lifecycle rule), an A3 with its bundled
 # Local SSD (on_instance_stop_action).
-PLANNED_CLUSTERS = {"n1-t4": {"gpu": "nvidia-tesla-t4", "gpu_count": 1, "bucket_retention_days": 30},
+PLANNED_CLUSTERS = {"n1-t4": {"gpu": "nvidia-tesla-t4", "gpu_count": 1, "bucket_retention_days": 30,
+                              "reservation": "my-reservation"},  # specific_reservation, a named reservation.
                     "a3-local-ssd": {"machine_type": "a3-highgpu-8g", "gpu": "nvidia-h100-80gb", "gpu_count": 8}}
 
 

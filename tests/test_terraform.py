@@ -83,7 +83,7 @@ def test_gpu_forces_terminate_on_host_maintenance():
     for block in parse("main.tf")["locals"]:
         local.update(block)
     assert local["has_gpu"] == "${var.gpu_count > 0}"
-    assert local["on_host_maintenance"] == '${(local.has_gpu || var.spot) ? "TERMINATE" : "MIGRATE"}'
+    assert local["on_host_maintenance"] == '${(local.has_gpu || local.provisioning_model != "STANDARD") ? "TERMINATE" : "MIGRATE"}'
     worker = resources("google_compute_instance")["worker"]
     scheduling = one(worker["scheduling"])
     assert scheduling["on_host_maintenance"] == "${local.on_host_maintenance}"
@@ -100,7 +100,7 @@ def test_hypervisor_deadline_and_vm_hardening():
     assert one(scheduling["max_run_duration"])["seconds"] == ("${var.budget_run_seconds > 0 ? min(var.budget_run_seconds, "
                                                               "var.max_run_hours * 3600) : var.max_run_hours * 3600}")
     assert scheduling["instance_termination_action"] == "${var.termination_action}"
-    assert scheduling["provisioning_model"] == '${var.spot ? "SPOT" : "STANDARD"}'
+    assert scheduling["provisioning_model"] == "${local.provisioning_model}"
     shielded = one(worker["shielded_instance_config"])
     assert shielded["enable_vtpm"] is True and shielded["enable_integrity_monitoring"] is True
     metadata = worker["metadata"]

@@ -145,8 +145,8 @@ def test_the_modules_gpu_table_is_generated_from_tfcluster_gpus():
         "stale: run python -m tfcluster.gpus > terraform/machine_types.json"
 
 
-# (machine_type, gpu_type, gpu_count, boot_disk_type, nic_type, spot): each family's rule at work,
-# accepted and refused (tfcluster/gpus.py; the module reads the same table).
+# (machine_type, gpu_type, gpu_count, boot_disk_type, nic_type, spot or "flex-start"): each family's rule at
+# work, accepted and refused (tfcluster/gpus.py; the module reads the same table).
 GPU_CASES = {
     "n1_t4": ("n1-standard-8", "nvidia-tesla-t4", 1, "pd-balanced", "", False),
     "n1_v100_16": ("n1-standard-8", "nvidia-tesla-v100", 16, "pd-balanced", "", False),
@@ -163,7 +163,17 @@ GPU_CASES = {
     "a3_spot_only": ("a3-highgpu-2g", "nvidia-h100-80gb", 2, "pd-balanced", "", False),
     "a3_spot": ("a3-highgpu-2g", "nvidia-h100-80gb", 2, "pd-ssd", "", True),
     "a3_pd_standard": ("a3-highgpu-8g", "nvidia-h100-80gb", 8, "pd-standard", "", False),
+    # Flex-start: A3 below 8 GPUs takes it as it takes Spot; an N1 (attached T4) has none.
+    "a3_flex": ("a3-highgpu-1g", "nvidia-h100-80gb", 1, "pd-balanced", "", "flex-start"),
+    "n1_flex": ("n1-standard-8", "nvidia-tesla-t4", 1, "pd-balanced", "", "flex-start"),
 }
+
+
+def _model(spot) -> tuple[dict, dict]:
+    """(the product's settings, the module's variables) for a case's last field."""
+    if spot == "flex-start":
+        return {"provisioning": "flex-start"}, {"spot": False, "provisioning_model": "FLEX_START"}
+    return {"spot": spot}, {"spot": spot}
 
 
 def test_gpu_and_machine_family_rules_agree_with_the_module(tmp_path, terraform_env):
@@ -172,12 +182,12 @@ def test_gpu_and_machine_family_rules_agree_with_the_module(tmp_path, terraform_
     for case, (machine, gpu, count, disk, nic, spot) in GPU_CASES.items():
         try:
             config.load({**GCP, "machine_type": machine, "gpu": gpu, "gpu_count": count, "boot_disk_type": disk,
-                         "nic_type": nic, "spot": spot})
+                         "nic_type": nic, **_model(spot)[0]})
             product_accepts[case] = True
         except ConfigError:
             product_accepts[case] = False
         modules[case] = {"source": "./module", **base, "machine_type": machine, "gpu_type": gpu, "gpu_count": count,
-                         "boot_disk_type": disk, "nic_type": nic, "spot": spot}
+                         "boot_disk_type": disk, "nic_type": nic, **_model(spot)[1]}
     # The rules read other variables and the table: only `plan` evaluates them.
     refused = refused_by_terraform(terraform_env, tmp_path / "root", modules, "plan -input=false -refresh=false")
     disagree = {case: f"config.py {'accepts' if ok else 'refuses'}, terraform "
@@ -185,4 +195,4 @@ def test_gpu_and_machine_family_rules_agree_with_the_module(tmp_path, terraform_
                 for case, ok in product_accepts.items() if ok == (case in refused)}
     assert disagree == {}
     assert sorted(refused) == sorted(case for case, ok in product_accepts.items() if not ok)
-    assert {"n1_l4", "g2_pd_standard", "a3_virtio", "a3_spot_only", "a2_wrong_gpu"} <= refused
+    assert {"n1_l4", "g2_pd_standard", "a3_virtio", "a3_spot_only", "a2_wrong_gpu", "n1_flex"} <= refused

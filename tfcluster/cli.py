@@ -22,7 +22,7 @@ from invoke.exceptions import UncastableEnvVar, UnknownFileType
 from invoke.util import yaml as invoke_yaml
 
 import tfcluster
-from tfcluster import commands, config, errors, sources
+from tfcluster import commands, config, errors, provisioning, sources
 from tfcluster.errors import ConfigError, TfClusterError
 
 
@@ -91,7 +91,7 @@ def _user_errors(body):
             "region": "vertex: region of the jobs, e.g. us-central1 (default: the zone's)",
             "gpu": "gcp: t4, v100, l4, a100, a100-80gb or h100", "gpu_count": "gcp: GPUs per VM (default 1)",
             "machine_type": "gcp: machine type (default: n1-standard-8, or the GPU's G2/A2/A3 type for gpu_count)",
-            "spot": "gcp: SPOT VMs (cheaper; may be stopped by Google)",
+            **provisioning.UP_HELP,
             "operator_cidr": "gcp: only source allowed to SSH in (default: your public IP/32)",
             "idle_minutes": "idle watchdog: minutes before acting, 0 = off (default 30)",
             "idle_action": "idle watchdog: stop or delete (default stop)",
@@ -110,7 +110,8 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        operator_cidr: Optional[str] = None, idle_minutes: Optional[int] = None,
        idle_action: Optional[str] = None, max_run_hours: Optional[int] = None,
        image: Optional[str] = None, boot_image: Optional[str] = None, budget: Optional[str] = None,
-       yes: bool = False, region: Optional[str] = None):
+       yes: bool = False, region: Optional[str] = None, provisioning: Optional[str] = None,
+       reservation: Optional[str] = None, capacity: Optional[str] = None, capacity_wait: Optional[float] = None):
     """Create the cluster. Idempotent: running it twice changes nothing."""
     if hosts and workers is None and backend in (None, "ssh"):
         workers = len([h for h in hosts.split(",") if h.strip()])  # One worker per host given.
@@ -121,13 +122,15 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
                          machine_type=machine_type, spot=spot or None, operator_cidr=operator_cidr,
                          idle_minutes=idle_minutes, idle_action=idle_action,
                          max_run_hours=max_run_hours, image=image, boot_image=boot_image, budget=budget,
-                         region=region)
+                         region=region, provisioning=provisioning, reservation=reservation, capacity=capacity,
+                         capacity_wait_minutes=capacity_wait)
     sources.check_backend_flags(settings.backend, {
         "hosts": hosts, "ssh_user": ssh_user, "ssh_key": ssh_key, "known_hosts": known_hosts,
         "trust_new_hosts": trust_new_hosts, "tf_port": tf_port, "project": project, "zone": zone, "gpu": gpu,
         "gpu_count": gpu_count, "machine_type": machine_type, "spot": spot, "operator_cidr": operator_cidr,
         "idle_minutes": idle_minutes, "idle_action": idle_action, "max_run_hours": max_run_hours,
-        "budget": budget, "boot_image": boot_image, "region": region})
+        "budget": budget, "boot_image": boot_image, "region": region, "provisioning": provisioning,
+        "reservation": reservation, "capacity": capacity, "capacity_wait": capacity_wait})
     if idle_minutes is not None and settings.backend == "ssh":  # Own hosts get a watchdog when asked for one.
         settings = dataclasses.replace(settings, install_watchdog=True)
     commands.up(settings, yes=yes)
@@ -250,6 +253,7 @@ def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bo
             "gpu": "gcp: t4, v100, l4, a100, a100-80gb or h100",
             "gpu_count": "gcp: GPUs per VM",
             "workers": "number of workers (default: tfcluster.workers, 3)", "spot": "gcp: check for SPOT VMs",
+            **provisioning.CHECK_HELP,
             "boot_image": "gcp: projects/P/global/images/NAME or .../images/family/FAMILY "
                           "(default: the Deep Learning VM CUDA family)",
             "operator_cidr": "gcp: only source allowed to SSH in (default: your public IP/32)",
@@ -258,14 +262,16 @@ def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bo
 def check(c, backend: Optional[str] = None, project: Optional[str] = None, zone: Optional[str] = None,
           gpu: Optional[str] = None, gpu_count: Optional[int] = None, workers: Optional[int] = None,
           spot: bool = False, boot_image: Optional[str] = None, operator_cidr: Optional[str] = None,
-          cluster: Optional[str] = None, region: Optional[str] = None):
+          cluster: Optional[str] = None, region: Optional[str] = None, provisioning: Optional[str] = None,
+          reservation: Optional[str] = None):
     """Before anything is created: one line per prerequisite (✓, ✗ with the fix, ? when it cannot tell)."""
     settings = _settings(c, backend=backend, project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
                          workers=workers, spot=spot or None, boot_image=boot_image, operator_cidr=operator_cidr,
-                         cluster=cluster, region=region)
+                         cluster=cluster, region=region, provisioning=provisioning, reservation=reservation)
     sources.check_backend_flags(settings.backend, {"project": project, "zone": zone, "gpu": gpu, "gpu_count": gpu_count,
                                                    "spot": spot, "boot_image": boot_image, "operator_cidr": operator_cidr,
-                                                   "region": region})
+                                                   "region": region, "provisioning": provisioning,
+                                                   "reservation": reservation})
     commands.check(settings)
 
 

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import tfcluster.gpus as gpu_table
 import tfcluster.machines as machines
+import tfcluster.provisioning as provisioning
 import tfcluster.sources as sources
 from tfcluster.machines import GCP_CLUSTER_NAME  # noqa: F401 (terraform's validation agrees with it)
 from tfcluster.sources import flag_hint, take_environment, user_state_dir  # noqa: F401 (the settings' own)
@@ -91,6 +92,15 @@ class Settings:
     nic_type: str = ""
     # gcp: SPOT VMs (cheaper, may be stopped by Google; training resumes from the checkpoint).
     spot: bool = False
+    # gcp: the VMs' provisioning model, standard, spot (= `spot`) or flex-start (Dynamic Workload
+    # Scheduler: waits for capacity, runs at most 7 days, discounted); tfcluster/provisioning.py.
+    provisioning: str = "standard"
+    # gcp: the reservation on-demand VMs consume: any (an open matching one, Compute's default), none, or a name.
+    reservation: str = "any"
+    # gcp: "auto" tries, per zone, a matching reservation, Spot (with --spot), on-demand, then Flex-start.
+    capacity: str = ""
+    # gcp: how long `up` waits for Flex-start capacity, in minutes (--capacity-wait; 0 asks once per zone).
+    capacity_wait_minutes: float = 30.0
     # gcp: the only source allowed to SSH in; empty means this machine's public IP /32.
     operator_cidr: str = ""
     # gcp: login created on the VMs for the cluster's own key.
@@ -301,9 +311,12 @@ def validate(values: Mapping[str, Any]) -> Settings:
     machine_type = str(values["machine_type"] or "").strip()
     boot_disk_type = str(values["boot_disk_type"] or "").strip()
     nic_type = str(values["nic_type"] or "").strip().upper()
+    chosen = provisioning.parse(values, machine_type or "", model.name, spot)
     if backend in ("gcp", "vertex"):
         machines.check_gcp_name(cluster)
-        machine_type = machines.pick_machine_type(model, gpu_count, machine_type, spot)
+        machine_type = machines.pick_machine_type(model, gpu_count, machine_type, provisioning.spot_only_allowed(
+            chosen["provisioning"], chosen["capacity"], chosen["spot"]))
+        chosen = provisioning.parse(values, machine_type, model.name, spot)
         machines.check_family(machine_type, boot_disk_type, nic_type)
     elif not machine_type:
         machine_type = "n1-standard-8"
@@ -336,7 +349,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         boot_disk_gb=boot_disk_gb,
         boot_disk_type=boot_disk_type,
         nic_type=nic_type,
-        spot=spot,
+        **chosen,
         operator_cidr=operator_cidr,
         gcp_ssh_user=str(values["gcp_ssh_user"] or "tfcluster"),
         idle_minutes=idle_minutes,

@@ -12,7 +12,7 @@ Sources, read 2026-11-25 (through excerpts of the pages; what the excerpts did n
   80GB GPUs, A2 Ultra A100 80GB, A2 Standard A100 40GB, G2 L4. Not in the excerpts read, from the
   pages' machine-type and storage tables as tfcluster knows them (re-check when Google changes
   them): each type's vCPUs and memory below; A3 and G2 take no Standard Persistent Disk; A3
-  requires gVNIC; a3-highgpu-1g, -2g and -4g are for Spot VMs (or Flex-start, not used here).
+  requires gVNIC; a3-highgpu-1g, -2g and -4g are for Spot or Flex-start VMs only.
   Bundled Local SSD, from the GPU machine-types page's tables (https://cloud.google.com/compute/docs/gpus):
   a3-highgpu-1g/2g/4g/8g 750/1,500/3,000/6,000 GB, a2-ultragpu-1g/2g/4g/8g 375/750/1,500/3,000 GB
   (G2 and A2 Standard bundle none). The A100 80GB SKU is "Nvidia Tesla A100 80GB GPU running in ..." as
@@ -49,7 +49,8 @@ class Shape:
     vcpus: int
     # Memory in GB.
     memory_gb: int
-    # Only Spot VMs may have it (A3 High below 8 GPUs).
+    # Only Spot or Flex-start VMs may have it (A3 High below 8 GPUs: "you must create instances by using
+    # Spot VMs or Flex-start VMs", https://cloud.google.com/compute/docs/gpus).
     spot_only: bool = False
     # GB of Local SSD that comes with it (A3 High, A2 Ultra; billed with the VM, discarded at a stop).
     local_ssd_gb: int = 0

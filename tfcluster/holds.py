@@ -3,6 +3,7 @@
     <state_dir>/runs/<cluster>/<run_id>/stop.json      who stopped the run (`stop`, `down`), read by its launcher
     <state_dir>/runs/<cluster>/<run_id>/launcher.lock  held (flock) by the run's launcher while it lives
     <state_dir>/locks/<cluster>.lock                   shared by every launcher of the cluster, exclusive for `down`
+    clusters/<cluster>.json's `waiting`                 an `up` waiting for capacity: its pid, which `down` signals
 
 A flock is dropped by the kernel when its process dies, however it dies: a killed launcher holds nothing.
 """
@@ -13,6 +14,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import signal
 import socket
 import time
 from dataclasses import dataclass
@@ -143,3 +145,40 @@ class ClusterHold:
 
     def release(self) -> None:
         self._handle.close()
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie has ended; its parent merely has not reaped it)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+def end_waiting_up(store: StateStore, waiting: dict, by: str, timeout: float = 600.0) -> bool:
+    """An `up` that waits for capacity (ClusterState.waiting: tfcluster/backends/gcp/capacity.py) is asked to
+    stop (SIGTERM) and waited for: it removes what it made and exits between two tries, never inside one.
+    True when there was one. One on another machine is an error naming it."""
+    pid = int(waiting.get("pid") or 0)
+    if not pid or pid == os.getpid() or not _alive(pid) and waiting.get("host") in ("", socket.gethostname()):
+        return False
+    if waiting.get("host") not in ("", socket.gethostname()):
+        raise ClusterError(f"`invoke up` (pid {pid} on {waiting['host']}) is waiting for capacity for cluster "
+                           f"'{store.cluster_name}'; end it there (Ctrl-C), then run {by} again")
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return False
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            raise ClusterError(f"`invoke up` (pid {pid}) did not stop waiting for capacity within {timeout:.0f} s; "
+                               f"end it (Ctrl-C or kill {pid}), then run {by} again")
+        time.sleep(0.2)
+    return True

@@ -85,9 +85,20 @@ class Prices:
     registry_gib_hour: float = 0.0
     # Read from the live catalog (None in lines written before this field: told by the source).
     live: bool | None = None
+    # USD per hour of one Flex-start machine ({} where it has none), and whether the machines are Flex-start.
+    flex: dict = field(default_factory=dict)
+    flex_in_use: bool = False
+    # The machines run on a reservation (the reservation's name): the project pays its hours whether used or
+    # not, so a VM on it costs nothing more than its disk and address ("A VM consuming a reservation doesn't
+    # incur separate charges", https://cloud.google.com/compute/docs/instances/reservations-overview).
+    reservation: str = ""
 
     @property
     def in_use(self) -> dict:
+        if self.reservation:
+            return {**self.on_demand, "vm": 0.0, "gpu": 0.0, "ssd": 0.0}
+        if self.flex_in_use and self.flex:
+            return self.flex
         return self.spot if self.spot_in_use else self.on_demand
 
     @property
@@ -101,9 +112,9 @@ class Prices:
 
     def same_rates(self, other: "Prices | None") -> bool:
         return other is not None and (self.on_demand, self.spot, self.spot_in_use, self.gpu_count, self.workers,
-                                      self.date, self.is_live) == (other.on_demand, other.spot, other.spot_in_use,
-                                                                   other.gpu_count, other.workers, other.date,
-                                                                   other.is_live)
+                                      self.date, self.is_live, self.flex, self.flex_in_use, self.reservation) == (
+            other.on_demand, other.spot, other.spot_in_use, other.gpu_count, other.workers, other.date, other.is_live,
+            other.flex, other.flex_in_use, other.reservation)
 
 
 def running_rate(rates: dict) -> float:
@@ -199,8 +210,12 @@ class Figures:
             redone = f", {self.redone_hours:.2f} VM-hours redone after preemptions" if self.redone_hours else ""
             return f"{hours}{redone} (own hosts: no prices)"
         text = f"${self.cost_usd:.2f} ({hours}"
-        if self.prices.spot_in_use:
-            text += f"; Spot saved ${self.spot_saving_usd:.2f} against on-demand"
+        if self.prices.reservation:
+            text += (f"; on reservation {self.prices.reservation}: no cost beyond it for the VMs (its hours are "
+                     f"billed whether used or not), ${self.spot_saving_usd:.2f} against on-demand")
+        elif self.prices.spot_in_use or self.prices.flex_in_use:
+            text += (f"; {'Flex-start' if self.prices.flex_in_use else 'Spot'} saved ${self.spot_saving_usd:.2f} "
+                     "against on-demand")
         if self.bucket_gib_hours or self.registry_gib_hours:
             text += (f"; storage ${self.storage_usd:.2f}: bucket {self.bucket_gib_hours:.2f} GiB-hours, "
                      f"registry {self.registry_gib_hours:.2f} GiB-hours")

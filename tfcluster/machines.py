@@ -27,7 +27,8 @@ def check_gcp_name(cluster: str) -> None:
 
 def pick_machine_type(model: gpu_table.Gpu, gpu_count: int, machine_type: str, spot: bool) -> str:
     """The machine type for ``gpu_count`` x ``model``: the one asked for, checked against the GPU's
-    family (tfcluster/gpus.py), or the one the table picks."""
+    family (tfcluster/gpus.py), or the one the table picks. ``spot``: the VMs may be Spot or
+    Flex-start (tfcluster/provisioning.py spot_only_allowed)."""
     if model.attached:
         machine_type = machine_type or "n1-standard-8"
         if not gpu_table.N1_MACHINE_TYPE.fullmatch(machine_type):
@@ -63,8 +64,9 @@ def pick_machine_type(model: gpu_table.Gpu, gpu_count: int, machine_type: str, s
     machine_type = machine_type or picked
     if model.machine_types[machine_type].spot_only and not spot:
         full = [name for name, shape in model.machine_types.items() if not shape.spot_only]
-        raise ConfigError(f"machine_type {machine_type} is offered only as Spot: add --spot, or use "
-                          f"{', '.join(full)} (https://cloud.google.com/compute/docs/accelerator-optimized-machines)")
+        raise ConfigError(f"machine_type {machine_type} is offered only as Spot or Flex-start: add --spot or "
+                          f"--provisioning flex-start (or --capacity auto), or use {', '.join(full)} "
+                          "(https://cloud.google.com/compute/docs/gpus)")
     return machine_type
 
 

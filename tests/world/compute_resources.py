@@ -29,7 +29,7 @@ import re
 import time
 
 from tests.fake_operations import _now_iso, busy, capacity_error, new_operation
-from tests.world import compute_lists, iam_api, instance_rules
+from tests.world import capacity, compute_lists, iam_api, instance_rules
 from tests.world.instance_rules import label_refusal
 from tests.world import quotas as world_quotas
 
@@ -211,7 +211,10 @@ def _family_refusal(machine: str, body: dict) -> tuple[int, dict] | None:
     if machine.startswith("a3-") and nic != "GVNIC":
         return _error(400, "invalid", f"Invalid value for field 'resource.networkInterfaces[0].nicType': "
                                       f"'{nic or 'UNSPECIFIED_NIC_TYPE'}'. Machine type {machine} requires GVNIC.")
-    if SPOT_ONLY.fullmatch(machine) and (body.get("scheduling") or {}).get("provisioningModel") != "SPOT":
+    # "When provisioning a3-highgpu-1g, a3-highgpu-2g, or a3-highgpu-4g machine types, you must create
+    # instances by using Spot VMs or Flex-start VMs" (https://cloud.google.com/compute/docs/gpus, A3 High).
+    if SPOT_ONLY.fullmatch(machine) and (body.get("scheduling") or {}).get("provisioningModel") not in (
+            "SPOT", "FLEX_START"):
         return _error(400, "invalid", f"Machine type {machine} is available only with Spot VMs or Flex-start.")
     return None
 
@@ -221,7 +224,8 @@ def _insert_instance(state, project: str, zone: str, body: dict) -> tuple[int, d
     with state.lock:
         if state.insert_errors:
             return state.insert_errors.pop(0)
-    refused = _refusal(state, zone, body) or iam_api.unseen_account(state, body)
+    refused = _refusal(state, zone, body) or iam_api.unseen_account(state, body) or \
+        capacity.insert_refusal(state, project, zone, body)
     if refused:
         return refused
     if name in state.instances:
@@ -261,6 +265,10 @@ def _insert_instance(state, project: str, zone: str, body: dict) -> tuple[int, d
         record["created"] = record["started"] = _now_iso()
         record["status"] = "RUNNING"
 
+    # Room for its provisioning model, a reservation, or a Flex-start wait (tests/world/capacity.py).
+    decided = capacity.admit(state, project, zone, body, record, boot)
+    if decided is not None:
+        return 200, decided
     return 200, new_operation(state, project, zone, "insert", name, state.other_seconds, apply=boot)
 
 
@@ -268,6 +276,7 @@ def delete_effect(state, name: str):
     """instances.delete, once its operation is DONE: the instance and its autoDelete boot disk go."""
     def gone() -> None:
         with state.lock:
+            capacity.release(state, name)
             state.instances.pop(name, None)
             state.others["disks"] = set(state.others.get("disks", set())) - {name}
         if callable(state.on_delete):

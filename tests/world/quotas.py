@@ -124,7 +124,9 @@ def charges(state, zone: str, body: dict) -> list[tuple[tuple, float, bool]]:
     machine = (body.get("machineType") or "").rsplit("/", 1)[-1]
     vcpus, gpus, accelerator = _shape(machine, body.get("guestAccelerators") or [])
     scheduling = body.get("scheduling") or {}
-    spot = scheduling.get("provisioningModel") == "SPOT" or bool(scheduling.get("preemptible"))
+    # Flex-start VMs "consume preemptible quota" as Spot VMs do (https://cloud.google.com/ai-hypercomputer/docs/
+    # consumption-models, the comparison table; the Flex-start launch post says the same).
+    spot = scheduling.get("provisioningModel") in ("SPOT", "FLEX_START") or bool(scheduling.get("preemptible"))
     limits = _limits(state, region)
 
     def granted(metric: str) -> bool:

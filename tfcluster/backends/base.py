@@ -355,6 +355,8 @@ class VmRow:
     uptime_seconds: float
     # Estimated USD billed since its last start.
     cost_so_far: float
+    # How it got its capacity: its provisioning model and any reservation it consumes ("" when not told).
+    capacity: str = ""
 
 
 @dataclass

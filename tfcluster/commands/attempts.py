@@ -236,12 +236,13 @@ def _bring_back(settings: Settings, store: StateStore, backend, run: RunRecord, 
     mark this attempt's ``records`` restarted, and return the plans on the machines as they are now.
     Raises TrainingFailed, run recorded, when they cannot be started."""
     cluster = store.load_cluster()
-    zone = cluster.zone
+    zone, made = cluster.zone, cluster.vms_made_at
     try:
         with console.status(doing) if doing else contextlib.nullcontext():
             restart(cluster)
         store.save_cluster(cluster)  # New external addresses and host keys.
-        if cluster.zone != zone:  # The whole cluster moved (zone failover): new machines, empty disks.
+        if cluster.zone != zone or cluster.vms_made_at != made:  # New machines (a zone move, or another
+            # provisioning model under --capacity auto): empty disks.
             restage.restage(store, backend, cluster, run)
     except TfClusterError as error:
         _finish(settings, store, run, "failed", progress, started)

@@ -9,7 +9,7 @@ import time
 
 from rich.prompt import Confirm
 
-from tfcluster import launch, ledger, tfconfig, ui
+from tfcluster import holds, launch, ledger, tfconfig, ui
 from tfcluster.backends import Backend
 from tfcluster.commands.common import (backend_for_cluster, backend_named, console, end_launchers,
                                        require_cluster, run_state, run_statuses)
@@ -99,11 +99,14 @@ def status(settings: Settings, every: bool = False) -> dict | list:
         table.add_row(f"[{ui.worker_colour(index)}]{host.name}[/]", f"{task_type}:{task_index}", host.endpoint,
                       *answer)
     ui.show(table)
+    if cluster.waiting:  # An `up` waiting for capacity (tfcluster/backends/gcp/capacity.py).
+        console.print(overview.waiting_line(cluster.waiting))
     rows = backend.vm_rows(cluster, settings) if cluster.status == "up" else []
     if rows:
-        vms = ui.table("VMs", ["VM", "state", "uptime", "cost so far"])
+        vms = ui.table("VMs", ["VM", "state", "capacity", "uptime", "cost so far"])
         for row in rows:
-            vms.add_row(row.name, row.status, ui.duration(row.uptime_seconds), f"${row.cost_so_far:.2f}")
+            vms.add_row(row.name, row.status, row.capacity or "-", ui.duration(row.uptime_seconds),
+                        f"${row.cost_so_far:.2f}")
         ui.show(vms)
     if cluster.status == "up":
         spend.print_status(store, backend, cluster, settings)
@@ -184,6 +187,9 @@ def down(settings: Settings, keep: bool = False, delete_bucket: bool = False, fo
                                "take one down with --cluster NAME")
         console.print(f"Cluster '{settings.cluster}' is not up. Nothing to do.")
         return
+    if holds.end_waiting_up(store, cluster.waiting, "`invoke down`"):  # It removed what it made, and left.
+        console.print("Cancelled the `invoke up` that waited for capacity.")
+        cluster = store.load_cluster() or cluster
     backend = backend_for_cluster(store, cluster)
     gone = {}
     if backend.hosts_outlive_cluster and cluster.hosts:

@@ -44,8 +44,8 @@ def status_all(settings) -> list[dict]:
         latest = "-" if run is None else f"{run.run_id} {_state_of(store, cluster, run, backend)}"
         now = _costs_now(backend, cluster, settings)
         spent = cluster_figures(store.root, cluster.name, since=cluster.created_at)
-        table.add_row(cluster.name, cluster.backend, str(cluster.workers), cluster.status, latest, now,
-                      spent.words())
+        state = f"{cluster.status}, {waiting_line(cluster.waiting)}" if cluster.waiting else cluster.status
+        table.add_row(cluster.name, cluster.backend, str(cluster.workers), state, latest, now, spent.words())
         rows.append({"cluster": cluster.name, "backend": cluster.backend, "workers": cluster.workers,
                      "state": cluster.status, "costs_now": now})
     ui.show(table)
@@ -73,3 +73,13 @@ def _costs_now(backend, cluster: ClusterState, settings) -> str:
         return f"? ({error})"
     running = sum(row.status == "RUNNING" for row in rows)
     return f"${rate * running / max(1, len(cluster.hosts)):.2f}/h ({running} of {len(cluster.hosts)} VMs running)"
+
+
+def waiting_line(waiting: dict) -> str:
+    """A pending cluster in words: what its `up` waits for, since when, until when, and how to cancel."""
+    import time
+
+    left = max(0.0, float(waiting.get("until") or 0) - time.time())
+    return (f"pending: `invoke up` (pid {waiting.get('pid')}) waits for {waiting.get('what')} since "
+            f"{ui.when(float(waiting.get('since') or 0))}, for {ui.duration(left)} more at most; `invoke down` "
+            "cancels it")

@@ -49,7 +49,7 @@ def _resume(settings: Settings, store: StateStore, backend, cluster: ClusterStat
     launch_file = store.run_dir(run_id) / LAUNCH_FILE
     with console.status(f"Stopping what is left of run {run_id}..."):
         stop_processes(plans_for(store, cluster, run, backend=backend), run, settings.stop_grace_seconds)
-    noticed, zone = time.time(), cluster.zone
+    noticed, zone, made = time.time(), cluster.zone, cluster.vms_made_at
     for item in taken:
         console.print(f"[yellow]{item.worker} ({item.address}) was preempted by Google at "
                       f"{clock(item.at)}; starting its VM again[/]", soft_wrap=True)
@@ -65,7 +65,7 @@ def _resume(settings: Settings, store: StateStore, backend, cluster: ClusterStat
     if announced:
         backend.restart_for_maintenance(cluster, settings, sorted(announced))
         store.save_cluster(cluster)
-    if cluster.zone != zone:  # The cluster moved zones (failover): its new VMs need the run's code and data.
+    if cluster.zone != zone or cluster.vms_made_at != made:  # New VMs (a zone move, --capacity auto): code again.
         restage.restage(store, backend, cluster, run)
     env = json.loads(launch_file.read_text())["env"]
     image = container.ContainerSpec(run.image, run.mounts) if run.image else None

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tfcluster.backends.base import Finding, Preemption, VmRow
 from tfcluster.backends.gcp import check as prerequisites
-from tfcluster.backends.gcp import budget, docker_login, failover, ledger_events, vm_control
+from tfcluster.backends.gcp import budget, capacity, docker_login, failover, ledger_events, vm_control, vm_status
 from tfcluster.backends.gcp.address import detect_operator_cidr
 from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
                                             wait_ready)
@@ -25,6 +25,7 @@ from tfcluster.backends.gcp.terraform import MODULE_DIR, Terraform
 from tfcluster.backends.group import in_parallel
 from tfcluster.backends.ssh import SshBackend
 from tfcluster.errors import ClusterError, ConfigError
+from tfcluster.provisioning import AUTO, FLEX_START, Choice
 from tfcluster.state import ClusterState, HostRecord
 
 STARTUP_DIR = MODULE_DIR.parent / "startup"
@@ -69,7 +70,8 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         return {
             "project": settings.project, "zone": settings.zone, "cluster_name": settings.cluster,
             "workers": settings.workers, "machine_type": settings.machine_type,
-            "gpu_type": gpu_type(settings.gpu), "gpu_count": settings.gpu_count, "spot": settings.spot,
+            "gpu_type": gpu_type(settings.gpu), "gpu_count": settings.gpu_count,
+            **capacity.model_variables(Choice(settings.provisioning, settings.reservation)),
             "operator_cidr": operator_cidr, "tf_port": settings.tf_port,
             "oracle_port": settings.oracle_port, "ssh_user": settings.gcp_ssh_user,
             "ssh_public_key": public_key, "idle_minutes": settings.idle_minutes,
@@ -117,12 +119,13 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         others = f" (else {', '.join(zones[1:])}, in turn)" if zones[1:] else ""
         self._announce(
             f"plan: {settings.workers} x {settings.machine_type} + {settings.gpu_count} x {gpu}"
-            f"{' (SPOT)' if settings.spot else ''} in {settings.zone}{others}, bucket, VPC, firewall, service account")
+            f"{capacity.plan_words(settings)} in {settings.zone}{others}, bucket, VPC, firewall, service account")
         prices = self._quote(settings, settings.project, settings.zone, settings.workers, settings.spot)
         for line in prices.lines():
             self._announce(line)
         rate = budget.budget_rate(prices, self._announce) if settings.budget else prices.in_use.total
-        run_seconds = budget.max_run_seconds(settings.budget, settings.max_run_hours, rate, 0.0)
+        run_seconds = capacity.run_seconds(settings, budget.max_run_seconds(settings.budget, settings.max_run_hours,
+                                                                             rate, 0.0))
         self._announce(
             f"safety: idle watchdog {settings.idle_action}s a VM after {settings.idle_minutes} idle minutes"
             f"{' (off)' if not settings.idle_minutes else ''}; hypervisor deadline {settings.termination_action} "
@@ -158,7 +161,10 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         terraform.prepare(variables)
         adopt_kept_repository(terraform, settings.project, variables["registry_location"], settings.cluster,
                               self._announce)
-        zone = failover.apply_in_zones(terraform, api, variables, zones, settings.cluster, self._announce, record)
+        if settings.capacity == AUTO or settings.provisioning == FLEX_START:  # The ladder, the Flex-start wait.
+            zone = capacity.make_cluster(self, settings, terraform, api, variables, record, began, str(key_file))
+        else:
+            zone = failover.apply_in_zones(terraform, api, variables, zones, settings.cluster, self._announce, record)
         outputs = terraform.outputs()
         names = [vm.name for vm in outputs.instances]
         wait_ready(api, zone, names, settings.ready_timeout_seconds, nonce=variables["boot_nonce"])
@@ -258,22 +264,8 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
                             in_parallel(cluster.hosts, read, lambda r: r.instance, "reading watchdog status")))
 
     def hypervisor_deadlines(self, cluster) -> dict[str, float | None]:
-        """When max_run_duration stops each running VM: its last start plus the duration."""
         with translated(cluster.project, "status"):
-            from datetime import datetime
-
-            api = self._api(cluster)
-            deadlines = {}
-            for record in cluster.hosts:
-                instance = api.instance_or_none(cluster.zone, record.instance)
-                if instance is None:
-                    deadlines[record.name] = None
-                    continue
-                seconds = instance.scheduling.max_run_duration.seconds
-                started = instance.last_start_timestamp or instance.creation_timestamp
-                deadlines[record.name] = (datetime.fromisoformat(started).timestamp() + seconds
-                                          if instance.status == "RUNNING" and seconds and started else None)
-            return deadlines
+            return vm_status.deadlines(self._api(cluster), cluster)
 
     def refresh(self, cluster, settings) -> None:
         """`up` on an existing cluster: bring back VMs the watchdog, the deadline or Google stopped,
@@ -313,8 +305,12 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
                 bring_back_waiting(cluster, api, terraform, self._max_run_seconds(cluster, settings, api, terraform),
                                    settings.termination_action, settings.ready_timeout_seconds, self._announce,
                                    settings.capacity_wait_seconds, settings.capacity_tries)
-            except ZoneFull as full:  # The whole cluster moves to the next zone, if there is one.
-                failover.move_or_fail(cluster, api, terraform, full, settings, self._announce, self._store.save_cluster)
+            except ZoneFull as full:  # --capacity auto: the rest of the ladder; else the next zone, if any.
+                if settings.capacity == AUTO:
+                    capacity.recover(self, cluster, api, terraform, full, settings)
+                else:
+                    failover.move_or_fail(cluster, api, terraform, full, settings, self._announce,
+                                          self._store.save_cluster)
             finally:
                 self._connections.clear()  # New addresses and keys: connect afresh.
 
@@ -342,42 +338,19 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         """The VMs go away with `terraform destroy`."""
 
     def vm_rows(self, cluster, settings) -> list[VmRow]:
-        """Each VM's state, uptime and cost so far, from instances.list."""
         with translated(cluster.project, "status"):
-            api = ComputeApi(cluster.project)
-            rows = []
-            listed = api.list_cluster(cluster.zone, cluster.name)
-            # What the VMs are (Compute's provisioning model, or what was applied), not today's settings.
-            tfvars = self.workdir(cluster.name) / "terraform.tfvars.json"
-            applied = json.loads(tfvars.read_text()) if tfvars.exists() else {}
-            spot = any(vm.scheduling.provisioning_model == "SPOT" for vm in listed) or \
-                bool(applied.get("spot", settings.spot))
-            prices = self._quote(settings, cluster.project, cluster.zone, len(cluster.hosts), spot, applied)
-            for line in prices.lines():
-                self._announce(line)
-            names = {vm.name for vm in listed}
-            rows += [VmRow(name=r.instance, status="DELETED (`invoke up` re-creates it)", uptime_seconds=0.0,
-                           cost_so_far=0.0) for r in cluster.hosts if r.instance not in names]
-            for vm in listed:
-                started = vm.last_start_timestamp or vm.creation_timestamp
-                uptime = 0.0
-                if vm.status == "RUNNING" and started:
-                    from datetime import datetime
-
-                    uptime = max(0.0, time.time() - datetime.fromisoformat(started).timestamp())
-                rows.append(VmRow(name=vm.name, status=vm.status, uptime_seconds=uptime,
-                                  cost_so_far=prices.in_use.per_vm * uptime / 3600))
-            return rows
+            return vm_status.rows(self, cluster, settings)
 
     def _quote(self, settings, project: str, zone: str, workers: int, spot: bool,
                applied: dict | None = None) -> Quote:
         """On-demand and Spot per hour for the VMs Terraform made (``applied``, its variables) or is
         about to make (``settings``); catalog prices cached per region for the day in the state dir."""
         made = applied or {}
+        flex = made.get("provisioning_model", "FLEX_START" if settings.provisioning == FLEX_START else "") == "FLEX_START"
         return quote(project, zone, made.get("machine_type", settings.machine_type),
                      made.get("gpu_type") or gpu_type(settings.gpu), made.get("gpu_count", settings.gpu_count),
-                     made.get("boot_disk_gb", settings.boot_disk_gb), workers, spot, self._store.root / "cache",
-                     made.get("boot_disk_type", settings.boot_disk_type))
+                     made.get("boot_disk_gb", settings.boot_disk_gb), workers, spot and not flex,
+                     self._store.root / "cache", made.get("boot_disk_type", settings.boot_disk_type), flex_start=flex)
 
     def teardown(self, cluster, keep: bool, delete_bucket: bool = False) -> None:
         """Destroy everything that bills by the hour, then prove it through the Compute API.

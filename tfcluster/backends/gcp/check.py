@@ -31,10 +31,12 @@ from dataclasses import dataclass, field
 
 from tfcluster.backends.base import Finding
 from tfcluster.backends.gcp import prerequisites as rules
+from tfcluster.backends.gcp import reservations
 from tfcluster.backends.gcp.address import detect_operator_cidr
 from tfcluster.backends.gcp.quota import Zones
 from tfcluster.backends.gcp.terraform import MODULE_DIR
 from tfcluster.errors import ConfigError
+from tfcluster.provisioning import preemptible_quota
 
 DEFAULT_FAMILY = "projects/deeplearning-platform-release/global/images/family/common-cu129-ubuntu-2204-nvidia-580"
 IMAGE_PATH = re.compile(r"projects/(?P<project>[a-z0-9-]+)/global/images/(?:family/(?P<family>[a-z0-9-]+)|(?P<name>[a-z0-9-]+))")
@@ -292,7 +294,7 @@ def quota_finding(settings, gpu: str, zones: list[str], made: dict | None = None
     try:
         api = ComputeApi(settings.project)
         judged = judge_zones(QuotaSource(api, settings.project), zones, gpu, settings.gpu_count, settings.workers,
-                             settings.spot, hours, settings.machine_type, settings.boot_disk_gb,
+                             preemptible_quota(settings), hours, settings.machine_type, settings.boot_disk_gb,
                              settings.boot_disk_type, made)
     except exceptions.GoogleAPICallError as error:
         return Finding("quota", None, f"cannot read it ({getattr(error, 'reason', None) or error.code}: "
@@ -343,6 +345,8 @@ def run(settings, made: dict | None = None) -> Report:
         findings += [apis, permissions_finding(google, settings.project), *constraint_findings(google, target)]
         quota_line, judged = quota_finding(settings, gpu, zones, made)
         findings += [quota_line, prices_finding(settings.project)]
+        if settings.reservation not in ("any", "none"):  # --reservation NAME (reservations.py).
+            findings.append(reservations.check_finding(settings, gpu, zones))
         image_line, image = image_finding(google, wanted, gpu)
         findings.append(image_line)
     findings.append(address_finding(settings.operator_cidr))

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from tfcluster import gpus as gpu_table
 from tfcluster.backends.gcp.compute import region_of
-from tfcluster.backends.gcp.pricing import CatalogUnavailable, Rates, missing, needs, rates_from, read_skus
+from tfcluster.backends.gcp.pricing import (CatalogUnavailable, Rates, flex_needs, flex_rates, missing, needs,
+                                            rates_from, read_skus)
 
 PRICES = Path(__file__).resolve().parents[2] / "prices.json"
 TABLE_REGION = "us-central1"  # The region of prices.json's list prices.
@@ -70,9 +71,16 @@ class Quote:
     live: bool = True
     # The region the prices are for.
     region: str = TABLE_REGION
+    # Flex-start (None where the machine type has none: N1), whether the VMs are Flex-start, and
+    # whether its rates are the table's flat discount off on-demand rather than the catalog's own SKUs.
+    flex: Estimate | None = None
+    flex_in_use: bool = False
+    flex_table: bool = False
 
     @property
     def in_use(self) -> Estimate:
+        if self.flex_in_use and self.flex is not None:
+            return self.flex
         return self.spot if self.spot_in_use else self.on_demand
 
     @property
@@ -87,13 +95,16 @@ class Quote:
                               f"of {', '.join(TABLE_REGIONS)} only, and other regions cost up to about a fifth more. "
                               "Enable the Cloud Billing API (`gcloud services enable cloudbilling.googleapis.com`), or "
                               "use a zone in one of those regions, or drop --budget")
-        return self.on_demand if not self.live else self.in_use
+        return self.on_demand if not self.live or (self.flex_in_use and self.flex_table) else self.in_use
 
     def budget_note(self) -> str | None:
-        """The one line that says a budget prices Spot at the on-demand rate, or None."""
+        """The one line that says a budget prices Spot or Flex-start at the on-demand rate, or None."""
         if self.spot_in_use and not self.live:
             return ("--budget: Spot VMs are held to the on-demand rate "
                     f"(${self.on_demand.total:.2f}/hour): without the live catalog the day's Spot price is unknown")
+        if self.flex_in_use and (not self.live or self.flex_table):
+            return ("--budget: Flex-start VMs are held to the on-demand rate "
+                    f"(${self.on_demand.total:.2f}/hour): the catalog gave no Flex-start price for {self.region}")
         return None
 
     def lines(self) -> list[str]:
@@ -103,9 +114,14 @@ class Quote:
             return (f"cost: {name}{' (in use)' if in_use else ''}: ${e.total:.2f}/hour for {self.workers} VM(s) "
                     f"(${e.per_vm:.2f} per VM: VM ${e.vm:.2f} + GPU ${e.gpu:.2f} + disk ${e.disk:.3f}{extra})")
 
-        saving = 1 - self.spot.total / self.on_demand.total if self.on_demand.total else 0.0
-        return [one("on-demand", self.on_demand, not self.spot_in_use),
-                one("SPOT", self.spot, self.spot_in_use) + f", {saving:.0%} less",
+        def less(e: Estimate) -> str:
+            return f", {1 - e.total / self.on_demand.total if self.on_demand.total else 0.0:.0%} less"
+
+        flex = [one("Flex-start", self.flex, self.flex_in_use) + less(self.flex)
+                + (" (the table's flat discount: the catalog gave no Flex-start price)" if self.flex_table else "")
+                ] if self.flex is not None else []
+        return [one("on-demand", self.on_demand, not self.spot_in_use and not self.flex_in_use),
+                one("SPOT", self.spot, self.spot_in_use) + less(self.spot), *flex,
                 f"prices of {self.date}: {self.source}"]
 
 
@@ -137,10 +153,19 @@ def table_rates(table: dict) -> tuple[Rates, Rates]:
     return on_demand, spot
 
 
-def _cached_or_read(project: str, region: str, cache_dir: Path, wanted: set) -> tuple[Rates, Rates, str, str]:
-    """(on-demand, spot, date, source) from the catalog, once a day per region (cached in
-    ``cache_dir``, with every component read that day); CatalogUnavailable when it cannot answer
-    (also remembered for an hour)."""
+def table_flex(on_demand: Rates, table: dict) -> Rates:
+    """Flex-start from the table: its flat discount off on-demand (prices.json flex_start, with its source)."""
+    factor = 1 - table["flex_start"]["discount"]
+    return Rates(vcpu_hour=0.0, memory_gib_hour=0.0,
+                 gpu_hour={name: price * factor for name, price in on_demand.gpu_hour.items()},
+                 family_hour={name: [v * factor, m * factor] for name, (v, m) in on_demand.family_hour.items()})
+
+
+def _cached_or_read(project: str, region: str, cache_dir: Path, wanted: set,
+                    optional: set = frozenset()) -> tuple[Rates, Rates, str, str, dict]:
+    """(on-demand, spot, date, source, every price found) from the catalog, once a day per region
+    (cached in ``cache_dir``, with every component read that day; ``optional`` ones too where the
+    catalog has them); CatalogUnavailable when it cannot answer (also remembered for an hour)."""
     now = datetime.now(timezone.utc)
     path = cache_dir / f"prices-{region}.json"
     try:
@@ -148,14 +173,16 @@ def _cached_or_read(project: str, region: str, cache_dir: Path, wanted: set) -> 
     except (OSError, ValueError):
         cached = {}
     known = {tuple(key.split("|")): price for key, price in cached.get("found", {}).items()}
-    if cached.get("day") == now.date().isoformat() and wanted <= set(known):
+    if cached.get("day") == now.date().isoformat() and wanted <= set(known) and (
+            optional <= set(known) or set(cached.get("tried", [])) >= {"|".join(key) for key in optional}):
         on_demand, spot = rates_from(known, wanted)
-        return on_demand, spot, cached["day"], f"Cloud Billing Catalog, read at {cached['read_at']} UTC for {region}"
+        return (on_demand, spot, cached["day"], f"Cloud Billing Catalog, read at {cached['read_at']} UTC for {region}",
+                known)
     if cached.get("failed_at", 0) > time.time() - FAILURE_TTL_SECONDS:
         raise CatalogUnavailable(cached["reason"])
     cache_dir.mkdir(parents=True, exist_ok=True)
     try:
-        found = read_skus(project, [region], wanted)[region]
+        found = read_skus(project, [region], wanted | optional)[region]
         if rates_from(found, wanted) is None:
             raise CatalogUnavailable(f"no price in {region} for {', '.join(missing(found, wanted))}")
     except CatalogUnavailable as error:
@@ -167,10 +194,11 @@ def _cached_or_read(project: str, region: str, cache_dir: Path, wanted: set) -> 
         raise CatalogUnavailable(reason) from None
     if cached.get("day") == now.date().isoformat():
         found = {**known, **found}
-    path.write_text(json.dumps({"day": now.date().isoformat(), "read_at": now.strftime("%H:%M"),
+    tried = sorted(set(cached.get("tried", [])) | {"|".join(key) for key in optional})
+    path.write_text(json.dumps({"day": now.date().isoformat(), "read_at": now.strftime("%H:%M"), "tried": tried,
                                 "found": {"|".join(key): price for key, price in found.items()}}))
     on_demand, spot = rates_from(found, wanted)
-    return on_demand, spot, now.date().isoformat(), f"Cloud Billing Catalog, read now for {region}"
+    return on_demand, spot, now.date().isoformat(), f"Cloud Billing Catalog, read now for {region}", found
 
 
 def table_source(table: dict, machine_type: str) -> str:
@@ -178,26 +206,34 @@ def table_source(table: dict, machine_type: str) -> str:
     family = machine_type.split("-", 1)[0]
     words = (f"tfcluster's table (us-central1 list prices, Spot as a flat {table['spot_discount']:.0%} off")
     if family != "n1":
-        words += f"; {family.upper()} and its GPU: {table['families']['note']}, {table['families']['date']}"
+        words += (f", Flex-start as a flat {table['flex_start']['discount']:.0%} off; {family.upper()} and its GPU: "
+                  f"{table['families']['note']}, {table['families']['date']}")
     return words + ")"
 
 
 def quote(project: str, zone: str, machine_type: str, gpu: str, gpu_count: int, disk_gb: int, workers: int,
-          spot: bool, cache_dir: Path, disk_type: str = "pd-balanced") -> Quote:
-    """On-demand and Spot estimates for the cluster, from the catalog or, failing that, the table."""
+          spot: bool, cache_dir: Path, disk_type: str = "pd-balanced", flex_start: bool = False) -> Quote:
+    """On-demand, Spot and (for accelerator-optimized types) Flex-start estimates for the cluster, from the
+    catalog or, failing that, the table; ``flex_start``: the VMs are Flex-start."""
     table = json.loads(PRICES.read_text())
     region = region_of(zone)
-    live = True
+    live, flex_wanted, known = True, flex_needs(machine_type, gpu), {}
     try:
-        on_demand, spot_rates, date, source = _cached_or_read(project, region, cache_dir, needs(machine_type, gpu))
+        on_demand, spot_rates, date, source, known = _cached_or_read(project, region, cache_dir,
+                                                                     needs(machine_type, gpu), flex_wanted)
         source += f" (disk, external IP and Local SSD: table of {table['date']})"
     except CatalogUnavailable as error:
         live, (on_demand, spot_rates) = False, table_rates(table)
         date = table["date"] if machine_type.startswith("n1-") else table["families"]["date"]
         source = f"{table_source(table, machine_type)}; catalog unavailable: {error}"
     args = (table, machine_type, gpu, gpu_count, disk_gb, workers, disk_type)
+    flex_rates_found = flex_rates(known, machine_type, gpu)
+    flex = None
+    if flex_wanted:  # Flex-start VMs' external address is priced as a standard VM's (no page says otherwise).
+        flex = _estimate(flex_rates_found or table_flex(on_demand, table), *args)
     return Quote(on_demand=_estimate(on_demand, *args), spot=_estimate(spot_rates, *args, spot=True),
-                 spot_in_use=spot, workers=workers, date=date, source=source, live=live, region=region)
+                 spot_in_use=spot, workers=workers, date=date, source=source, live=live, region=region, flex=flex,
+                 flex_in_use=flex_start and flex is not None, flex_table=flex is not None and flex_rates_found is None)
 
 
 def hourly_cost(machine_type: str, gpu: str, gpu_count: int, disk_gb: int, workers: int, spot: bool) -> dict:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import time
 from typing import Callable
 
 from tfcluster.backends.gcp.compute import ComputeApi, pinned_host_key, region_of, wait_ready
@@ -193,12 +194,20 @@ def move_or_fail(cluster: ClusterState, api: ComputeApi, terraform: Terraform, f
         save(cluster)
 
     zone = apply_in_zones(terraform, api, variables, others, cluster.name, announce, moved_to)
+    count = adopt(cluster, api, terraform, zone, variables["boot_nonce"], settings.ready_timeout_seconds)
+    announce(f"moved: the cluster's {count} VM(s) run in {zone} now (new addresses and host keys); the "
+             "bucket and the registry stay where they are")
+
+
+def adopt(cluster: ClusterState, api: ComputeApi, terraform: Terraform, zone: str, nonce: str, timeout: float) -> int:
+    """The VMs terraform made anew in ``zone`` become the cluster's: readiness with this boot's nonce, host keys
+    from guest attributes, ``cluster``'s host records updated. Returns how many."""
     instances = terraform.outputs().instances
-    wait_ready(api, zone, [vm.name for vm in instances], settings.ready_timeout_seconds, nonce=variables["boot_nonce"])
+    wait_ready(api, zone, [vm.name for vm in instances], timeout, nonce=nonce)
     keys = in_parallel(instances, lambda vm: pinned_host_key(api, zone, vm.name), lambda vm: vm.name,
                        "reading host keys")
     for record, vm, key in zip(cluster.hosts, instances, keys):
         record.instance, record.address, record.ssh_address, record.host_key = \
             vm.name, vm.internal_ip, vm.external_ip, key
-    announce(f"moved: the cluster's {len(instances)} VM(s) run in {zone} now (new addresses and host keys); the "
-             "bucket and the registry stay where they are")
+    cluster.vms_made_at = time.time()  # New disks: a resumed run stages its code again (commands/restage.py).
+    return len(instances)

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from tfcluster import ledger
+from tfcluster.backends.gcp import reservations
 from tfcluster.backends.gcp.cost import PRICES
 from tfcluster.ledger import (COMPUTE_OPERATION, DELETE, HALTS, OBSERVED, OWN, PREEMPTED, START, STOP,
                               TERMINATED_SEEN, Event, Ledger, Prices, Storage)
@@ -132,8 +133,11 @@ class GcpSpend:
         with translated(cluster.project, "reading the VMs' starts and stops for the cost ledger"):
             api = self._api(cluster)
             now = time.time()
-            seen = {vm.name: seen_of(vm) for vm in api.list_cluster(cluster.zone, cluster.name)}
-            book.note_prices(self._spend_prices(cluster, settings, now))
+            listed = api.list_cluster(cluster.zone, cluster.name)
+            seen = {vm.name: seen_of(vm) for vm in listed}
+            # On a reservation when every VM consumes one (reservations.py); said by Compute, not assumed.
+            held = {reservations.consumed(vm) for vm in listed}
+            book.note_prices(self._spend_prices(cluster, settings, now, next(iter(held)) if len(held) == 1 else ""))
             known = {record.instance for record in cluster.hosts} | book.instances() | set(seen)
             preempted = operations(api, cluster.zone, "compute.instances.preempted", known)
             deleted = operations(api, cluster.zone, "delete", known)
@@ -155,7 +159,7 @@ class GcpSpend:
         images = repository_usage(cluster) if cluster.registry else None
         return Storage(now, bucket.size if bucket else 0, images.size if images else 0)
 
-    def _spend_prices(self, cluster, settings, now: float) -> Prices | None:
+    def _spend_prices(self, cluster, settings, now: float, reservation: str = "") -> Prices | None:
         """The rates of the VMs Terraform made (its variables); None once they are gone with `down`."""
         tfvars = self.workdir(cluster.name) / "terraform.tfvars.json"
         if not tfvars.exists():
@@ -169,4 +173,8 @@ class GcpSpend:
                       gpu_count=int(applied.get("gpu_count", settings.gpu_count)), workers=len(cluster.hosts),
                       date=quote.date, source=quote.source.split("; catalog unavailable")[0],
                       bucket_gib_hour=table["standard_storage_gib_month"] / 730,
-                      registry_gib_hour=table["artifact_registry"]["storage_gib_month"] / 730, live=quote.live)
+                      registry_gib_hour=table["artifact_registry"]["storage_gib_month"] / 730,
+                      # A Flex-start rate from the table's discount is not live: a budget counts on-demand.
+                      live=quote.live and not (quote.flex_in_use and quote.flex_table),
+                      flex=part(quote.flex) if quote.flex else {}, flex_in_use=quote.flex_in_use,
+                      reservation=reservation)

@@ -1,12 +1,15 @@
-"""`invoke offers`: every zone that offers a GPU, what one VM with it costs an hour there, on-demand
-and Spot, and how much of the project's GPU quota its region has free, cheapest first.
+"""`invoke offers`: every zone that offers a GPU, what one VM with it costs an hour there, on-demand,
+Spot and Flex-start (where the machine type has each), how much of the project's GPU quota its region
+has free, and how many such VMs its reservations hold free; cheapest first.
 
 Three reads, whatever the number of zones: Compute acceleratorTypes.aggregatedList filtered by the
 GPU's name (https://cloud.google.com/compute/docs/reference/rest/v1/acceleratorTypes/aggregatedList),
 one regions.list for every region's quotas (https://cloud.google.com/compute/docs/reference/rest/v1/regions/list),
 or for a GPU whose quota only Cloud Quotas holds (H100 on-demand) one QuotaInfo and one Monitoring
-query (quota.py), and the Cloud Billing Catalog's SKU pages once for all those regions (pricing.py),
-with the dated table (prices.json, us-central1 list prices) where the catalog cannot answer.
+query (quota.py), one reservations.aggregatedList
+(https://cloud.google.com/compute/docs/reference/rest/v1/reservations/aggregatedList), and the Cloud
+Billing Catalog's SKU pages once for all those regions (pricing.py), with the dated table (prices.json,
+us-central1 list prices) where the catalog cannot answer.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import json
 from dataclasses import dataclass
 
 from tfcluster import gpus
+from tfcluster.provisioning import flex_start_machine
 from tfcluster.backends.gcp.compute import ComputeApi, region_of
-from tfcluster.backends.gcp.cost import PRICES, table_rates, table_source
-from tfcluster.backends.gcp.pricing import CatalogUnavailable, Rates, needs, rates_from, read_skus
+from tfcluster.backends.gcp import reservations
+from tfcluster.backends.gcp.cost import PRICES, table_flex, table_rates, table_source
+from tfcluster.backends.gcp.pricing import CatalogUnavailable, Rates, flex_needs, flex_rates, needs, rates_from, read_skus
 from tfcluster.backends.gcp.quota import compute_quota, gpu_quota
 from tfcluster.backends.gcp.quota_source import QuotaSource, gpu_room
 
@@ -38,6 +43,10 @@ class Offer:
     quota_free: float | None
     # Most GPUs one VM may have there (acceleratorTypes.maximumCardsPerInstance).
     max_per_vm: int
+    # USD per hour of one Flex-start VM (None: the machine type has none, N1), and how many such VMs the
+    # zone's matching reservations have free (None: they cannot be read).
+    flex: float | None = None
+    reserved: int | None = 0
 
 
 @dataclass(frozen=True)
@@ -70,15 +79,23 @@ class Offers:
                 f"{self.machine_type} with {self.gpu_count} GPU(s)"
                 + (f" and {ssd} GB of bundled Local SSD (priced in)" if ssd else "") + f"; cheapest {'Spot' if self.spot else 'on-demand'} "
                 f"first; quota: GPUs free of {quota} in the zone's region")
-        rows = [f"{'zone':<26} {'on-demand/h':>12} {'spot/h':>10} {'quota':>8}"]
+        standard = not self.gpu.machine_types.get(self.machine_type, gpus.Shape(0, 0, 0)).spot_only
+        flex = flex_start_machine(self.machine_type)
+        rows = [f"{'zone':<26} {'on-demand/h':>12} {'spot/h':>10} {'flex-start/h':>13} {'quota':>8} {'reserved':>9}"]
 
-        def usd(value: float | None) -> str:
-            return f"${value:.2f}" if value is not None else "?"
+        def usd(value: float | None, offered: bool = True) -> str:
+            return "-" if not offered else f"${value:.2f}" if value is not None else "?"
 
         for offer in self.zones:
             free = "?" if offer.quota_free is None else f"{offer.quota_free:g}"
-            rows.append(f"{offer.zone:<26} {usd(offer.on_demand):>12} {usd(offer.spot):>10} {free:>8}")
-        return [head, *rows, f"prices: {self.source}"]
+            reserved = "?" if offer.reserved is None else str(offer.reserved)
+            rows.append(f"{offer.zone:<26} {usd(offer.on_demand, standard):>12} {usd(offer.spot):>10} "
+                        f"{usd(offer.flex, flex):>13} {free:>8} {reserved:>9}")
+        notes = ([f"on-demand: -, {self.machine_type} is offered only as Spot or Flex-start"] if not standard else []) + (
+            ["flex-start: -, N1 types have no Flex-start"] if not flex else [])
+        return [head, *rows, *notes,
+                "reserved: VMs of this type free in the zone's reservations (on-demand VMs consume them at no cost "
+                "beyond the reservation's; `--reservation NAME`, or any)", f"prices: {self.source}"]
 
 
 def _vm_hour(rates: Rates, machine_type: str, accelerator: str, count: int, table: dict, spot: bool) -> float | None:
@@ -101,8 +118,10 @@ def without_project(gpu_name: str, gpu_count: int, machine_type: str, spot: bool
     on_demand, spot_rates = table_rates(table)
     date = table["date"] if machine_type.startswith("n1-") else table["families"]["date"]
     ssd = gpus.local_ssd_gb(machine_type)
+    models = (("on-demand", on_demand), ("Spot", spot_rates)) + (
+        (("Flex-start", table_flex(on_demand, table)),) if flex_start_machine(machine_type) else ())
     price = {name: _vm_hour(rates, machine_type, model.accelerator, gpu_count, table, name == "Spot")
-             for name, rates in (("on-demand", on_demand), ("Spot", spot_rates))}
+             for name, rates in models}
     return [f"{model.name}: one VM is {machine_type} with {gpu_count} x {model.accelerator}"
             + (f" and {ssd} GB of bundled Local SSD" if ssd else "") + ": "
             + ", ".join(f"${value:.2f}/h {name}" for name, value in price.items() if value is not None),
@@ -118,27 +137,42 @@ def find_offers(project: str, gpu_name: str, gpu_count: int, machine_type: str, 
     quotas = QuotaSource(api, project)
     quotas.preload_regions(api.all_region_quotas() if zones else {})
     regions = sorted({region_of(zone) for zone in zones})
-    wanted = needs(machine_type, model.accelerator)
+    wanted, optional = needs(machine_type, model.accelerator), flex_needs(machine_type, model.accelerator)
     table = json.loads(PRICES.read_text())
+    flex_table = False
     try:
-        found = read_skus(project, regions, wanted) if regions else {}
+        found = read_skus(project, regions, wanted | optional) if regions else {}
         source = "Cloud Billing Catalog, read now"
         priced = {region: rates_from(prices, wanted) for region, prices in found.items()}
+        flexed = {region: flex_rates(prices, machine_type, model.accelerator) for region, prices in found.items()}
     except CatalogUnavailable as error:
         source = f"{table_source(table, machine_type)} for every region; catalog unavailable: {error}"
         priced = {region: table_rates(table) for region in regions}
+        flexed = {}
+    for region, rates in priced.items():  # Flex-start without its own SKUs: the table's discount (prices.json).
+        if optional and rates and flexed.get(region) is None:
+            flexed[region], flex_table = table_flex(rates[0], table), True
+    if flex_table:
+        source += f"; Flex-start {table['flex_start']['discount']:.0%} off on-demand where the catalog has no price"
+    held = reservations.free_by_zone(api, machine_type, reservations.vm_accelerators(
+        machine_type, model.accelerator, gpu_count))
     offers = []
     for zone, most in zones.items():
         rates = priced.get(region_of(zone))
         on_demand, spot_rates = rates if rates else (None, None)
+        flex = flexed.get(region_of(zone))
         offers.append(Offer(
             zone=zone,
             on_demand=_vm_hour(on_demand, machine_type, model.accelerator, gpu_count, table, False) if on_demand else None,
             spot=_vm_hour(spot_rates, machine_type, model.accelerator, gpu_count, table, True) if spot_rates else None,
-            quota_free=gpu_room(quotas, region_of(zone), model, spot), max_per_vm=most))
+            quota_free=gpu_room(quotas, region_of(zone), model, spot), max_per_vm=most,
+            flex=_vm_hour(flex, machine_type, model.accelerator, gpu_count, table, False) if flex else None,
+            reserved=None if held is None else held.get(zone, 0)))
+
+    standard = not model.machine_types.get(machine_type, gpus.Shape(0, 0, 0)).spot_only
 
     def price(offer: Offer) -> tuple:
-        value = offer.spot if spot else offer.on_demand
+        value = offer.spot if spot else offer.on_demand if standard else offer.flex
         return (value is None, value or 0.0, offer.zone)
 
     return Offers(gpu=model, gpu_count=gpu_count, machine_type=machine_type, zones=sorted(offers, key=price),

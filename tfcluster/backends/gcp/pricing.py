@@ -41,6 +41,32 @@ _PATTERNS = {
        for g in gpus.GPUS.values()},
 }
 
+# Flex-start VMs (Dynamic Workload Scheduler) bill as SKUs of their own: "DWS Defined Duration A3 Core
+# running in Americas", "... A3 Ram ...", "Nvidia H100 80GB GPU attached to DWS Defined Duration VMs running
+# in Americas" (as catalog readers quote them; usageType OnDemand, as the catalog's other DWS SKUs). Google
+# gives their discount as "up to 53%" for vCPUs, memory and GPUs
+# (https://cloud.google.com/ai-hypercomputer/docs/consumption-models). No Flex-start for N1.
+FLEX = "FlexStart"
+_PATTERNS.update({
+    **{(FLEX, f"{f.name} {part}"): (rf"DWS Defined Duration {f.name.upper()} {word}", None, unit)
+       for f in gpus.FAMILIES.values() if f.name != "n1"
+       for part, word, unit in (("vcpu", "Core", "h"), ("memory", "Ram", "GiBy.h"))},
+    **{(FLEX, g.accelerator): (rf"{g.sku} attached to DWS Defined Duration VMs", "GPU", "h")
+       for g in gpus.GPUS.values() if not g.attached},
+})
+# The catalog's usageType of each key's SKUs where it is not the key's own.
+CATALOG_USAGE = {FLEX: "OnDemand"}
+# What on-demand and Spot prices need (Flex-start's are read where the catalog has them).
+_REQUIRED = {key for key in _PATTERNS if key[0] != FLEX}
+
+
+def flex_needs(machine_type: str, accelerator: str) -> set:
+    """The Flex-start keys of a VM (none for N1, which has no Flex-start)."""
+    if machine_type.startswith("n1-"):
+        return set()
+    family = machine_type.split("-", 1)[0]
+    return {(FLEX, f"{family} vcpu"), (FLEX, f"{family} memory"), (FLEX, accelerator)}
+
 
 def needs(machine_type: str, accelerator: str) -> set:
     """The (usage, component) keys a VM of ``machine_type`` with ``accelerator`` GPUs is priced from."""
@@ -98,7 +124,8 @@ def match_skus(skus, region: str) -> dict:
             continue
         for key, (pattern, group, unit) in _PATTERNS.items():
             usage, _ = key
-            if sku.category.usage_type != usage or (group and sku.category.resource_group != group):
+            if sku.category.usage_type != CATALOG_USAGE.get(usage, usage) or (
+                    group and sku.category.resource_group != group):
                 continue
             if not re.fullmatch(rf"{pattern} running in [A-Za-z .-]+", sku.description):
                 continue
@@ -115,11 +142,13 @@ def match_skus(skus, region: str) -> dict:
 
 def rates_from(found: dict, wanted: set | None = None) -> tuple[Rates, Rates] | None:
     """(on-demand, spot) Rates when every component in ``wanted`` (default: all) was found, else None."""
-    if not (wanted or set(_PATTERNS)) <= set(found):
+    if not (wanted or _REQUIRED) <= set(found):
         return None
     on_demand, spot = ({"gpu_hour": {}, "family_hour": {}, "vcpu_hour": 0.0, "memory_gib_hour": 0.0},
                        {"gpu_hour": {}, "family_hour": {}, "vcpu_hour": 0.0, "memory_gib_hour": 0.0})
     for (usage, component), price in found.items():
+        if usage == FLEX:
+            continue
         into = on_demand if usage == "OnDemand" else spot
         if component in ("vcpu", "memory"):
             into[{"vcpu": "vcpu_hour", "memory": "memory_gib_hour"}[component]] = price
@@ -131,9 +160,20 @@ def rates_from(found: dict, wanted: set | None = None) -> tuple[Rates, Rates] | 
     return Rates(**on_demand), Rates(**spot)
 
 
+def flex_rates(found: dict, machine_type: str, accelerator: str) -> Rates | None:
+    """Flex-start Rates from the catalog's DWS Defined Duration SKUs in ``found``, or None when it lacks one."""
+    wanted = flex_needs(machine_type, accelerator)
+    if not wanted or not wanted <= set(found):
+        return None
+    family = machine_type.split("-", 1)[0]
+    return Rates(vcpu_hour=0.0, memory_gib_hour=0.0, gpu_hour={accelerator: found[(FLEX, accelerator)]},
+                 family_hour={family: [found[(FLEX, f"{family} vcpu")], found[(FLEX, f"{family} memory")]]})
+
+
 def missing(found: dict, wanted: set | None = None) -> list[str]:
-    return sorted(f"{component} ({'Spot' if usage == 'Preemptible' else 'on-demand'})"
-                  for usage, component in (wanted or set(_PATTERNS)) - set(found))
+    words = {"Preemptible": "Spot", FLEX: "Flex-start"}
+    return sorted(f"{component} ({words.get(usage, 'on-demand')})"
+                  for usage, component in (wanted or _REQUIRED) - set(found))
 
 
 def read_skus(project: str, regions: list[str], wanted: set, deadline_seconds: float = DEADLINE_SECONDS) -> dict:
@@ -156,7 +196,7 @@ def read_catalog(project: str, region: str, deadline_seconds: float = DEADLINE_S
     """(on-demand, spot) Rates for ``region`` (every component in ``wanted``, default all), read now
     through the real client; CatalogUnavailable with a one-line reason otherwise. No retry: a
     refusal or a slow catalog means the dated table."""
-    wanted = wanted or set(_PATTERNS)
+    wanted = wanted or _REQUIRED
     found = read_skus(project, [region], wanted, deadline_seconds)[region]
     rates = rates_from(found, wanted)
     if rates is None:
