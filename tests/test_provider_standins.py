@@ -17,6 +17,8 @@ from tests.test_terraform import TF, parse
 from tests.test_terraform_agreement import product_variables
 from tests.world.provider import mirror, planning
 from tests.world.provider.mirror import provider_python
+from tfcluster import config
+from tfcluster.backends.vertex.backend import VertexBackend
 
 SCHEMAS = REPO / "tests" / "provider_schema"
 FILES = {"registry.terraform.io/hashicorp/google": "google-7.46.1.json",
@@ -225,12 +227,17 @@ def mutated(planned: dict, path: tuple, block: dict) -> list[dict]:
     return out
 
 
-# Clusters planned so that every block terraform/ may write exists in one of them: an N1 with an
-# attached T4 and a retention (guest_accelerator, the age lifecycle rule), an A3 with its bundled
-# Local SSD (on_instance_stop_action).
-PLANNED_CLUSTERS = {"n1-t4": {"gpu": "nvidia-tesla-t4", "gpu_count": 1, "bucket_retention_days": 30,
-                              "reservation": "my-reservation"},  # specific_reservation, a named reservation.
-                    "a3-local-ssd": {"machine_type": "a3-highgpu-8g", "gpu": "nvidia-h100-80gb", "gpu_count": 8}}
+# Clusters planned so that every resource and block terraform/ may write exists in one of them: an
+# N1 with an attached T4 and a retention (guest_accelerator, the age lifecycle rule), an A3 with its
+# bundled Local SSD (on_instance_stop_action), and a Vertex AI cluster (vertex.tf's jobs account and
+# its bucket grants, which no VM cluster has). Each is the variables the product writes for it.
+PLANNED_CLUSTERS = {
+    "n1-t4": lambda: product_variables(gpu="nvidia-tesla-t4", gpu_count=1, bucket_retention_days=30,
+                                       reservation="my-reservation"),  # specific_reservation, a named one.
+    "a3-local-ssd": lambda: product_variables(machine_type="a3-highgpu-8g", gpu="nvidia-h100-80gb", gpu_count=8),
+    "vertex": lambda: VertexBackend(None).variables(
+        config.load({"backend": "vertex", "project": "demo-project", "region": "us-west1"}), "us-west1"),
+}
 
 
 def test_every_argument_terraform_sets_reaches_the_create_request(tmp_path):
@@ -242,15 +249,17 @@ def test_every_argument_terraform_sets_reaches_the_create_request(tmp_path):
     env = {**os.environ, **mirror.build(tmp_path / "providers")}
     schemas = load_schemas()["google"]["resource_schemas"]
     cases, baseline, index, covered = [], {}, [], set()
-    for cluster, settings in PLANNED_CLUSTERS.items():
-        variables = product_variables(**settings)
+    for cluster, planned_variables in PLANNED_CLUSTERS.items():
+        variables = planned_variables()
         shown = planning.plan(env, tmp_path / cluster, variables)
         provider = {"project": variables["project"], "zone": variables["zone"], "region": variables["zone"][:-2]}
         for address, paths in configured(TF).items():
             type_name = address.split(".")[0]
             block = schemas[type_name]["block"]
-            instance = next(r["address"] for r in shown["planned_values"]["root_module"]["resources"]
-                            if r["address"] in (address, f"{address}[0]"))
+            instance = next((r["address"] for r in shown["planned_values"]["root_module"]["resources"]
+                             if r["address"] in (address, f"{address}[0]")), None)
+            if instance is None:  # Not in this cluster (count = 0); `absent` below holds one of them to it.
+                continue
             [config] = [r for r in shown["configuration"]["root_module"]["resources"] if r["address"] == address]
             planned = fill_unknown(planning.planned_values(shown, instance),
                                    planning.after_unknown(shown, instance), block, from_resources(config["expressions"]))
