@@ -15,6 +15,7 @@ import fcntl
 import json
 import os
 import signal
+import shutil
 import socket
 import time
 from dataclasses import dataclass
@@ -99,6 +100,11 @@ class LauncherLease:
             if handle is not None:
                 handle.close()  # Closing the last descriptor drops the flock.
         self._cluster = self._run = None
+        # A launcher refused before its run was recorded (a preflight, a stop request) leaves no run
+        # folder behind: `runs` and `logs` would show a run that never was.
+        run_dir = self.store.run_dir(self.run_id)
+        if not (run_dir / "run.json").exists():
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 def attached_launcher(store: StateStore, run_id: str) -> dict | None:
