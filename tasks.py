@@ -4,8 +4,8 @@ explains one. The same tasks are the installed `tfcluster` command, which works 
 
 import sys
 
-from tfcluster import cli
+from tfcluster import cli, program
 from tfcluster.cli import ns  # noqa: F401  (invoke loads the collection named `ns`)
 
 cli.take_environment()  # Before invoke reads INVOKE_TFCLUSTER_* (tfcluster/cli.py says why).
-sys.excepthook = cli.excepthook  # invoke reads invoke.yaml after this, outside any task.
+sys.excepthook = program.excepthook  # invoke reads invoke.yaml after this, outside any task.

@@ -15,7 +15,7 @@ import pytest
 from invoke import Config
 
 from tests.conftest import REPO
-from tfcluster import cli, config
+from tfcluster import cli, config, program
 from tfcluster.errors import ConfigError
 
 FIELDS = {item.name: item.default for item in dataclasses.fields(config.Settings)}
@@ -80,10 +80,10 @@ def test_every_flag_given_a_word_is_one_line_through_the_real_parser(task, flag,
     """In process, through invoke's own parser and the installed command's Program: a word where a
     number or a choice goes ends the command with one `error:` line, before anything is created."""
     monkeypatch.chdir(tmp_path)  # No invoke.yaml: the defaults, and the suite's own state folder.
-    program = cli._Program(namespace=cli.ns, name="tfcluster", binary="tfcluster")
+    tfcluster_program = program.TfclusterProgram(namespace=cli.ns, name="tfcluster", binary="tfcluster")
     argv = ["tfcluster", task, *(["build"] if task == "image" else []), f"--{flag}", "abc"]
     with pytest.raises(SystemExit) as ended:
-        program.run(argv)
+        tfcluster_program.run(argv)
     out, err = capsys.readouterr()
     assert ended.value.code != 0 and err.count("error:") == 1 and err.startswith("error: "), (argv, out, err)
     assert "Traceback" not in out + err and not list(config.user_state_dir().glob("clusters/*.json"))
@@ -103,7 +103,7 @@ def test_every_flag_given_a_word_is_one_line_through_the_real_parser(task, flag,
 def test_a_flag_of_another_backend_is_refused_not_ignored(argv, line, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as ended:
-        cli._Program(namespace=cli.ns, name="tfcluster", binary="tfcluster").run(["tfcluster", *argv])
+        program.TfclusterProgram(namespace=cli.ns, name="tfcluster", binary="tfcluster").run(["tfcluster", *argv])
     assert ended.value.code == 2 and capsys.readouterr().err.strip().splitlines() == [line]
     assert not list(config.user_state_dir().glob("clusters/*.json"))  # Nothing made.
 
@@ -155,7 +155,7 @@ def test_a_variable_broken_yaml_a_read_only_state_folder_and_a_port_are_one_line
 def test_dash_h_is_help_on_every_task(name, capsys):
     """`-h` shows the task's help, never a flag's short name (it was `--then` on train)."""
     try:
-        cli._Program(namespace=cli.ns, name="tfcluster", binary="tfcluster").run(["tfcluster", name, "-h"])
+        program.TfclusterProgram(namespace=cli.ns, name="tfcluster", binary="tfcluster").run(["tfcluster", name, "-h"])
         code = 0  # `image`: its positional action took the flag, and it printed its help.
     except SystemExit as ended:
         code = ended.code

@@ -145,4 +145,4 @@ def test_wheel_holds_every_subpackage(tmp_path):
     assert missing == [] and "tfcluster/prices.json" in names
     # The installed command (`tfcluster ...` from any folder) is in the wheel's entry points.
     entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
-    assert "tfcluster = tfcluster.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "tfcluster = tfcluster.program:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -1,5 +1,5 @@
-"""The tasks: the installed `tfcluster` command (``main``, an invoke ``Program``, from any folder) and
-`invoke` in a clone (tasks.py re-exports ``ns``). `tfcluster --list` shows them, `tfcluster --help TASK`
+"""The tasks: those of the installed `tfcluster` command (tfcluster/program.py, from any folder) and
+of `invoke` in a clone (tasks.py re-exports ``ns``). `tfcluster --list` shows them, `tfcluster --help TASK`
 explains one.
 
 Thin by design: parse options, call tfcluster.commands, turn user errors into one line.
@@ -15,13 +15,9 @@ import sys
 from collections.abc import Mapping
 from typing import Optional
 
-from invoke import Collection, Context, Exit, Program, Task
+from invoke import Collection, Context, Exit, Task
 from invoke import task as invoke_task
-from invoke.config import AmbiguousMergeError
-from invoke.exceptions import UncastableEnvVar, UnknownFileType
-from invoke.util import yaml as invoke_yaml
 
-import tfcluster
 from tfcluster import commands, config, errors, provisioning, sources
 from tfcluster.errors import ConfigError, TfClusterError
 
@@ -358,69 +354,3 @@ ns = Collection(check, offers, up, train, tune, status, costs, logs, stop, down,
 # No tfcluster defaults are given to invoke: it would merge invoke.yaml's values onto them and refuse a
 # mapping where a default is text with a traceback. config.load applies the defaults and checks each
 # value, with one error line naming the key.
-
-
-def config_file_error(error: BaseException) -> str | None:
-    """invoke's own errors while it reads its config files, before any task runs, as one line
-    (None: not one of them). ``invoke.util.yaml`` is the YAML module invoke reads them with."""
-    if isinstance(error, invoke_yaml.MarkedYAMLError) and error.problem_mark is not None:
-        mark = error.problem_mark
-        return (f"{mark.name} is not valid YAML: {error.problem} at line {mark.line + 1}, column {mark.column + 1}; "
-                "fix it (settings go under `tfcluster:`, one `key: value` a line, indented by spaces)")
-    if isinstance(error, invoke_yaml.YAMLError):
-        return f"invoke.yaml is not valid YAML ({error}); fix it"
-    if isinstance(error, AmbiguousMergeError):  # A mapping where the other config file has a value.
-        return (f"invoke's config files disagree on a setting's kind ({error}); tfcluster must be a mapping "
-                "of settings, and each setting a single value (zones: a list), in invoke.yaml and ~/.invoke.yaml")
-    if isinstance(error, (UnknownFileType, UncastableEnvVar)):
-        return f"{error}"
-    return None
-
-
-def excepthook(kind, error, trace) -> None:
-    """For `invoke` from a clone (tasks.py installs it): invoke reads invoke.yaml after it has loaded
-    the tasks and before any runs, outside any task's reach; its errors there become one line."""
-    if isinstance(error, BrokenPipeError):  # `invoke --list | head`: the reader went away.
-        os._exit(141)
-    line = config_file_error(error)
-    if line is None:
-        sys.__excepthook__(kind, error, trace)
-        return
-    print(f"error: {line}", file=sys.stderr)
-    sys.stderr.flush()
-    sys.stdout.flush()
-    os._exit(2)  # The exit code of every other configuration error (an excepthook's return exits 1).
-
-
-class _Program(Program):
-    """`tfcluster`: the tasks above from any folder. Settings come as they do for `invoke` (its
-    system and user files, INVOKE_TFCLUSTER_* and flags), and the project file is the invoke.yaml
-    of the folder the command runs in, when there is one."""
-
-    def create_config(self) -> None:
-        super().create_config()
-        self.config.set_project_location(os.getcwd())
-        self.config.load_project()
-
-    def run(self, argv=None, exit: bool = True) -> None:  # noqa: A002 (invoke's own name)
-        try:
-            super().run(argv, exit)
-        except BrokenPipeError:  # `tfcluster --list | head`: the reader went away.
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-            sys.exit(141)
-        except Exception as error:  # Only the config files' errors; anything else is raised as it is.
-            line = config_file_error(error)
-            if line is None:
-                raise
-            print(f"error: {line}", file=sys.stderr)
-            if not exit:
-                return
-            sys.exit(2)
-
-
-def main() -> None:
-    """The `tfcluster` console script (pyproject.toml [project.scripts])."""
-    take_environment()
-    _Program(namespace=ns, version=tfcluster.__version__, name="tfcluster", binary="tfcluster",
-             binary_names=["tfcluster"]).run()
-
