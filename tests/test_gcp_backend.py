@@ -24,6 +24,7 @@ from tests.world.names import token_for
 from tests.world.provider import mirror
 from tfcluster.backends import gcp
 from tfcluster.errors import ConfigError, HostErrors
+from tfcluster.money import usd
 
 
 @pytest.fixture
@@ -500,12 +501,12 @@ start = json.loads(backup.read_text())["step"] if backup.exists() else 0
 print("STEPS", os.environ["TFCLUSTER_WORKER_INDEX"], flush=True)
 if chief:
     print("BACKUP", backup, flush=True)
-for step in range(start + 1, 301):
+for step in range(start + 1, 30001):
     time.sleep(0.02)
     if chief and step % 5 == 0:
         backup.write_text(json.dumps({"step": step}))
         print("TFCLUSTER_EVENT " + json.dumps({"event": "backup", "epoch": 1, "batch": step - 1}), flush=True)
-    print("TFCLUSTER_EVENT " + json.dumps({"event": "progress", "step": step, "total": 300, "time": time.time()}),
+    print("TFCLUSTER_EVENT " + json.dumps({"event": "progress", "step": step, "total": 30000, "time": time.time()}),
           flush=True)
 print("DONE", step, flush=True)
 """
@@ -583,16 +584,20 @@ def test_idle_control_status_and_restart_of_stopped_vms(gcp_cli):
     assert status.returncode == 0 and len(fresh) == 2, status.stdout
     assert "unreachable" not in status.stdout
     # A run's budget (`train --budget`): after 20 steps the projection is over it, so the run backs up,
-    # stops, and exits 2 with one line.
+    # stops, and exits 2 with one line. The budget buys two minutes at the cluster's rate (its end time,
+    # which halts the VMs, is then well past the 20th step however slowly the run starts), and the
+    # run's 30000 steps of 20 ms are ten.
+    budget = round(rate * 120 / 3600, 4)
     steps = gcp_cli.state_dir.parent / "steps.py"
     steps.write_text(BUDGET_SCRIPT)
-    over = gcp_cli.run("train", "--script", str(steps), "--budget", "0.002", timeout=120)  # Over SSH, new addresses.
+    over = gcp_cli.run("train", "--script", str(steps), "--budget", str(budget), timeout=120)  # Over SSH, new addresses.
     lines = over.stderr.strip().splitlines()
     assert over.returncode == 2 and len(lines) == 1 and "STEPS 1" in over.stdout, over.stdout + over.stderr
     run_id = gcp_cli.latest_run()[1]["run_id"]
     assert re.fullmatch(
         rf"error: run {run_id} projected at \$[0-9.]+ at step (\d+) \(median step 0\.0\d+ s × \d+ steps left × "
-        rf"\${rate:.2f}/h \+ \$[0-9.]+ spent\) is over --budget \$0\.0020; the largest run that fits is \d+ "
+        rf"\${rate:.2f}/h \+ \$[0-9.]+ spent\) is over --budget {re.escape(usd(budget))}; the largest run that fits "
+        rf"is \d+ "
         rf"steps; the run is stopped after its next backup: `invoke train --resume {run_id}` continues it",
         lines[0]), lines[0]
     projected_at = int(re.search(r"at step (\d+)", lines[0]).group(1))
@@ -600,7 +605,7 @@ def test_idle_control_status_and_restart_of_stopped_vms(gcp_cli):
     # The budget's end time reached each VM's metadata for the run, and was cleared at its end.
     ends = {int(item["value"]) for r in gcp_cli.compute.state.requests if r["path"].endswith("/setMetadata")
             for item in (r["body"] or {}).get("items", []) if item["key"] == "tfcluster-budget-end" and item["value"]}
-    assert len(ends) == 1 and abs(ends.pop() - time.time() - 0.002 / rate * 3600) < 60, ends
+    assert len(ends) == 1 and abs(ends.pop() - time.time() - budget / rate * 3600) < 60, ends
     assert all(vm["metadata"]["tfcluster-budget-end"] == "" for vm in instances.values())
     # Its backup (in the chief's run folder) is from after the projection, for `train --resume` (which
     # tests/test_spot.py exercises on a run whose VM was preempted).
