@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO, events_of
+from tests.test_gcs_iam import BUCKET, bucket  # noqa: F401 (the bucket with terraform's grants: a fixture)
 from trainer.synthetic import CLASSES
 
 # What the run sets beside the defaults (see the module docstring).
@@ -222,3 +223,45 @@ def test_the_best_epoch_is_kept_and_patience_stops_the_run():
     for epoch in (1, 2):
         without.observe(model, epoch, None)
     assert without.epoch == 2 and without.weights is None
+
+
+# Vertex AI's custom training sets AIP_MODEL_DIR to a Cloud Storage folder ending in "/" (its
+# baseOutputDirectory + "model/"; "Prepare training code", Vertex AI docs), and imports a model from
+# there only with saved_model.pb at that folder's root.
+VERTEX_OUTPUT = "aiplatform-custom-training-2026-11-26-12:00:00.000"
+
+
+def test_export_under_a_vertex_style_aip_model_dir_on_cloud_storage(bucket, synthetic_data):
+    """The bundled trainer run as Vertex AI runs it (one process, its outputs in AIP_* gs:// folders),
+    with TensorFlow's own gs:// client against the world's Cloud Storage, as the VM's account with
+    terraform's grants: the SavedModel lands at AIP_MODEL_DIR's root and loads from there, nothing
+    temporary is left, and --export-base counts up from the highest version already there."""
+    from tests.test_gcs_iam import TOKEN
+    from tfcluster.backends.gcp import storage as gcs
+
+    client = gcs.client("demo-project")
+    client.bucket(BUCKET).blob("serving/shapes/1/saved_model.pb").upload_from_string(b"an earlier run's")
+    output = f"gs://{BUCKET}/{VERTEX_OUTPUT}/"
+    env = {"PATH": "/usr/bin:/bin", "CURL_CA_BUNDLE": str(bucket.ca), "GOOGLE_AUTH_TOKEN_FOR_TESTING": TOKEN,
+           "TF_CPP_MIN_LOG_LEVEL": "2", "GCS_REQUEST_CONNECTION_TIMEOUT_SECS": "10", "HOME": str(bucket.ca.parent),
+           "AIP_MODEL_DIR": output + "model/", "AIP_CHECKPOINT_DIR": output + "checkpoints/",
+           "AIP_TENSORBOARD_LOG_DIR": output + "logs/"}
+    load = (f"import tensorflow as tf; m = tf.saved_model.load({output + 'model/'!r}); "
+            "print('SERVED', m.signatures['serving_uint8'](images=tf.zeros((2, 40, 40, 3), tf.uint8))"
+            "['probabilities'].shape)")
+    for argv in (["-m", "trainer.task", "--data-dir", str(synthetic_data), "--epochs", "1", "--steps-per-epoch", "3",
+                  "--width", "4", "--depth", "1", "--export-base", f"gs://{BUCKET}/serving/shapes"], ["-c", load]):
+        result = subprocess.run([*bucket.prefix(), sys.executable, *argv], env=env, cwd=REPO, capture_output=True,
+                                text=True, timeout=600)
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert "SERVED (2, 4)" in result.stdout
+    model = sorted(b.name.removeprefix(f"{VERTEX_OUTPUT}/model/")
+                   for b in client.list_blobs(BUCKET, prefix=f"{VERTEX_OUTPUT}/model/"))
+    # "" and "variables/": the folder objects TensorFlow's gs:// client makes with its folders.
+    assert model == ["", "fingerprint.pb", "model.keras", "saved_model.pb", "variables/",
+                     "variables/variables.data-00000-of-00001", "variables/variables.index"], model
+    versions = sorted(b.name for b in client.list_blobs(BUCKET, prefix="serving/shapes/"))
+    assert versions == ["serving/shapes/1/saved_model.pb", "serving/shapes/2/", "serving/shapes/2/fingerprint.pb",
+                        "serving/shapes/2/saved_model.pb", "serving/shapes/2/variables/",
+                        "serving/shapes/2/variables/variables.data-00000-of-00001",
+                        "serving/shapes/2/variables/variables.index"], versions
