@@ -53,7 +53,13 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
                     if e["event"] == "strategy"][0]
         assert strategy["replicas_in_sync"] == 3 and strategy["num_workers"] == 3
         tasks.add((strategy["task_type"], strategy["task_id"]))
+        # 3 epochs read the 6 MB of records three times: each worker keeps its share in memory after
+        # the first pass (the 1-worker run's 6 steps read less than one pass: nothing to cache).
+        assert strategy["cache"] is True and strategy["precision"] == "float32"
     assert tasks == {("chief", 0), ("worker", 0), ("worker", 1)}
+    assert "precision float32 (auto: no GPU), XLA off, 1 step(s) per execution, training data cached in memory" \
+        in result.stdout
+    assert [e for e in events_of((one_dir / "worker-0.log").read_text()) if e["event"] == "strategy"][0]["cache"] is False
 
     # Only the chief's output directory holds the model, the SavedModel at its root (AIP_MODEL_DIR's,
     # as Vertex AI reads it); non-chief scratch dirs are gone.
