@@ -37,6 +37,14 @@ resource "google_compute_instance" "worker" {
     max_run_duration {
       seconds = var.budget_run_seconds > 0 ? min(var.budget_run_seconds, var.max_run_hours * 3600) : var.max_run_hours * 3600
     }
+    # A stop of a VM with Local SSD must say what becomes of it (instances.stop discardLocalSsd is
+    # "required if the instance has any attached Local SSD disks"); the deadline's stop discards it.
+    dynamic "on_instance_stop_action" {
+      for_each = local.local_ssd && var.termination_action == "STOP" ? [1] : []
+      content {
+        discard_local_ssd = true
+      }
+    }
   }
 
   shielded_instance_config {
@@ -81,7 +89,7 @@ resource "google_compute_instance" "worker" {
   lifecycle {
     # `invoke up` writes a new nonce before each start, `invoke idle` changes the watchdog
     # settings and `invoke train` hands it the run's stall limit and --then through the Compute
-    # API; none of it is drift for Terraform to undo.
+    # API; none of it is drift for Terraform to undo. Nor are bundled Local SSDs (below).
     ignore_changes = [
       metadata["tfcluster-boot-nonce"],
       metadata["tfcluster-idle-minutes"],
@@ -89,6 +97,9 @@ resource "google_compute_instance" "worker" {
       metadata["tfcluster-stall-minutes"],
       metadata["tfcluster-then-stop"],
       metadata["tfcluster-budget-end"],
+      # Compute attaches a type's bundled Local SSD itself; read back, it is not drift that would
+      # replace the VM (cloud-foundation-fabric#4148, terraform-provider-google#19648).
+      scratch_disk,
     ]
   }
 

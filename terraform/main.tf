@@ -19,6 +19,8 @@ locals {
   on_host_maintenance = (local.has_gpu || var.spot) ? "TERMINATE" : "MIGRATE"
   # SPOT VMs may not restart automatically; standard ones come back after a host error.
   automatic_restart = !var.spot
+  # Types with bundled Local SSD (A3 High, A2 Ultra): a stop at the deadline must discard it.
+  local_ssd = try(local.gpu_table.machine_types[var.machine_type].local_ssd_gb, 0) > 0
 
   startup_script  = file(var.startup_script != "" ? var.startup_script : "${path.module}/../startup/startup.sh")
   watchdog_script = file(var.watchdog_script != "" ? var.watchdog_script : "${path.module}/../startup/watchdog.py")

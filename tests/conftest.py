@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import pty
+import re
+import select
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,6 +22,9 @@ sys.path.insert(0, str(REPO))
 from tests import labnet  # noqa: E402
 
 labnet.claim()  # Before any lab module reads it: this process's own network number.
+# The per-user state folder (tfcluster/config.py user_state_dir) of everything this suite starts that
+# does not name its own: one of this test process, never the machine's user's, nor another suite's.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="tfcluster-tests-state-")
 
 from tfcluster.backends.local import processes_with_env  # noqa: E402
 
@@ -71,12 +78,13 @@ class Cli:
         self.prefix = world.prefix()
         self.env.update(world.env())
 
-    def argv(self, *args: str) -> list[str]:
-        return [*self.prefix, sys.executable, "-m", "invoke", *args]
+    def argv(self, *args: str, python_flags: tuple[str, ...] = ()) -> list[str]:
+        return [*self.prefix, sys.executable, *python_flags, "-m", "invoke", *args]
 
-    def run(self, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(*args), cwd=REPO, env=self.env, capture_output=True,
-                              text=True, timeout=timeout)
+    def run(self, *args: str, timeout: float = 300, python_flags: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+        """``python_flags``: for the CLI's own interpreter only (`-X importtime`), not its children."""
+        return subprocess.run(self.argv(*args, python_flags=python_flags), cwd=REPO, env=self.env,
+                              capture_output=True, text=True, timeout=timeout)
 
     def popen(self, *args: str) -> subprocess.Popen:
         return subprocess.Popen(self.argv(*args), cwd=REPO, env=self.env, stdout=subprocess.PIPE,
@@ -109,6 +117,66 @@ def cli(tmp_path, synthetic_data):
             os.kill(pid, signal.SIGKILL)
 
 
+def stop_while_attached(cli, launcher, *command: str) -> tuple[str, str, bool, int]:
+    """Run ``command`` (`stop` or `down`) from a second shell while ``launcher`` is attached; returns its
+    output, the launcher's, whether the launcher had exited when the command printed its ✓, and the
+    command's pid."""
+    stopper = cli.popen(*command)
+    exited_at_tick = None
+    lines = []
+    for line in stopper.stdout:
+        lines.append(line)
+        if "✓" in line and exited_at_tick is None:
+            exited_at_tick = launcher.poll() is not None
+    stopper.wait(timeout=120)
+    output, _ = launcher.communicate(timeout=60)
+    assert stopper.returncode == 0, "".join(lines)
+    return "".join(lines), output, bool(exited_at_tick), stopper.pid
+
+
+def assert_stopped_by(output: str, run_id: str, command: str, pid: int, retried_before: int = 0) -> None:
+    """The launcher's last line names who stopped the run, and nothing was retried after the stop
+    (``retried_before``: the retries the test caused itself before it)."""
+    assert output.count("↻ Retrying") == retried_before, output[-3000:]
+    assert re.fullmatch(rf"error: run {run_id} was stopped by `invoke {command}` \(pid {pid}, at \d\d:\d\d:\d\d\); "
+                        "it is not retried, and no worker is left running", output.strip().splitlines()[-1]), \
+        output[-3000:]
+
+
+def run_on_terminal(argv: list[str], env: dict, on_output=lambda screen: None, timeout: float = 300) -> tuple[int, str]:
+    """Run ``argv`` on a pseudo-terminal, as from a user's shell (rich draws its live lines, prompts ask);
+    ``on_output(screen so far)`` may return bytes to type. Returns the exit code and the screen."""
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(argv, cwd=REPO, env={**env, "TERM": "xterm"}, stdin=terminal, stdout=terminal,
+                               stderr=terminal, start_new_session=True)
+    os.close(terminal)
+    screen, deadline = b"", time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([controller], [], [], 1)
+            if not ready:
+                if process.poll() is not None:
+                    break
+                continue
+            try:
+                chunk = os.read(controller, 65536)
+            except OSError:  # The terminal closed: the process exited.
+                break
+            if not chunk:
+                break
+            screen += chunk
+            typed = on_output(screen)
+            if typed:
+                os.write(controller, typed)
+        code = process.wait(timeout=max(1, deadline - time.monotonic()))
+        return code, re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen.decode(errors="replace"))  # Colours, cursor moves.
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=10)
+        os.close(controller)
+
+
 def events_of(log_text: str) -> list[dict]:
     from trainer import events
 
@@ -126,3 +194,18 @@ def world(tmp_path, monkeypatch):
     with google.resolving():
         yield google
     google.close()
+
+
+@pytest.fixture(autouse=True)
+def _world_keeps_to_google(request):
+    """A test fails when a stand-in saw a request, or gave an answer, outside Google's discovery
+    documents (tests/world/discovery.py): the world has invented something, or the product sent
+    what Google refuses, whatever the product then made of it. A test that plants one reads it
+    with ``discovery.take_violations()`` first."""
+    from tests.world import discovery
+
+    discovery.take_violations()  # What a previous test's background threads left.
+    yield
+    found = discovery.take_violations()
+    if found:
+        pytest.fail("the world left Google's description:\n  " + "\n  ".join(found[:20]), pytrace=False)

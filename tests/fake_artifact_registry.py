@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+from tests.world import discovery
 from tests.world.http import send_json
 
 REPOSITORY = r"/v1/(?P<repo>projects/(?P<project>[^/]+)/locations/[^/]+/repositories/[^/]+)"
@@ -141,9 +142,11 @@ class FakeArtifactRegistryServer:
                         else:
                             state_ref.repositories.pop(name, None)
                     code, payload = 200, {"existed": existed}
-                else:
-                    code, payload = route(state_ref, self.command, parsed.path, parse_qs(parsed.query),
-                                          json.loads(raw) if raw else None)
+                else:  # Under artifactregistry.v1's discovery document (tests/world/discovery.py).
+                    query, body = parse_qs(parsed.query), json.loads(raw) if raw else None
+                    code, payload = discovery.serve(
+                        "artifactregistry.v1", self.command, parsed.path, query, body,
+                        lambda call: route(state_ref, self.command, parsed.path, query, body))
                 send_json(self, code, payload)
 
             do_GET = do_POST = do_DELETE = _serve

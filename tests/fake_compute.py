@@ -56,7 +56,7 @@ from urllib.parse import parse_qs, urlparse
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 
-from tests.world import compute_auth, compute_resources, iam_api  # noqa: E402
+from tests.world import compute_auth, compute_resources, discovery, iam_api  # noqa: E402
 from tests.world import images as world_images  # noqa: E402
 from tests.world import quotas as world_quotas  # noqa: E402
 from tests.world.http import send_json  # noqa: E402
@@ -126,6 +126,10 @@ class FakeCompute:
     # IAM (tests/world/iam_api.py): email -> service account; custom role name -> permissions;
     # ids of deleted custom roles, reserved.
     service_accounts: dict = field(default_factory=dict)
+    # IAM's eventual consistency: seconds after projects.serviceAccounts.create before IAM's reads
+    # and Compute see the new account (tests/world/iam_api.py); email -> that moment (monotonic).
+    iam_delay_seconds: float = 0.0
+    account_visible_at: dict = field(default_factory=dict)
     custom_roles: dict = field(default_factory=dict)
     deleted_roles: set = field(default_factory=set)
     # Images, "project/name" -> image (tests/world/images.py): the Deep Learning VM families.
@@ -161,7 +165,14 @@ def _instance_json(state: FakeCompute, name: str, zone: str) -> dict:
         scheduling["maxRunDuration"] = {"seconds": str(instance["max_run_seconds"])}
     if instance.get("termination_action"):
         scheduling["instanceTerminationAction"] = instance["termination_action"]
-    return {"kind": "compute#instance", "name": name, "status": instance["status"],
+    machine = {"machineType": instance["body"]["machineType"]} if (instance.get("body") or {}).get("machineType") else {}
+    if machine:  # The boot disk, and the Local SSD Compute attaches to a type that bundles it (375 GB each).
+        machine["disks"] = [{"kind": "compute#attachedDisk", "type": "PERSISTENT", "boot": True, "autoDelete": True,
+                             "deviceName": "persistent-disk-0", "interface": "SCSI", "mode": "READ_WRITE"}] + [
+            {"kind": "compute#attachedDisk", "type": "SCRATCH", "autoDelete": True, "deviceName": f"local-ssd-{i}",
+             "interface": "NVME", "mode": "READ_WRITE", "diskSizeGb": "375"}
+            for i in range(world_quotas.LOCAL_SSD.get(machine["machineType"].rsplit("/", 1)[-1], 0) // 375)]
+    return {"kind": "compute#instance", "name": name, "status": instance["status"], **machine,
             "labels": instance.get("labels", {}), "zone": f"projects/{state.project}/zones/{zone}",
             "creationTimestamp": instance.get("created", "2026-11-22T05:00:00.000-08:00"),
             "lastStartTimestamp": instance.get("started", "2026-11-22T05:00:00.000-08:00"),
@@ -240,6 +251,14 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
     refused = compute_auth.check(state, method, path, headers)
     if refused:
         return refused
+    # Each request under its API's discovery document (tests/world/discovery.py): this server
+    # also plays iam.googleapis.com (/v1/projects/...).
+    document = "iam.v1" if path.startswith("/v1/") else "compute.v1"
+    return discovery.serve(document, method, path, query, body,
+                           lambda call: _answer(state, method, path, query, body))
+
+
+def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict | None) -> tuple[int, dict]:
     served = iam_api.route(state, method, path, body, query)
     if served is not None:
         return served
@@ -355,6 +374,13 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
                 # instances/stop: "Stops a running instance, shutting it down cleanly"; STOPPING until the
                 # operation is DONE, then TERMINATED (https://cloud.google.com/compute/docs/instances/
                 # instance-life-cycle). Stopping a VM that is not running is a no-op operation.
+                machine = ((instance.get("body") or {}).get("machineType") or "").rsplit("/", 1)[-1]
+                if machine in world_quotas.LOCAL_SSD and "discardLocalSsd" not in query:
+                    # "This property is required if the instance has any attached Local SSD disks"
+                    # (compute.v1.json instances.stop); Google's words, skypilot-org/skypilot#2586.
+                    return _error(400, "VM has a Local SSD attached but an undefined value for `discard-local-ssd`. "
+                                       "If using gcloud, please add `--discard-local-ssd=false` or "
+                                       "`--discard-local-ssd=true` to your command.", "badRequest")
                 if instance["status"] == "RUNNING":
                     instance["status"] = "STOPPING"
                     return 200, new_operation(state, match["project"], match["zone"], "stop", match["name"],

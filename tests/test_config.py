@@ -3,7 +3,7 @@
 import pytest
 from invoke import Config, Exit, MockContext
 
-import tasks
+from tfcluster import cli as tasks  # The tasks (tasks.py re-exports them for `invoke`).
 from tfcluster import config
 from tfcluster.errors import ConfigError
 

@@ -77,8 +77,9 @@ CPP_IN_CONSOLE = re.compile(r"│ ([IWEF]\d{4} [\d:.]+ +\d+ \S+:\d+\]|WARNING: A
 
 
 def assert_console_folds_tensorflow_noise_and_logs_keep_it(cli, console: str, workers: int) -> None:
-    """The quick start's console shows no TensorFlow C++ line, one folded line per worker, and
-    `invoke logs` keeps every folded line (tests/test_e2e_local.py runs the quick start)."""
+    """The quick start's console shows no TensorFlow C++ line, one folded line per worker; `invoke logs`
+    shows what `train` showed, and `invoke logs --raw` every folded line and every event (tests/
+    test_e2e_local.py runs the quick start)."""
     assert CPP_IN_CONSOLE.search(console) is None, console
     folded = re.findall(r"^(worker-\d) +│ TensorFlow started, CPU only \((\d+) start-up lines in the log\)$",
                         console, re.M)
@@ -86,8 +87,33 @@ def assert_console_folds_tensorflow_noise_and_logs_keep_it(cli, console: str, wo
     assert f"{workers} replicas in sync" in console and "validation accuracy" in console
 
     logs = cli.run("logs").stdout
+    assert CPP_IN_CONSOLE.search(logs) is None and "TFCLUSTER_EVENT" not in logs, logs[-3000:]
+    assert re.findall(r"^(worker-\d) +│ TensorFlow started, CPU only", logs, re.M) == [name for name, _ in sorted(folded)]
+    epochs = re.findall(r"^worker-0 +│ epoch \d/\d  .*$", console, re.M)
+    assert epochs and re.findall(r"^worker-0 +│ epoch \d/\d  .*$", logs, re.M) == epochs, (epochs, logs[-3000:])
+    raw = cli.run("logs", "--raw").stdout
+    assert raw.count("TFCLUSTER_EVENT") > 10
     for worker, count in folded:
-        lines = re.findall(rf"^{worker} +│ (.*)$", logs, re.M)
+        lines = re.findall(rf"^{worker} +│ (.*)$", raw, re.M)
         noise = [line for line in lines if CPP_IN_CONSOLE.search("│ " + line) or line.startswith("/job:")]
         assert any("failed call to cuInit" in line for line in noise), (worker, lines)
         assert len(noise) >= int(count) > 5  # Every folded line is in the log.
+
+
+def test_a_table_never_breaks_a_path_and_still_wraps_prose(monkeypatch):
+    """On a narrow terminal a table is drawn as wide as its longest word (the terminal wraps the line
+    as it is, and a copy gives the whole path); text with spaces wraps at them."""
+    from tfcluster import ui
+
+    monkeypatch.setattr(ui.console, "width", 60)
+    path = "/home/me/.local/state/tfcluster/runs/default/default-20261126-114538-f173/output/model/model.keras"
+    table = ui.table("Run default-20261126-114538-f173: succeeded", ["", ""])
+    table.add_row("model", path)
+    table.add_row("cost", "0.01 VM-hours, 0.00 stopped-disk hours (own hosts: no prices), and enough more words "
+                          "to be longer than the path, so they wrap")
+    with ui.console.capture() as captured:
+        ui.show(table)
+    lines = captured.get().splitlines()
+    assert any(path in line for line in lines), lines
+    assert max(len(line) for line in lines) == len(path) + len("│ model │  │"), lines  # As wide as the path needs.
+    assert not any("so they wrap" in line for line in lines if "0.01 VM-hours" in line), lines  # The prose wrapped.

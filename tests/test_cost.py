@@ -40,9 +40,11 @@ def _stamp(text: str) -> float:
     return datetime.fromisoformat(text).timestamp()
 
 
-def per_vm(rates: pricing.Rates, gpu: str = "nvidia-tesla-t4") -> float:
-    """n1-standard-8 (8 vCPU, 30 GiB) + 1 GPU + 100 GB pd-balanced at the table's $0.10/GB-month."""
-    return 8 * rates.vcpu_hour + 30 * rates.memory_gib_hour + rates.gpu_hour[gpu] + 100 * 0.10 / 730
+def per_vm(rates: pricing.Rates, gpu: str = "nvidia-tesla-t4", spot: bool = False) -> float:
+    """n1-standard-8 (8 vCPU, 30 GiB) + 1 GPU + 100 GB pd-balanced at the table's $0.10/GB-month + its
+    external IPv4 address in use ($0.005 an hour, $0.0025 on a Spot VM: cloud.google.com/vpc/network-pricing)."""
+    return (8 * rates.vcpu_hour + 30 * rates.memory_gib_hour + rates.gpu_hour[gpu] + 100 * 0.10 / 730
+            + (0.0025 if spot else 0.005))
 
 
 def test_sku_matching_takes_the_region_and_usage_type_and_leaves_look_alikes():
@@ -127,7 +129,7 @@ def test_quote_uses_the_catalog_once_a_day_and_the_table_when_it_cannot(world, t
     assert fallback.date == table["date"] and "catalog unavailable: the cloudbilling.googleapis.com API" in fallback.source
     on_demand, spot = cost.table_rates(table)
     assert fallback.on_demand.per_vm == pytest.approx(per_vm(on_demand))
-    assert fallback.spot.per_vm == pytest.approx(per_vm(spot)) and fallback.in_use == fallback.spot
+    assert fallback.spot.per_vm == pytest.approx(per_vm(spot, spot=True)) and fallback.in_use == fallback.spot
     # The failure is remembered for an hour: no new request.
     mark = len(catalog.requests)
     assert "catalog unavailable" in cost.quote(*args, spot=True, cache_dir=tmp_path).source
@@ -138,7 +140,7 @@ def test_quote_uses_the_catalog_once_a_day_and_the_table_when_it_cannot(world, t
     read = cost.quote(*args, spot=False, cache_dir=tmp_path)
     assert read.date == TODAY and read.source.startswith("Cloud Billing Catalog, read now for us-west1")
     assert read.on_demand.per_vm == pytest.approx(per_vm(ON_DEMAND))
-    assert read.spot.per_vm == pytest.approx(per_vm(SPOT))
+    assert read.spot.per_vm == pytest.approx(per_vm(SPOT, spot=True))
     assert read.on_demand.total == pytest.approx(3 * read.on_demand.per_vm) and read.in_use == read.on_demand
     assert read.spot.disk == read.on_demand.disk  # The disk bills the same either way.
     lines = read.lines()
@@ -159,9 +161,9 @@ def test_up_and_status_show_spot_next_to_on_demand_and_the_ledger_equals_compute
     gcp_cli.env["INVOKE_TFCLUSTER_SPOT"] = "true"
     up = gcp_cli.run("up", timeout=180)
     assert up.returncode == 0, up.stdout + up.stderr
-    od, spot = per_vm(ON_DEMAND), per_vm(SPOT)
+    od, spot = per_vm(ON_DEMAND), per_vm(SPOT, spot=True)
     assert (f"cost: on-demand: ${2 * od:.2f}/hour for 2 VM(s) (${od:.2f} per VM: VM "
-            f"${8 * 0.0332 + 30 * 0.00445:.2f} + GPU $0.36 + disk $0.014)") in up.stdout, up.stdout
+            f"${8 * 0.0332 + 30 * 0.00445:.2f} + GPU $0.36 + disk $0.014 + IP $0.005)") in up.stdout, up.stdout
     assert f"cost: SPOT (in use): ${2 * spot:.2f}/hour for 2 VM(s) (${spot:.2f} per VM: " in up.stdout
     assert f"prices of {TODAY}: Cloud Billing Catalog, read now for us-west1" in up.stdout
 
@@ -216,25 +218,38 @@ def test_up_and_status_show_spot_next_to_on_demand_and_the_ledger_equals_compute
     deleted = {entry["json"]["targetLink"].rsplit("/", 1)[-1]: _stamp(entry["json"]["endTime"])
                for entry in state.operations.values() if entry["json"]["operationType"] == "delete"}
 
-    # Compute's timestamps x the prices in use: the table's Spot rates, named.
+    # Compute's timestamps x the prices in force then: the catalog's Spot rates until the first `status`
+    # that fell back to the table, the table's Spot rates from then on; each start bills at least a minute.
     on_demand_rates, spot_rates = cost.table_rates(table)
-    vm, gpu = 8 * spot_rates.vcpu_hour + 30 * spot_rates.memory_gib_hour, spot_rates.gpu_hour["nvidia-tesla-t4"]
     disk = 100 * table["pd_balanced_gib_month"] / 730
-    running = {"default-0": deleted["default-0"] - started["default-0"][0],
-               "default-1": (stopped - started["default-1"][0]) + (deleted["default-1"] - started["default-1"][1])}
+    table_spot = per_vm(spot_rates, spot=True)
+    history = book.price_history()
+    assert [round(ledger.running_rate(p.in_use), 6) for p in history] == pytest.approx([spot, table_spot], abs=1e-6)
+    switch = history[1].at  # When the ledger saw the table's prices in use.
+    spells = {"default-0": [(started["default-0"][0], deleted["default-0"])],
+              "default-1": [(started["default-1"][0], stopped), (started["default-1"][1], deleted["default-1"])]}
+    spells = {name: [(a, max(b, a + 60)) for a, b in found] for name, found in spells.items()}
+    running = {name: sum(b - a for a, b in found) for name, found in spells.items()}
     idle = started["default-1"][1] - stopped
-    expected = sum(running.values()) / 3600 * (vm + gpu + disk) + idle / 3600 * disk
-    od = (8 * on_demand_rates.vcpu_hour + 30 * on_demand_rates.memory_gib_hour + on_demand_rates.gpu_hour["nvidia-tesla-t4"])
+
+    def priced(a: float, b: float, before: float, after: float) -> float:
+        return (max(0.0, min(b, switch) - a) * before + max(0.0, b - max(a, switch)) * after) / 3600
+
+    expected = (sum(priced(a, b, spot, table_spot) for found in spells.values() for a, b in found)
+                + priced(stopped, started["default-1"][1], disk, disk))
     figures = ledger.Ledger(gcp_cli.state_dir, "default").figures()
     assert {name: hours * 3600 for name, hours in figures.per_instance.items()} == pytest.approx(running, abs=1e-3)
     assert figures.stopped_disk_hours * 3600 == pytest.approx(idle, abs=1e-3)
     assert figures.cost_usd - figures.storage_usd == pytest.approx(expected, abs=1e-9) and not figures.open
+    od_catalog, od_table = per_vm(ON_DEMAND), per_vm(on_demand_rates)
     samples = book.storage()
     held = [(a.at, b.at) for a, b in zip(samples, samples[1:]) if a.bucket_bytes == 2**20]
     assert samples[-1].bucket_bytes == 0 and len(held) == 1  # From the second `up` to `down`.
     assert figures.bucket_gib_hours == pytest.approx(sum(b - a for a, b in held) / 3600 / 2**10)
     assert figures.storage_usd == pytest.approx(figures.bucket_gib_hours * table["standard_storage_gib_month"] / 730)
-    assert figures.spot_saving_usd == pytest.approx(sum(running.values()) / 3600 * (od - vm - gpu), abs=1e-9)
+    assert figures.spot_saving_usd == pytest.approx(
+        sum(priced(a, b, od_catalog - spot, od_table - table_spot) for found in spells.values() for a, b in found),
+        abs=1e-9)
     assert f"final cost of cluster default: ${expected + figures.storage_usd:.2f} (" in down.stdout, down.stdout
     assert f"prices of {table['date']}: tfcluster's table" in down.stdout
     assert sorted((e.instance, e.kind, e.source) for e in book.events() if e != planted) == [
@@ -345,3 +360,80 @@ def test_compute_timestamps_become_events_once_each_with_their_source():
     wrong = first + later + [Event(950.0, "b", "start", ledger.OBSERVED)]
     [line] = ledger_events.disagreements(wrong, seen)
     assert line.startswith("b: the ledger's last start is ") and "Compute's lastStartTimestamp" in line
+
+
+def prices_at(at: float, vm: float, live: bool = True, spot_vm: float | None = None) -> Prices:
+    """One machine's rates from ``at``: ``vm`` USD an hour on-demand (all of it the VM's)."""
+    zero = {"gpu": 0.0, "disk": 0.0, "ip": 0.0, "ssd": 0.0}
+    return Prices(at=at, on_demand={"vm": vm, **zero}, spot={"vm": vm if spot_vm is None else spot_vm, **zero},
+                  spot_in_use=spot_vm is not None, gpu_count=0, workers=1, date="2026-11-26",
+                  source="Cloud Billing Catalog" if live else "tfcluster's table", live=live)
+
+
+def test_each_spell_is_priced_with_the_prices_in_force_then_and_a_reused_name_keeps_its_figures(tmp_path):
+    """Google: "You pay the Spot price that is in effect when your instances are running"."""
+    from tfcluster.commands import spend
+
+    book = ledger.Ledger(tmp_path, "c")
+    book.note_cluster(0.0)
+    book.note_prices(prices_at(0.0, 2.0))  # Prices A for the first hour...
+    book.append([Event(0.0, "c-0", "start", ledger.OWN)])
+    book.note_prices(prices_at(1 * H, 5.0))  # ...then B for the second.
+    book.append([Event(2 * H, "c-0", "delete", ledger.OWN)])
+    assert book.figures(now=3 * H).cost_usd == pytest.approx(2.0 + 5.0)
+    first = ledger.cluster_spent_usd(tmp_path, "c", now=3 * H, since=0.0)
+    # A later cluster of the same name, at new prices: the first one's figures do not move.
+    book.note_cluster(10 * H)
+    book.note_prices(prices_at(10 * H, 9.0))
+    book.append([Event(10 * H, "c-0", "start", ledger.OWN), Event(11 * H, "c-0", "delete", ledger.OWN)])
+    assert book.figures(end=10 * H, now=12 * H).cost_usd == pytest.approx(first) == pytest.approx(7.0)
+    assert ledger.cluster_spent_usd(tmp_path, "c", now=12 * H, since=10 * H) == pytest.approx(9.0)
+    assert [figures for figures in (spend.cluster_figures(tmp_path, "c", 12 * H, since, until).cost_usd
+                                    for since, until in spend.generations(book))] == pytest.approx([7.0, 9.0])
+    # Each start bills at least a minute: a VM stopped 10 s after its start costs 60 s.
+    short = ledger.Ledger(tmp_path, "s")
+    short.note_prices(prices_at(0.0, 3.6))
+    short.append([Event(0.0, "s-0", "start", ledger.OWN), Event(10.0, "s-0", "stop", ledger.OWN)])
+    assert short.figures(now=H).cost_usd == pytest.approx(3.6 * 60 / H)
+    # A budget without live prices holds Spot to the on-demand rate.
+    spot = ledger.Ledger(tmp_path, "spot")
+    spot.note_prices(prices_at(0.0, 4.0, live=False, spot_vm=1.0))
+    spot.append([Event(0.0, "p-0", "start", ledger.OWN), Event(H, "p-0", "delete", ledger.OWN)])
+    assert ledger.cluster_spent_usd(tmp_path, "spot", now=2 * H) == pytest.approx(1.0)
+    assert ledger.cluster_spent_usd(tmp_path, "spot", now=2 * H, for_budget=True) == pytest.approx(4.0)
+
+
+def test_without_the_catalog_a_budget_holds_spot_to_on_demand_and_refuses_other_regions(world, tmp_path):
+    from tfcluster.backends.gcp import budget
+    from tfcluster.errors import ConfigError
+
+    table = json.loads(cost.PRICES.read_text())
+    said = []
+    central = cost.quote("demo-project", "us-central1-a", "n1-standard-8", "nvidia-tesla-t4", 1, 100, 2, spot=True,
+                         cache_dir=tmp_path)
+    assert not central.live and central.in_use == central.spot
+    assert budget.budget_rate(central, said.append) == central.on_demand.total
+    assert said == [f"--budget: Spot VMs are held to the on-demand rate (${central.on_demand.total:.2f}/hour): without "
+                    "the live catalog the day's Spot price is unknown"]
+    # us-west1 shares us-central1's list prices (the catalog's "Americas" SKUs); the Netherlands do not.
+    west = cost.quote("demo-project", "us-west1-b", "n1-standard-8", "nvidia-tesla-t4", 1, 100, 2, spot=False,
+                      cache_dir=tmp_path)
+    assert budget.budget_rate(west, said.append) == west.on_demand.total
+    europe = cost.quote("demo-project", "europe-west4-a", "n1-standard-8", "nvidia-tesla-t4", 1, 100, 2, spot=True,
+                        cache_dir=tmp_path)
+    with pytest.raises(ConfigError, match=r"^--budget needs live prices for europe-west4: tfcluster's table holds the "
+                                          r"list prices of us-central1, us-east1, us-west1 only"):
+        budget.budget_rate(europe, said.append)
+    # The external IPv4 address and bundled Local SSD are priced (prices.json), Spot's address at its rate.
+    assert west.on_demand.ip == table["external_ip_hour"]["standard"] and west.spot.ip == table["external_ip_hour"]["spot"]
+    a3 = cost.quote("demo-project", "us-central1-a", "a3-highgpu-8g", "nvidia-h100-80gb", 8, 100, 1, spot=False,
+                    cache_dir=tmp_path)
+    assert a3.on_demand.ssd == pytest.approx(6000 * table["local_ssd_gib_month"] / 730)
+    assert "+ Local SSD $" in a3.lines()[0]
+    # The live catalog answers: the region's own prices, and Spot as the catalog has it.
+    world.billing.catalog.disabled_projects.clear()
+    for path in tmp_path.glob("prices-*.json"):
+        path.unlink()
+    live = cost.quote("demo-project", "us-west1-b", "n1-standard-8", "nvidia-tesla-t4", 1, 100, 2, spot=True,
+                      cache_dir=tmp_path)
+    assert live.live and budget.budget_rate(live) == live.spot.total

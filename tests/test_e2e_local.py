@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import events_of, wait_for
+from tests.conftest import assert_stopped_by, events_of, run_on_terminal, stop_while_attached, wait_for
 from tests.test_console import assert_console_folds_tensorflow_noise_and_logs_keep_it
 from tests.test_throughput import check_run_speed, install_fake_nvidia_smi, tensorboard_scalars
 from tfcluster.backends.local import processes_with_env
@@ -36,8 +36,16 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
     one = cli.run("train", "--workers", "1", "--", "--epochs", "1", "--steps-per-epoch", "6")
     assert one.returncode == 0, one.stdout + one.stderr
     one_dir, one_run = cli.latest_run()
-    result = cli.run("train", "--workers", "3", "--", "--epochs", "3")
+    # The launcher's own imports, as Python reports each (-X importtime, on its stderr).
+    result = cli.run("train", "--workers", "3", "--", "--epochs", "3", python_flags=("-X", "importtime"))
     assert result.returncode == 0, result.stdout + result.stderr
+    imported = [line.rsplit("|", 1)[1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")]
+    assert "tfcluster.throughput" in imported and "rich" in imported, result.stderr[-2000:]
+    assert not [name for name in imported if name.split(".")[0] in ("tensorflow", "tensorboard", "keras", "tf_keras")]
+    # So nothing of TensorFlow's C++ logging comes from the launcher itself (workers' lines are folded).
+    own = [line for line in (result.stdout + result.stderr).splitlines()
+           if not line.startswith("import time:") and not re.match(r"worker-\d +│", line)]
+    assert not [line for line in own if "absl" in line or re.match(r"[IWEF]\d{4} ", line)], own
     run_dir, run = cli.latest_run()
     summary = run["summary"]
     assert run["outcome"] == "succeeded"
@@ -45,6 +53,12 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
     assert summary["last_epoch"] == 3
     assert "replicas in sync" in result.stdout and "validation accuracy" in result.stdout
     assert_console_folds_tensorflow_noise_and_logs_keep_it(cli, result.stdout, workers=3)
+    # Without a terminal, the progress is one line per epoch: its metrics, the speed, the time left.
+    ends = re.findall(r"^worker-0 +│ epoch (\d)/3  accuracy .* · \d[\d,]* images/s · ETA (\d+)m(\d\d)s$", result.stdout,
+                      re.M)
+    assert [int(epoch) for epoch, _, _ in ends] == [1, 2, 3], result.stdout[-4000:]
+    left = [int(minutes) * 60 + int(seconds) for _, minutes, seconds in ends]
+    assert left[0] >= left[1] >= left[2] == 0 and left[0] > 0, left
 
     # Every worker joined the same 3-replica collective, each as its own task.
     tasks = set()
@@ -212,12 +226,13 @@ def test_killed_worker_fails_fast_then_retries_resume(cli):
 USER_SCRIPT = """
 import json, os, sys
 import tensorflow as tf
+folders = [os.path.isdir(os.environ[key]) for key in ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR")]
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
 task = json.loads(os.environ["TF_CONFIG"])["task"]
-print("USER", task["type"], task["index"], strategy.num_replicas_in_sync, sys.argv[1:], flush=True)
-if task["type"] == "chief":
-    os.makedirs(os.environ["AIP_MODEL_DIR"], exist_ok=True)
+print("USER", task["type"], task["index"], strategy.num_replicas_in_sync, sys.argv[1:], "folders", folders, flush=True)
+if task["type"] == "chief":  # As on Vertex AI: save into AIP_MODEL_DIR, which exists.
     open(os.path.join(os.environ["AIP_MODEL_DIR"], "marker"), "w").write("chief")
+    tf.saved_model.save(tf.Module(), os.environ["AIP_MODEL_DIR"])
 """
 
 
@@ -227,11 +242,15 @@ def test_user_script_gets_tf_config_and_arguments(cli, tmp_path):
     assert cli.run("up", "--workers", "2").returncode == 0
     result = cli.run("train", "--script", str(script), "--", "--lr", "0.1")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "USER chief 0 2 ['--lr', '0.1']" in result.stdout
-    assert "USER worker 0 2 ['--lr', '0.1']" in result.stdout
+    # Each found AIP_MODEL_DIR and its siblings made before it started.
+    assert "USER chief 0 2 ['--lr', '0.1'] folders [True, True, True]" in result.stdout
+    assert "USER worker 0 2 ['--lr', '0.1'] folders [True, True, True]" in result.stdout
     run_dir, run = cli.latest_run()
     assert (run_dir / "output" / "model" / "marker").read_text() == "chief"
     assert "n/a" in result.stdout  # No trainer events: the summary says what it does not know.
+    # But it finds the model the script saved (no event names it).
+    model = str(run_dir / "output" / "model")
+    assert run["summary"]["saved_model_path"] == model and re.search(rf"│ model +│ {re.escape(model)} +│", result.stdout)
 
 
 SLEEPER = """
@@ -277,13 +296,21 @@ def test_ctrl_c_stops_every_worker(cli, sleeper):
     assert json.loads((run_dir / "run.json").read_text())["outcome"] == "stopped"
 
 
-def test_job_outlives_the_launcher_and_logs_follow_reattaches(cli, sleeper):
+def test_a_detached_run_outlives_its_launcher_and_logs_follow_reattaches(cli, sleeper):
+    """`train --detach` starts the run and returns at once (the laptop may go); `status` and
+    `logs --follow` from any shell watch it to its end. (test_ssh_backend kills an attached launcher.)"""
     cli.env["SLEEP"] = "4"
     assert cli.run("up", "--workers", "2").returncode == 0
-    launcher = cli.popen("train", "--script", str(sleeper))
+    refused = cli.run("train", "--detach", "--retries", "1", "--script", str(sleeper))
+    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
+        "error: --retries needs the launcher attached (it restarts the workers after a failure); drop --detach, "
+        "or --retries"], refused.stderr
+    started = time.monotonic()
+    detached = cli.run("train", "--detach", "--script", str(sleeper))
+    assert detached.returncode == 0 and time.monotonic() - started < 30, detached.stdout + detached.stderr
+    run_id = cli.latest_run()[1]["run_id"]
+    assert f"✓ Run {run_id} started on 2 worker(s), detached. Follow it with `invoke logs --follow`" in detached.stdout
     wait_for(lambda: len(_cluster_processes(cli)) >= 2, 30, what="workers running")
-    launcher.kill()  # The laptop goes away; the job does not.
-    launcher.wait(timeout=10)
     assert "running" in cli.run("status").stdout
     follow = cli.run("logs", "--follow", timeout=60)
     assert follow.returncode == 0, follow.stdout + follow.stderr
@@ -292,16 +319,67 @@ def test_job_outlives_the_launcher_and_logs_follow_reattaches(cli, sleeper):
     assert "worker-1" in only_one.stdout and "worker-0 " not in only_one.stdout
 
 
-def test_stop_and_down_leave_no_process(cli, sleeper):
+def test_stop_and_down_win_over_an_attached_launcher(cli, sleeper):
+    """`stop`, then `down`, from another shell while `train --retries 2` is attached: no retry, the
+    launcher's one line names who stopped it and it exits 1, run.json says stopped, the command's ✓
+    comes after the launcher exited, and no process is left."""
     assert cli.run("up", "--workers", "3").returncode == 0
-    launcher = cli.popen("train", "--script", str(sleeper))
-    try:
-        wait_for(lambda: len(_cluster_processes(cli)) >= 3, 30, what="workers running")
-        assert "error: a run is still active" in cli.run("train", "--script", str(sleeper)).stderr
-        down = cli.run("down", timeout=60)
-        assert down.returncode == 0, down.stderr
-        assert "verified that no worker process is left" in down.stdout
-    finally:
-        launcher.kill()
-        launcher.wait(timeout=10)
+    for command in ("stop", "down"):
+        launcher = cli.popen("train", "--retries", "2", "--script", str(sleeper))
+        try:
+            wait_for(lambda: len(_cluster_processes(cli)) >= 3, 30, what="workers running")
+            if command == "stop":
+                assert "error: a run is still active" in cli.run("train", "--script", str(sleeper)).stderr
+            said, output, exited, pid = stop_while_attached(cli, launcher, command)
+        finally:
+            if launcher.poll() is None:
+                launcher.kill()
+                launcher.wait(timeout=10)
+        assert launcher.returncode == 1, output
+        run_dir, run = cli.latest_run()
+        assert_stopped_by(output, run["run_id"], command, pid)
+        assert run["outcome"] == "stopped" and run["attempts"] == 1, run
+        assert exited, f"`{command}` printed its ✓ before the launcher exited:\n{said}"
+        assert "Traceback" not in output + said
+        if command == "stop":
+            assert f"✓ Run {run['run_id']} stopped; no worker is left running; its launcher (pid {launcher.pid}) " \
+                "exited." in said, said
+            status = cli.run("status").stdout
+            assert "lost" not in status and status.count("stopped") >= 4, status  # The run and its 3 workers.
+        else:
+            assert "verified that no worker process is left" in said, said
     assert cli.cluster() is None
+    assert _cluster_processes(cli) == []
+
+
+TICKER = """
+import time, tfcluster
+for step in range(1, 41):
+    tfcluster.progress(step, total=40)
+    time.sleep(0.2)
+"""
+
+
+def test_the_live_line_and_status_show_where_the_run_is(cli, tmp_path):
+    """On a terminal the launcher's live line says the step of steps, the speed and the ETA (not only
+    until the first step); `status` from another shell shows each worker's last step and its age, the
+    run's speed, ETA and cost so far."""
+    script = tmp_path / "ticker.py"
+    script.write_text(TICKER)
+    assert cli.run("up", "--workers", "2").returncode == 0
+    status = None
+
+    def mid_run(screen: bytes) -> None:
+        nonlocal status
+        if status is None and re.search(rb"Training: step (1[2-9]|2\d)/40", screen):  # Mid-run, from another shell.
+            status = cli.run("status")
+
+    code, text = run_on_terminal(cli.argv("train", "--script", str(script)), cli.env, mid_run, timeout=120)
+    assert code == 0, text[-3000:]
+    assert re.search(r"Training: step (2\d|3\d)/40 · 0\.2\d* s/step · ETA 0m0\ds", text), text[-3000:]
+    assert status is not None and status.returncode == 0, status and status.stderr
+    rows = {line.split("│")[1].strip(): line for line in status.stdout.splitlines() if "│ worker-" in line}
+    for row in rows.values():
+        assert re.search(r"│ running +│ \d+ +│ - +│ step \d+/40 +│ 0m0\ds ago", row), status.stdout
+    assert re.search(r"^now: step \d+/40 · 0\.2\d* s/step · ETA 0m\d\ds$", status.stdout, re.M), status.stdout
+    assert "run cost so far: " in status.stdout

@@ -64,8 +64,8 @@ def test_up_lands_in_the_third_zone_and_keeps_the_bucket(gcp_cli, world):
     assert first.returncode == 2 and first.stderr.strip().splitlines() == [
         "error: no zone could take the cluster (us-west1-a: no capacity (ZONE_RESOURCE_POOL_EXHAUSTED); us-west1-b: "
         "no capacity (ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS)); no VM is left in them. Add zones to "
-        "tfcluster.zones (`invoke offers` lists where the GPU is) or run `invoke up` again later; `invoke down` "
-        "removes what was created"], first.stdout + first.stderr
+        "tfcluster.zones (`invoke offers` lists where the GPU is), request more of a quota it names, or run `invoke "
+        "up` again later; `invoke down` removes what was created"], first.stdout + first.stderr
     assert gcp_cli.cluster()["status"] == "provisioning" and state.instances == {}
     tfvars = gcp_cli.state_dir / "gcp" / "default" / "terraform.tfvars.json"
     pinned = json.loads(tfvars.read_text())
@@ -78,16 +78,21 @@ def test_up_lands_in_the_third_zone_and_keeps_the_bucket(gcp_cli, world):
     [bucket_name] = [b.name for b in client.list_buckets() if b.name.startswith("demo-project-default-")]
     bucket_of(gcp_cli.storage, bucket_name).blob("data/train-00000.tfrecord").upload_from_string(b"z" * 4096)
 
-    # Three zones: us-west1-a has no room; us-west1-b takes one of the two VMs, then has none; the
-    # third (another region) takes the cluster.
+    # Four zones: europe-west4 has no T4 quota (a new project's none), so its zone is dropped before
+    # anything is made there; us-west1-a has no room; us-west1-b takes one of the two VMs, then has
+    # none; the fourth (another region) takes the cluster.
+    state.accelerators["europe-west4-a"] = ["nvidia-tesla-t4"]
     state.zone_room = {"us-west1-b": 1}
-    gcp_cli.env["INVOKE_TFCLUSTER_ZONES"] = "us-west1-a,us-west1-b,us-central1-a"
+    gcp_cli.env["INVOKE_TFCLUSTER_ZONES"] = "europe-west4-a,us-west1-a,us-west1-b,us-central1-a"
     up = gcp_cli.run("up", timeout=240)
     assert up.returncode == 0, up.stdout + up.stderr
     assert "plan: 2 x n1-standard-8 + 1 x nvidia-tesla-t4 in us-west1-a (else us-west1-b, us-central1-a, in " \
         "turn), bucket" in up.stdout
     lines = [line[2:] for line in up.stdout.splitlines() if line.startswith("! zone ")]
     assert lines == [
+        "zone europe-west4-a dropped: quota NVIDIA-T4-GPUS-per-project-region (region:europe-west4) has 0 GPUs free "
+        "(limit 0, in use 0); the cluster needs 2; request more in the console (IAM & Admin > Quotas & System Limits: "
+        "filter by each quota ID and its dimensions)",
         "zone us-west1-a (1 of 3): no capacity (ZONE_RESOURCE_POOL_EXHAUSTED); removed the 0 VM(s) made there; "
         "trying us-west1-b",
         "zone us-west1-b (2 of 3): no capacity (ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS); removed the 1 VM(s) "
@@ -113,6 +118,20 @@ def test_up_lands_in_the_third_zone_and_keeps_the_bucket(gcp_cli, world):
     assert cluster["registry"] == "us-west1-docker.pkg.dev/demo-project/default-images"
     assert ["destroy", "-input=false", "-auto-approve", "-no-color", "-target=google_compute_instance.worker"] \
         in terraform_log(gcp_cli)
+
+
+def test_a_quota_refusal_moves_past_what_the_quota_covers():
+    """A regional quota is the same in every zone of the region; a project-wide one everywhere."""
+    from tfcluster.backends.gcp.failover import after_refusal
+
+    zones = ["us-west1-a", "us-west1-b", "us-central1-a", "us-central1-b"]
+    assert after_refusal(zones, 0, "no capacity (ZONE_RESOURCE_POOL_EXHAUSTED)") == (zones[1:], "")
+    assert after_refusal(zones, 0, "no quota (CPUS)") == (
+        ["us-central1-a", "us-central1-b"], "skipping us-west1-b: CPUS is us-west1's, the same in each of its zones")
+    assert after_refusal(zones, 1, "no quota (GPUS_PER_GPU_FAMILY)") == (["us-central1-a", "us-central1-b"], "")
+    assert after_refusal(zones, 0, "no quota (GPUS_ALL_REGIONS)") == (
+        [], "GPUS_ALL_REGIONS is project-wide: no other zone has more of it")
+    assert after_refusal(zones, 2, "no quota (CPUS_ALL_REGIONS)")[0] == []
 
 
 def test_zone_auto_is_the_offered_zones_with_quota_cheapest_first(world):

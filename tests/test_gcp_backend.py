@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Cli, wait_for
+from tests.conftest import Cli, assert_stopped_by, run_on_terminal, stop_while_attached, wait_for
 from tests.fake_operations import advance
 from tests.fake_compute import stop_instance
 from tests.hostlab import SUBNET, HostLab, available
@@ -131,7 +131,7 @@ def test_outputs_parse_and_cost_estimate():
     cost = gcp.hourly_cost("n1-standard-8", "nvidia-tesla-t4", 1, 100, 3, spot=False)
     prices = json.loads(gcp.PRICES.read_text())
     vm = 8 * prices["n1_vcpu_hour"] + 30 * prices["n1_memory_gib_hour"]
-    assert cost["per_vm"] == pytest.approx(vm + 0.35 + 100 * 0.10 / 730)
+    assert cost["per_vm"] == pytest.approx(vm + 0.35 + 100 * 0.10 / 730 + prices["external_ip_hour"]["standard"])
     assert cost["total"] == pytest.approx(3 * cost["per_vm"])
     assert prices["date"] and "cloud.google.com" in prices["source"]
     assert gcp.hourly_cost("n1-standard-8", "nvidia-tesla-t4", 1, 100, 1, spot=True)["gpu"] < 0.35
@@ -140,6 +140,8 @@ def test_outputs_parse_and_cost_estimate():
 # ---------------------------------------------------------------- the CLI end to end
 
 needs_hosts = pytest.mark.skipif(available() is not None, reason=f"test hosts: {available()}")
+# Seconds IAM takes to see a new service account in test_up_status_down's world.
+IAM_DELAY = 3.0
 
 
 def bucket_of(emulator: str, name: str):
@@ -213,23 +215,50 @@ def vm_deletes(cli, name: str, by: str) -> int:
         return error.code
 
 
-def terraform_calls(cli) -> list[str]:
-    return [call[0] for call in terraform_log(cli)]
+def terraform_calls(cli, cluster: str = "default") -> list[str]:
+    return [call[0] for call in terraform_log(cli, cluster)]
 
 
 @needs_hosts
 def test_up_status_down(gcp_cli, world):
+    """The whole gcp flow on a cluster whose name has a hyphen (every name terraform/ derives from
+    it: instances, accounts, the custom role's id, bucket, registry, tag), in a world where IAM
+    sees a new service account only seconds after its creation, as Google's can."""
     gcp_cli.env["INVOKE_TFCLUSTER_BUCKET_LOCATION"] = "US"  # A multi-region, not the VMs' region.
+    gcp_cli.env["INVOKE_TFCLUSTER_CLUSTER"] = "my-run"
+    world.compute.state.iam_delay_seconds = IAM_DELAY
+    # On a terminal, `up` shows the plan and what it costs an hour and asks; "n" creates nothing.
+    code, screen = run_on_terminal(gcp_cli.argv("up"), gcp_cli.env,
+                                   lambda shown: b"n\n" if b"while they run?" in shown and b"): n" not in shown else None,
+                                   180)
+    assert code == 2 and re.search(r"Create 2 VM\(s\) in us-west1-b, about \$\d+\.\d\d an hour while they run\? "
+                                   r"\[y/n\] \(n\): n", screen), screen[-3000:]
+    assert "error: up cancelled: nothing was created" in screen and "/hour" in screen, screen[-3000:]
+    assert "apply" not in terraform_calls(gcp_cli, "my-run") and gcp_cli.cluster("my-run") is None
+    assert not gcp_cli.compute.state.instances
+    # Without a terminal nothing is asked.
     up = gcp_cli.run("up", timeout=180)
     assert up.returncode == 0, up.stdout + up.stderr
+    assert "while they run?" not in up.stdout
+    # The provider waited for each new account (three reads in a row that find it, as hashicorp/google
+    # does) before the instance that runs as it: Compute refuses an account it does not see yet.
+    log = world.compute.state.requests
+    for index in range(2):
+        email = f"my-run-vm-{index}@demo-project.iam.gserviceaccount.com"
+        made = next(r["at"] for r in log if r["method"] == "POST" and r["path"].endswith("/serviceAccounts")
+                    and (r["body"] or {}).get("accountId") == f"my-run-vm-{index}")
+        inserted = next(r["at"] for r in log if r["method"] == "POST" and r["path"].endswith("/instances")
+                        and (r["body"] or {}).get("name") == f"my-run-{index}")
+        assert inserted - made >= IAM_DELAY, (index, inserted - made)
+        assert sum(r["method"] == "GET" and r["path"].endswith(f"/serviceAccounts/{email}") for r in log) >= 3
     assert "plan: 2 x n1-standard-8 + 1 x nvidia-tesla-t4 in us-west1-b" in up.stdout
     assert "/hour" in up.stdout and "prices of 2026-10-15" in up.stdout
     assert "safety: idle watchdog stops a VM after 30 idle minutes" in up.stdout
     assert "hypervisor deadline STOP after 12 h" in up.stdout
     assert "bucket: objects are kept until you delete them (bucket_retention_days: 0); an object's old versions " \
         "are deleted a day after it is replaced" in up.stdout
-    assert terraform_calls(gcp_cli) == ["init", "apply", "output"]
-    variables = json.loads((gcp_cli.state_dir / "gcp" / "default" / "terraform.tfvars.json").read_text())
+    assert terraform_calls(gcp_cli, "my-run") == ["init", "apply", "output"]
+    variables = json.loads((gcp_cli.state_dir / "gcp" / "my-run" / "terraform.tfvars.json").read_text())
     assert variables["operator_cidr"] == f"{SUBNET}.1/32" and variables["workers"] == 2
     assert variables["ssh_public_key"].startswith("ssh-ed25519 ")
     # What `invoke check` resolved, pinned for every VM of the cluster.
@@ -237,9 +266,9 @@ def test_up_status_down(gcp_cli, world):
                                   "common-cu129-ubuntu-2204-nvidia-580-v20261115")
     assert variables["bucket_location"] == "US"
 
-    state = gcp_cli.cluster()
+    state = gcp_cli.cluster("my-run")
     # random_id.suffix: three random bytes in hex.
-    assert state["status"] == "up" and re.fullmatch(r"demo-project-default-[0-9a-f]{6}", state["bucket"])
+    assert state["status"] == "up" and re.fullmatch(r"demo-project-my-run-[0-9a-f]{6}", state["bucket"])
     bucket_name = state["bucket"]
     bucket = bucket_of(gcp_cli.storage, bucket_name)
     bucket.reload()
@@ -247,24 +276,30 @@ def test_up_status_down(gcp_cli, world):
     # Both of iam.tf's grants on the bucket hold: terraform applies them at once, and each is a
     # read-modify-write of the one policy (a lost one is a VM that cannot write its checkpoints).
     # Each VM runs as its own service account, and each account holds both.
-    members = [f"serviceAccount:{account_of(world.compute.state.instances[f'default-{i}'])}" for i in range(2)]
-    assert members == [f"serviceAccount:default-vm-{i}@demo-project.iam.gserviceaccount.com" for i in range(2)]
+    members = [f"serviceAccount:{account_of(world.compute.state.instances[f'my-run-{i}'])}" for i in range(2)]
+    assert members == [f"serviceAccount:my-run-vm-{i}@demo-project.iam.gserviceaccount.com" for i in range(2)]
     policy = world.storage_proxy.policies[bucket_name]
     for member in members:
         assert sorted(b["role"] for b in policy if member in b["members"]) == [
             "roles/storage.legacyBucketReader", "roles/storage.objectAdmin"]
     # And the VMs may pull from the cluster's registry, by a binding on that repository alone.
-    registry_policy = world.artifacts.state.policies["projects/demo-project/locations/us-west1/repositories/default-images"]
+    registry_policy = world.artifacts.state.policies["projects/demo-project/locations/us-west1/repositories/my-run-images"]
     for member in members:
         assert [b["role"] for b in registry_policy if member in b["members"]] == ["roles/artifactregistry.reader"]
     assert [h["host_key"] for h in state["hosts"]] == [h.host_key_public for h in gcp_cli.lab.hosts]
-    assert [h["instance"] for h in state["hosts"]] == ["default-0", "default-1"]
+    assert [h["instance"] for h in state["hosts"]] == ["my-run-0", "my-run-1"]
+    # The watchdog's role: its id has no hyphen (custom role ids are [a-zA-Z0-9_.]), and each VM's
+    # account holds it on its own instance.
+    [role] = [name for name in world.compute.state.custom_roles if "tfclusterWatchdog_my_run_" in name]
+    for index in range(2):
+        bindings = world.compute.state.instances[f"my-run-{index}"]["iam_bindings"]
+        assert bindings == [{"role": role, "members": [members[index]]}]
     key = Path(state["ssh_key"])
     assert stat.S_IMODE(key.stat().st_mode) == 0o600 and key.read_text().startswith("-----BEGIN OPENSSH")
 
     status = gcp_cli.run("status")
     assert status.returncode == 0, status.stderr
-    assert "default-0" in status.stdout and "RUNNING" in status.stdout and "$" in status.stdout
+    assert "my-run-0" in status.stdout and "RUNNING" in status.stdout and "$" in status.stdout
 
     # A run on the VMs: code goes over SSH with the pinned keys; outputs are addressed to the bucket.
     script = gcp_cli.state_dir.parent / "report.py"
@@ -272,26 +307,54 @@ def test_up_status_down(gcp_cli, world):
                       "os.environ['AIP_MODEL_DIR'], json.loads(os.environ['TF_CONFIG'])['task']['type'])\n")
     train = gcp_cli.run("train", "--script", str(script), timeout=120)
     assert train.returncode == 0, train.stdout + train.stderr
-    run_dir, run = gcp_cli.latest_run()
+    run_dir = gcp_cli.runs("my-run")[-1]
+    run = json.loads((run_dir / "run.json").read_text())
     model_url = f"gs://{bucket_name}/runs/{run['run_id']}/model"
     assert f"REPORT 0 {model_url} chief" in train.stdout and f"REPORT 1 {model_url} worker" in train.stdout
     assert (run_dir / "worker-1.log").exists()  # Logs come back over SSH.
 
     # An image on VMs made without Docker: the fix is a new cluster, and the line says so.
-    image = "us-west1-docker.pkg.dev/demo-project/default-images/trainer:1"
+    image = "us-west1-docker.pkg.dev/demo-project/my-run-images/trainer:1"
     no_docker = gcp_cli.run("up", "--image", image, timeout=120)
     assert no_docker.returncode == 2 and no_docker.stderr.strip().splitlines() == [
-        f"error: cluster default was created without Docker; run invoke down, then invoke up --image {image} "
+        f"error: cluster my-run was created without Docker; run invoke down, then invoke up --image {image} "
         "(the bucket and registry are kept)"], no_docker.stdout + no_docker.stderr
 
-    down = gcp_cli.run("down", timeout=120)
-    assert down.returncode == 0, down.stdout + down.stderr
-    assert "verified through the Compute API (label tfcluster-cluster=default and network default-net): " \
-        "nothing left that bills by the hour" in down.stdout
-    assert terraform_calls(gcp_cli)[-1] == "destroy"
+    # `down` from another shell while `train --retries 2` is attached, mid-run: the launcher does not
+    # restart the run on VMs being destroyed; it exits 1 naming `invoke down`, before down's ✓.
+    ticker = gcp_cli.state_dir.parent / "ticker.py"
+    ticker.write_text("import time, tfcluster\nfor step in range(1, 10000):\n    tfcluster.progress(step)\n"
+                      "    time.sleep(0.5)\n")
+    launcher = gcp_cli.popen("train", "--retries", "2", "--script", str(ticker))
+    try:
+        wait_for(lambda: all(any("ticker.py" in _cmdline(pid) for pid in host.pids()) for host in gcp_cli.lab.hosts),
+                 120, what="the run's workers on both VMs")
+        said, output, exited, stopper = stop_while_attached(gcp_cli, launcher, "down")
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait(timeout=10)
+    run_dir = gcp_cli.runs("my-run")[-1]
+    run = json.loads((run_dir / "run.json").read_text())
+    assert launcher.returncode == 1, output[-4000:]
+    assert_stopped_by(output, run["run_id"], "down", stopper)
+    assert run["outcome"] == "stopped" and run["attempts"] == 1, run
+    assert exited, f"down printed its ✓ before the launcher exited:\n{said}"
+    assert not any("ticker.py" in _cmdline(pid) for host in gcp_cli.lab.hosts for pid in host.pids())
+    assert "verified through the Compute API (label tfcluster-cluster=my-run and network my-run-net): " \
+        "nothing left that bills by the hour" in said
+    assert terraform_calls(gcp_cli, "my-run")[-1] == "destroy"
     assert not bucket_of(gcp_cli.storage, bucket_name).exists()  # It was empty.
     assert gcp_cli.compute.state.instances == {}
-    assert gcp_cli.cluster() is None
+    assert gcp_cli.cluster("my-run") is None
+    assert not [email for email in world.compute.state.service_accounts if email.startswith("my-run-")]
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
 
 
 @needs_hosts

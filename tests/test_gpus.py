@@ -4,12 +4,14 @@ the GPU quota (where Google keeps each), the world refusing an insert over quota
 from __future__ import annotations
 
 import json
+import subprocess
 
 import pytest
 
 from tests.conftest import Cli
 from tests.hostlab import HostLab
 from tests.test_gcp_backend import api_for, fake_compute, make_gcp_cli, needs_hosts, terraform_calls  # noqa: F401
+from tests.world.provider import mirror
 from tfcluster.backends import gcp
 from tfcluster.errors import ConfigError
 
@@ -80,11 +82,12 @@ def single_host_cli(tmp_path, world, synthetic_data, tag: str) -> Cli:
 @needs_hosts
 def test_up_l4_and_a100_through_terraform_readiness_and_down(tmp_path, world, synthetic_data):
     """G2 and A2 VMs: the machine type carries the GPUs (no guestAccelerators), the quota line names
-    the family's vCPU metric, and the price is the family's: from the table (L4), then the catalog (A100)."""
+    the family's vCPU quota, and the price is the family's: from the table (L4), then the catalog (A100
+    80GB, whose bundled Local SSD is priced, discarded at a deadline's stop, and replaces nothing when read back)."""
     cli = single_host_cli(tmp_path, world, synthetic_data, "tl")
     state = cli.compute.state
-    state.accelerators["us-west1-b"] += ["nvidia-l4", "nvidia-tesla-a100"]
-    state.region_quotas["us-west1"].update({"NVIDIA_L4_GPUS": (1.0, 0.0), "NVIDIA_A100_GPUS": (1.0, 0.0),
+    state.accelerators["us-west1-b"] += ["nvidia-l4", "nvidia-a100-80gb"]
+    state.region_quotas["us-west1"].update({"NVIDIA_L4_GPUS": (1.0, 0.0), "NVIDIA_A100_80GB_GPUS": (1.0, 0.0),
                                             "A2_CPUS": (12.0, 0.0)})
     g2 = "CPUS-PER-VM-FAMILY-per-project-region"  # G2's vCPUs: in Cloud Quotas, not in regions.get.
     state.family_quotas[g2] = [({"region": "us-west1", "vm_family": "G2"}, 4)]
@@ -105,30 +108,43 @@ def test_up_l4_and_a100_through_terraform_readiness_and_down(tmp_path, world, sy
             in up.stdout
         assert "plan: 1 x g2-standard-8 + 1 x nvidia-l4 in us-west1-b" in up.stdout
         g2 = table["families"]["rates"]["g2"]
-        per_vm = 8 * g2["vcpu_hour"] + 32 * g2["memory_gib_hour"] + table["gpu_hour"]["nvidia-l4"] + 100 * 0.1 / 730
+        per_vm = (8 * g2["vcpu_hour"] + 32 * g2["memory_gib_hour"] + table["gpu_hour"]["nvidia-l4"] + 100 * 0.1 / 730
+                  + table["external_ip_hour"]["standard"])
         assert f"cost: on-demand (in use): ${per_vm:.2f}/hour for 1 VM(s)" in up.stdout
         assert f"prices of {table['families']['date']}: tfcluster's table" in up.stdout
         body = state.instances["default-0"]["body"]
-        assert body["machineType"].endswith("/machineTypes/g2-standard-8") and "guestAccelerators" not in body  # The provider omits an empty list.
+        # The provider sends no guestAccelerators for an empty list (instance_body.py, as the real one).
+        assert body["machineType"].endswith("/machineTypes/g2-standard-8") and not body.get("guestAccelerators")
         assert body["disks"][0]["initializeParams"]["diskType"].endswith("/diskTypes/pd-balanced")
         assert cli.cluster()["status"] == "up"
         down = cli.run("down", timeout=120)
         assert down.returncode == 0 and state.instances == {}, down.stdout + down.stderr
 
-        world.billing.catalog.disabled_projects.clear()  # The catalog answers: its A2 and A100 SKUs.
+        # A100 80GB (a2-ultragpu-1g, with 375 GB of bundled Local SSD), priced by the catalog: the SKU as
+        # Google spells it ("Nvidia Tesla A100 80GB GPU running in ..."), the Local SSD and the address.
+        world.billing.catalog.disabled_projects.clear()
         (cli.state_dir / "cache" / "prices-us-west1.json").unlink()  # The refusal is remembered for an hour.
-        up = cli.run("up", "--gpu", "a100", "--workers", "1", timeout=180)
+        up = cli.run("up", "--gpu", "a100-80gb", "--workers", "1", timeout=180)
         assert up.returncode == 0, up.stdout + up.stderr
-        assert "✓ quota: 1 x a2-highgpu-1g with 1 x nvidia-tesla-a100 in us-west1-b: 7 quotas have room " \
+        assert "✓ quota: 1 x a2-ultragpu-1g with 1 x nvidia-a100-80gb in us-west1-b: 7 quotas have room " \
             "(A2-CPUS-per-project-region," in up.stdout
-        assert "plan: 1 x a2-highgpu-1g + 1 x nvidia-tesla-a100 in us-west1-b" in up.stdout
-        per_vm = 12 * 0.032 + 85 * 0.0043 + 3.00 + 100 * 0.1 / 730  # tests/world/billing.py FAMILY/GPU_PRICES.
+        assert "plan: 1 x a2-ultragpu-1g + 1 x nvidia-a100-80gb in us-west1-b" in up.stdout
+        per_vm = (12 * 0.032 + 170 * 0.0043 + 4.00  # tests/world/billing.py's FAMILY/GPU_PRICES.
+                  + 100 * 0.1 / 730 + 0.005 + 375 * table["local_ssd_gib_month"] / 730)  # Disk, IP, Local SSD.
         assert f"cost: on-demand (in use): ${per_vm:.2f}/hour" in up.stdout and "Cloud Billing Catalog" in up.stdout
+        assert f"+ Local SSD ${375 * table['local_ssd_gib_month'] / 730:.2f})" in up.stdout
         body = state.instances["default-0"]["body"]
-        assert body["machineType"].endswith("/machineTypes/a2-highgpu-1g") and "guestAccelerators" not in body  # The provider omits an empty list.
+        assert body["machineType"].endswith("/machineTypes/a2-ultragpu-1g") and not body.get("guestAccelerators")
+        assert body["scheduling"]["onInstanceStopAction"] == {"discardLocalSsd": True}
         variables = json.loads((cli.state_dir / "gcp" / "default" / "terraform.tfvars.json").read_text())
         assert (variables["gpu_type"], variables["gpu_count"], variables["machine_type"]) == (
-            "nvidia-tesla-a100", 1, "a2-highgpu-1g")
+            "nvidia-a100-80gb", 1, "a2-ultragpu-1g")
+        # What a resumed `up` applies: Compute's own Local SSD, read back, replaces nothing.
+        plan = subprocess.run([*cli.prefix, mirror.TERRAFORM, f"-chdir={cli.state_dir / 'gcp' / 'default'}", "plan",
+                               "-input=false",
+                               "-no-color", "-detailed-exitcode"], env=cli.env, capture_output=True, text=True,
+                              timeout=300)
+        assert plan.returncode == 0, plan.stdout + plan.stderr
         down = cli.run("down", timeout=120)
         assert down.returncode == 0 and state.instances == {}, down.stdout + down.stderr
     finally:
@@ -160,3 +176,32 @@ def test_the_world_refuses_what_google_refuses_of_accelerator_optimized_vms(fake
     assert "comes with its GPUs" in refusals["attached"]
     assert refusals["pd-standard"] == "[pd-standard] features are not compatible for creating instance."
     assert "requires GVNIC" in refusals["virtio"] and "only with Spot VMs" in refusals["spot-only"]
+
+
+def test_a_vm_with_bundled_local_ssd_is_stopped_with_discard_local_ssd(fake_compute):
+    """Compute refuses a stop without discardLocalSsd when the VM has Local SSD (400, Google's words);
+    `train --then stop` (vm_control.stop_all) and host maintenance (stop_some) still stop an a3-highgpu-8g."""
+    from google.api_core import exceptions
+    from google.cloud import compute_v1
+
+    from tfcluster.backends.gcp import vm_control
+    from tfcluster.state import ClusterState, HostRecord
+
+    api = api_for(fake_compute)
+    for name in ("h-0", "h-1"):
+        fake_compute.state.instances[name] = {
+            "zone": "us-central1-a", "labels": {}, "status": "RUNNING", "guest": {}, "metadata": {},
+            "body": {"machineType": "zones/us-central1-a/machineTypes/a3-highgpu-8g"}}
+    with pytest.raises(exceptions.BadRequest) as refused:
+        api.instances.stop(request=compute_v1.StopInstanceRequest(project="demo-project", zone="us-central1-a",
+                                                                  instance="h-0"))
+    assert refused.value.message.endswith(
+        "VM has a Local SSD attached but an undefined value for `discard-local-ssd`. If using gcloud, please add "
+        "`--discard-local-ssd=false` or `--discard-local-ssd=true` to your command.")
+    cluster = ClusterState(name="h", backend="gcp", hosts=[
+        HostRecord(name=f"worker-{i}", address=f"10.0.0.{i}", tf_port=2222, instance=f"h-{i}") for i in (0, 1)],
+        project="demo-project", zone="us-central1-a")
+    assert vm_control.stop_all(api, cluster) == ["h-0", "h-1"]
+    assert {vm["status"] for vm in fake_compute.state.instances.values()} == {"TERMINATED"}
+    stops = [r for r in fake_compute.state.requests if r["path"].endswith("/stop")]
+    assert [r["query"].get("discardLocalSsd") for r in stops] == [None, ["true"], ["true"]]

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from tests import imagelab, labnet
-from tests.conftest import events_of, wait_for
+from tests.conftest import REPO, events_of, wait_for
 from tfcluster.backends.local import processes_with_env
 from tfcluster.ports import free_ports
 from tfcluster.container import LABEL_CLUSTER
@@ -66,8 +67,23 @@ def icli(cli):
         imagelab.remove_containers(f"{LABEL_CLUSTER}={cluster_id}")
 
 
-def test_three_workers_train_inside_the_image(icli, images):
-    tf_image, _ = images
+def build_the_example(icli, base: str, tmp_path: Path) -> str:
+    """examples/Dockerfile, built by `invoke image build` on ``base`` (no registry here to pull
+    TensorFlow's own image from; the test images hold what it installs, so its RUN installs nothing)."""
+    context = tmp_path / "example"
+    context.mkdir()
+    dockerfile = (REPO / "examples" / "Dockerfile").read_text()
+    assert re.search(r"(?m)^ARG BASE=tensorflow/tensorflow:\S+-gpu$", dockerfile)
+    (context / "Dockerfile").write_text(re.sub(r"(?m)^ARG BASE=.*$", f"ARG BASE={base}", dockerfile))
+    tag = f"tfc-example-lab{labnet.number()}:1"  # The daemon is shared with the labs beside this one.
+    built = icli.run("image", "build", "--dockerfile", str(context / "Dockerfile"), "--tag", tag, timeout=600)
+    assert built.returncode == 0 and f"✓ Built {tag}." in built.stdout, built.stdout + built.stderr
+    return tag
+
+
+def test_three_workers_train_inside_the_image(icli, images, tmp_path):
+    """In the example image (examples/Dockerfile), built by `invoke image build`."""
+    tf_image = build_the_example(icli, images[0], tmp_path)
     assert icli.run("up", "--workers", "3").returncode == 0
     launcher = icli.popen("train", "--image", tf_image, "--", "--epochs", "2")
     try:
@@ -91,7 +107,7 @@ def test_three_workers_train_inside_the_image(icli, images):
     # The program ran on the image's Python (the launcher's venv is not in the image).
     assert run["command"][0] == "python3"
     model = run_dir / "output" / "model"
-    assert (model / "model.keras").is_file() and (model / "1" / "saved_model.pb").is_file()
+    assert (model / "model.keras").is_file() and (model / "saved_model.pb").is_file()  # At the root: Vertex's.
     tasks = {(e["task_type"], e["task_id"]) for i in range(3)
              for e in events_of((run_dir / f"worker-{i}.log").read_text()) if e["event"] == "strategy"}
     assert tasks == {("chief", 0), ("worker", 0), ("worker", 1)}
@@ -106,6 +122,7 @@ def test_three_workers_train_inside_the_image(icli, images):
                               capture_output=True, text=True, check=True).stdout.strip().removeprefix("sha256:")
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tfcluster" / "image-checks"
     assert (cache / f"{identity}-tensorflow-tf_keras-tensorboard").is_file()
+    subprocess.run(["docker", "rmi", tf_image], capture_output=True)
 
 
 def test_killed_container_fails_fast_then_retry_resumes(icli, images):

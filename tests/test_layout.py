@@ -1,6 +1,6 @@
 """The house rules of the package: imports flow one way, and a wheel holds every subpackage.
 
-Layers, top to bottom: tasks.py → tfcluster.commands → tfcluster.launch and tfcluster.backends →
+Layers, top to bottom: tfcluster.cli (the tasks; tasks.py re-exports them for `invoke`) → tfcluster.commands → tfcluster.launch and tfcluster.backends →
 tfcluster.{state, config, errors, tfconfig, tflog, ui}. Every import counts, including the ones inside
 functions (a lazy import is still a dependency).
 """
@@ -20,8 +20,9 @@ REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "tfcluster"
 BOTTOM = {"tfcluster.state", "tfcluster.config", "tfcluster.errors", "tfcluster.tfconfig", "tfcluster.tflog", "tfcluster.gpus",
           "tfcluster.ui",
-          "tfcluster.container", "tfcluster.steptime", "tfcluster.money", "tfcluster.ports",
-          "tfcluster.machine_rules"}
+          "tfcluster.container", "tfcluster.steptime", "tfcluster.money", "tfcluster.holds", "tfcluster.machines",
+          "tfcluster.pace", "tfcluster.sources",
+          "tfcluster.ports"}
 
 
 def module_name(path: Path) -> str:
@@ -70,8 +71,9 @@ def violations(edges: dict[str, set[str]]) -> list[str]:
         for target in targets:
             if within(target, "tasks"):
                 found.append(f"{source} imports tasks (only invoke loads tasks.py)")
-            if within(target, "tfcluster.commands") and not (within(source, "tfcluster.commands") or source == "tasks"):
-                found.append(f"{source} imports {target} (only tasks.py may use the commands)")
+            if within(target, "tfcluster.commands") and not (within(source, "tfcluster.commands")
+                                                             or source in ("tasks", "tfcluster.cli")):
+                found.append(f"{source} imports {target} (only the tasks, tfcluster/cli.py, may use the commands)")
             if source == "tfcluster.launch" and within(target, "tfcluster.backends") and target != "tfcluster.backends.base":
                 found.append(f"tfcluster.launch imports the concrete backend {target} (it may use backends.base only)")
             if within(source, "tfcluster.backends") and within(target, "tfcluster.launch"):
@@ -105,7 +107,7 @@ def test_layer_check_catches_a_backend_importing_the_commands():
     edges["tfcluster.launch"] = edges["tfcluster.launch"] | {"tfcluster.backends.local"}
     edges["tfcluster.state"] = edges["tfcluster.state"] | {"tfcluster.launch"}
     assert violations(edges) == [
-        "tfcluster.backends.ssh.backend imports tfcluster.commands.runs (only tasks.py may use the commands)",
+        "tfcluster.backends.ssh.backend imports tfcluster.commands.runs (only the tasks, tfcluster/cli.py, may use the commands)",
         "tfcluster.launch imports the concrete backend tfcluster.backends.local (it may use backends.base only)",
         "tfcluster.state imports tfcluster.launch (the bottom layer imports only itself)",
     ]
@@ -141,3 +143,6 @@ def test_wheel_holds_every_subpackage(tmp_path):
                                                                 *(REPO / "trainer").rglob("__init__.py")]}
     missing = sorted(p for p in packages if f"{p}/__init__.py" not in names)
     assert missing == [] and "tfcluster/prices.json" in names
+    # The installed command (`tfcluster ...` from any folder) is in the wheel's entry points.
+    entry_points = next(name for name in names if name.endswith(".dist-info/entry_points.txt"))
+    assert "tfcluster = tfcluster.cli:main" in zipfile.ZipFile(wheel).read(entry_points).decode()

@@ -4,9 +4,12 @@ region's free quota (one regions.list), cheapest first. Nothing is created."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.conftest import Cli
+from tfcluster.backends.gcp.cost import PRICES
 
 
 @pytest.fixture
@@ -41,11 +44,12 @@ def test_offers_lists_every_zone_cheapest_first_with_the_regions_quota(offers_cl
     assert listed.returncode == 0, listed.stdout + listed.stderr
     assert listed.stdout.startswith("l4: 4 zone(s) offer nvidia-l4; one VM is g2-standard-8 with 1 GPU(s); cheapest "
                                     "on-demand first; quota: GPUs free of NVIDIA-L4-GPUS-per-project-region in the zone's region")
-    # g2-standard-8 (8 vCPUs, 32 GB) + 1 L4 at tests/world/billing.py's prices: the Netherlands are
-    # cheaper than the Americas; Taiwan has no SKU in the catalog, so no price, and comes last.
-    assert rows(listed.stdout) == [["europe-west4-a", "$0.70", "$0.25", "5"],
-                                   ["us-central1-a", "$0.86", "$0.33", "2"],
-                                   ["us-west1-b", "$0.86", "$0.33", "3"],
+    # g2-standard-8 (8 vCPUs, 32 GB) + 1 L4 at tests/world/billing.py's prices, + the external IPv4 address
+    # ($0.005 an hour, $0.0025 on Spot: prices.json): the Netherlands are cheaper than the Americas; Taiwan
+    # has no SKU in the catalog, so no price, and comes last.
+    assert rows(listed.stdout) == [["europe-west4-a", "$0.71", "$0.25", "5"],
+                                   ["us-central1-a", "$0.87", "$0.33", "2"],
+                                   ["us-west1-b", "$0.87", "$0.33", "3"],
                                    ["asia-east1-a", "?", "?", "1"]]
     assert "prices: Cloud Billing Catalog, read now" in listed.stdout
     # One aggregatedList and one regions.list, not a call per zone or region.
@@ -61,7 +65,7 @@ def test_offers_lists_every_zone_cheapest_first_with_the_regions_quota(offers_cl
     # --gpu-count picks the machine type the price is for: g2-standard-24 has 2 L4s.
     two = offers_cli.run("offers", "--gpu", "l4", "--gpu-count", "2", timeout=120)
     assert "one VM is g2-standard-24 with 2 GPU(s)" in two.stdout
-    assert rows(two.stdout)[0][:2] == ["europe-west4-a", f"${24 * 0.026 + 96 * 0.003 + 2 * 0.40:.2f}"]
+    assert rows(two.stdout)[0][:2] == ["europe-west4-a", f"${24 * 0.026 + 96 * 0.003 + 2 * 0.40 + 0.005:.2f}"]
 
 
 def test_offers_falls_back_to_the_table_and_refuses_in_one_line(offers_cli):
@@ -78,8 +82,22 @@ def test_offers_falls_back_to_the_table_and_refuses_in_one_line(offers_cli):
                             "https://cloud.google.com/compute/docs/gpus/gpu-regions-zones")]:
         refused = offers_cli.run("offers", *args, timeout=120)
         assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [line], refused.stderr
+    # No project yet (choosing a GPU first): the dated table's price of one VM, marked as such, no zones
+    # or quota, and nothing asked of Google.
     offers_cli.env.pop("INVOKE_TFCLUSTER_PROJECT")
-    refused = offers_cli.run("offers", "--gpu", "l4", timeout=120)
-    assert refused.stderr.strip().splitlines() == [
-        "error: offers needs --project (or tfcluster.project in invoke.yaml): the quotas and the catalog's prices "
-        "are the project's"]
+    mark = len(offers_cli.world.compute.state.requests)
+    table = json.loads(PRICES.read_text())
+    g2 = table["families"]["rates"]["g2"]
+    vm = 8 * g2["vcpu_hour"] + 32 * g2["memory_gib_hour"] + table["gpu_hour"]["nvidia-l4"]
+    alone = offers_cli.run("offers", "--gpu", "l4", timeout=120)
+    assert alone.returncode == 0, alone.stdout + alone.stderr
+    assert alone.stdout.splitlines() == [
+        f"l4: one VM is g2-standard-8 with 1 x nvidia-l4: ${vm + 0.005:.2f}/h on-demand, "
+        f"${vm * (1 - table['spot_discount']) + 0.0025:.2f}/h Spot",
+        f"prices of {table['families']['date']}: tfcluster's table (us-central1 list prices, Spot as a flat 70% off; "
+        f"G2 and its GPU: {table['families']['note']}, {table['families']['date']}); no project given, so no zones "
+        "and no quota: `invoke offers --project P` lists the zones that offer it, priced for their region, with "
+        "your quota"]
+    assert len(offers_cli.world.compute.state.requests) == mark
+    a3 = offers_cli.run("offers", "--gpu", "h100", "--gpu-count", "8", timeout=120)
+    assert "one VM is a3-highgpu-8g with 8 x nvidia-h100-80gb and 6000 GB of bundled Local SSD: $" in a3.stdout

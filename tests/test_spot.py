@@ -507,7 +507,7 @@ def test_preempted_while_no_launcher_runs_then_train_resume_brings_the_same_run_
     proxy.hold_reads_from = set()
     spot.env["INVOKE_TFCLUSTER_DATA_DIR"] = shipped
     assert launcher.returncode != 0 and proxy.reads_held > 0, output[-3000:]
-    assert "is the one behind: its step" in output and "waits for its input data" in output, output[-4000:]
+    assert "holds the others: its step" in output and "waits for its input data" in output, output[-4000:]
     assert "worker-1 (worker:0 on" in output.split("⏸ Stalled", 1)[1].split("\n", 1)[0], output[-4000:]
     run = json.loads((run_dir / "run.json").read_text())
     [stalled] = run["summary"]["stalls"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Cli, events_of, wait_for
+from tests.conftest import Cli, assert_stopped_by, events_of, stop_while_attached, wait_for
 from tests.hostlab import SUBNET, HostLab, available
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=f"test hosts: {available()}")
@@ -185,37 +185,54 @@ def test_cut_link_fails_fast_and_names_the_host(ssh_cli, lab, tmp_path):
     assert remaining[lab.hosts[0].address] == [] and remaining[lab.hosts[1].address] == []
 
 
-def test_killed_remote_worker_then_retry_resumes_from_checkpoint(ssh_cli, lab):
+def test_killed_remote_worker_then_retry_resumes_and_down_wins_mid_epoch(ssh_cli, lab):
+    """A killed worker: every worker restarts and resumes from the chief's backup. Then `down` from
+    another shell, mid-epoch, while this `train --retries 2` is attached: no third attempt, the
+    launcher's one line names `invoke down` and it exits 1, and down's ✓ comes after it exited."""
     assert ssh_cli.run("up").returncode == 0
-    launcher = ssh_cli.popen("train", "--retries", "1", "--", "--epochs", "4")
+    launcher = ssh_cli.popen("train", "--retries", "2", "--", "--epochs", "4")
     try:
         run_dir = wait_for(lambda: ssh_cli.runs() and ssh_cli.runs()[-1], 60, what="run folder")
         run_id = run_dir.name
         chief_log = remote_run_root(ssh_cli, run_id, 0) / "worker-0.log"
 
-        def epoch_done():
+        def chief_events(attempt: int) -> list[dict]:
             text = chief_log.read_text() if chief_log.exists() else ""
-            return any(e["event"] == "epoch_end" for e in events_of(text))
+            parts = text.split(" attempt 2 on")
+            return events_of(parts[attempt - 1]) if len(parts) >= attempt else []
 
-        wait_for(epoch_done, 180, what="the chief's first epoch")
+        wait_for(lambda: any(e["event"] == "epoch_end" for e in chief_events(1)), 180, what="the chief's first epoch")
         pid = int((remote_run_root(ssh_cli, run_id, 2) / "worker-2.attempt1.pid").read_text())
         assert pid in worker_processes(lab)[lab.hosts[2].address]
         os.kill(pid, signal.SIGKILL)
-        output, _ = launcher.communicate(timeout=300)
+
+        def mid_epoch() -> bool:  # Attempt 2 resumed and stepped into its epoch.
+            found = chief_events(2)
+            begun = [i for i, e in enumerate(found) if e["event"] == "epoch_begin"]
+            return bool(begun) and any(e["event"] == "step" for e in found[begun[0]:])
+
+        wait_for(mid_epoch, 180, what="attempt 2 in the middle of an epoch")
+        # Read before down removes the run folders from the hosts.
+        finished = max(e["epoch"] for e in chief_events(1) if e["event"] == "epoch_end")
+        worker_2 = (remote_run_root(ssh_cli, run_id, 2) / "worker-2.log").read_text().split(" attempt 2 on")[1]
+        resumed = [e["epoch"] for e in events_of(worker_2) if e["event"] == "epoch_begin"]
+        said, output, exited, stopper = stop_while_attached(ssh_cli, launcher, "down")
     finally:
         if launcher.poll() is None:
             launcher.kill()
-    assert launcher.returncode == 0, output
+            launcher.wait(timeout=10)
+    assert launcher.returncode == 1, output[-4000:]
     assert f"worker-2 (worker:1 on {SUBNET}.12:23456) was killed by SIGKILL" in output
+    assert "Retrying: attempt 2 of 3" in output and "attempt 3" not in output, output[-4000:]
+    assert_stopped_by(output, run_id, "down", stopper, retried_before=1)
+    assert exited, f"down printed its ✓ before the launcher exited:\n{said}"
+    assert "verified that no worker process is left" in said, said
+    assert worker_processes(lab) == {h.address: [] for h in lab.hosts}
     run = json.loads((run_dir / "run.json").read_text())
-    assert run["attempts"] == 2 and run["summary"]["last_epoch"] == 4
-    text = (run_dir / "worker-2.log").read_text()  # Fetched back from host 2.
-    first, second = text.split("attempt 2 on")
-    finished = max(e["epoch"] for e in events_of((run_dir / "worker-0.log").read_text().split("attempt 2 on")[0])
-                   if e["event"] == "epoch_end")
-    resumed = [e["epoch"] for e in events_of(second) if e["event"] == "epoch_begin"][0]
-    assert resumed == finished + 1 > 1  # Worker 2 resumed with the chief: nothing redone.
-    assert run["summary"]["resumed_at"]["2"] == resumed
+    assert run["outcome"] == "stopped" and run["attempts"] == 2, run
+    # Worker 2 resumed with the chief from the backup: nothing redone.
+    assert resumed[:1] == [finished + 1] and finished >= 1, (resumed, finished)
+    assert run["summary"]["resumed_at"]["2"] == finished + 1, run["summary"]
 
 
 def _nothing_started(cli, lab):

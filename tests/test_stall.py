@@ -1,6 +1,7 @@
-"""Stalls (tfcluster/stall.py): the limit rule on a simulated clock, the stack dump's reading, and
-2-worker local clusters where a script hangs in Python on one worker (caught, named, its frame
-shown, resumed from the backup) and where a worker is stopped with SIGSTOP (a failure, not a stall)."""
+"""Stalls (tfcluster/stall.py): the limit rule on a simulated clock, the stack dump's reading and
+where each worker's stack is, a 3-worker local cluster where a script hangs in its own Python code on
+one worker after reporting its step (caught, named by its stack, its frame shown, resumed from the
+backup), and a 2-worker one where a worker is stopped with SIGSTOP (a failure, not a stall)."""
 
 from __future__ import annotations
 
@@ -171,6 +172,35 @@ def test_a_faulthandler_dump_is_read_and_its_blocking_frame_found():
     assert inside.blocking_frame.startswith('File "/venv/lib/python3.11/site-packages/tf_keras/')
 
 
+def _dump(*frames: str) -> "stall.StackDump":
+    return parse_dump("Current thread 0x00007f33dcc5bb80 (most recent call first):\n"
+                      + "".join(f"  {frame}\n" for frame in frames))
+
+
+TF_WAIT = 'File "/venv/lib/python3.11/site-packages/tensorflow/python/eager/execute.py", line 53 in quick_execute'
+OWN = 'File "/home/me/train.py", line 62 in on_train_batch_end'
+TF_DATA = 'File "/venv/lib/python3.11/site-packages/tensorflow/python/data/ops/iterator_ops.py", line 777 in _next_internal'
+STDLIB = 'File "/usr/lib/python3.11/threading.py", line 331 in wait'
+
+
+def test_the_worker_in_its_own_code_holds_the_others_and_each_stack_says_where_it_is():
+    from tfcluster import stall
+
+    waiting, hung = _dump(TF_WAIT, 'File "/home/me/train.py", line 80 in <module>'), _dump(STDLIB, OWN, TF_WAIT)
+    assert [stall.place(d) for d in (waiting, hung, _dump(STDLIB, TF_DATA, OWN))] == ["tensorflow", "own code", "input"]
+    assert stall.place(parse_dump("Thread 0x00007f33dcc5bb80 (most recent call first):\n  <no Python frame>\n")) == \
+        "tensorflow"
+    tie = stall.Stall(worker=0, quiet_seconds=61, limit_seconds=60, started=True, steps={0: 13, 1: 13, 2: 13})
+    assert stall.holder(tie, {0: waiting, 1: waiting, 2: hung}) == (
+        2, "its main thread is in its own code, not in TensorFlow, while the others wait inside the collective")
+    # No stack tells (every worker in TensorFlow, or a dump missing): the oldest progress, as before.
+    assert stall.holder(tie, {0: waiting, 1: waiting, 2: None}) == (0, "its last progress is the oldest (step 13)")
+    # The trainer's input wait comes first: its stack is a graph's, like its peers'.
+    starved = stall.Stall(worker=1, quiet_seconds=61, limit_seconds=60, started=True, steps={0: 8, 1: 8},
+                          waits_for_input=9)
+    assert stall.holder(starved, {0: hung, 1: waiting})[0] == 1
+
+
 def test_a_bad_stall_minutes_is_one_error_line(cli):
     result = cli.run("train", "--stall-minutes", "-1")
     assert result.returncode != 0
@@ -197,36 +227,45 @@ def _progress_steps(log: str) -> list[tuple[int, int]]:
     return found
 
 
-def test_a_hung_worker_is_caught_named_dumped_and_resumed(cli):
-    """worker-1 blocks in Python at step 13 of attempt 1; its peer waits in the all-reduce."""
-    assert cli.run("up", "--workers", "2").returncode == 0
+def test_a_worker_hung_in_its_own_code_is_named_by_its_stack_and_the_run_resumes(cli):
+    """3 workers; worker-2 (not the chief) reports step 13, then blocks in its own Python code: every
+    worker's last progress is step 13 (the others wait for it in step 14's all-reduce), so only the
+    stacks tell which one holds the others."""
+    assert cli.run("up", "--workers", "3").returncode == 0
     script = str(SCRIPTS / "hung_at_step.py")
     result = cli.run("train", "--script", script, "--stall-minutes", "1", "--retries", "1", "--",
-                     "--hang-step", str(HANG_STEP), "--backup-every", str(BACKUP_EVERY), timeout=240)
+                     "--hang-step", str(HANG_STEP), "--hang-worker", "2", "--hang-after-report",
+                     "--backup-every", str(BACKUP_EVERY), timeout=300)
     out = result.stdout
     assert result.returncode == 0, out[-4000:] + result.stderr[-2000:]
     run_dir, run = cli.latest_run()
     assert run["outcome"] == "succeeded" and run["attempts"] == 2
+    logs = {worker: (run_dir / f"worker-{worker}.log").read_text() for worker in range(3)}
+    last = {worker: max(step for attempt, step in _progress_steps(log) if attempt == 1) for worker, log in logs.items()}
+    assert last == {0: HANG_STEP, 1: HANG_STEP, 2: HANG_STEP}, last  # A tie: progress alone cannot tell.
     [stalled] = run["summary"]["stalls"]
     # Detected within the limit: the launcher checks every half second.
-    assert stalled["worker"] == "worker-1" and stalled["limit_seconds"] == 60
+    assert stalled["worker"] == "worker-2" and stalled["limit_seconds"] == 60
     # Caught past the limit (quiet > 60 s), recorded to 0.1 s: 60.04 s is written as 60.0.
     assert 60 <= stalled["quiet_seconds"] <= 62, stalled
-    assert re.search(r"Stalled: no worker made progress for \d+ s \(limit 60 s\)\. worker-1 \(worker:0 on \S+\) "
-                     r"is the one behind: its last progress is the oldest \(step 12\)", out), out[-4000:]
-    # Its blocking frame, from the dump in its log; the chief waits inside TensorFlow's collective.
-    assert re.search(r"worker-1 +│ blocking frame: File \".*hung_at_step\.py\", line \d+ in on_train_batch_end", out)
+    assert stalled["places"] == {"worker-0": "tensorflow", "worker-1": "tensorflow", "worker-2": "own code"}, stalled
+    assert re.search(r"Stalled: no worker made progress for \d+ s \(limit 60 s\)\. worker-2 \(worker:1 on \S+\) "
+                     r"holds the others: its main thread is in its own code, not in TensorFlow, while the others "
+                     r"wait inside the collective\.", out), out[-4000:]
+    # Each stack labelled by where it is; the hung one's blocking frame, from the dump in its log.
+    assert re.search(r"worker-2 +│ main thread is in its own code, innermost first:", out), out[-4000:]
+    for peer in ("worker-0", "worker-1"):
+        assert re.search(rf"{peer} +│ main thread waits inside TensorFlow \(the collective, for its peers\)", out)
+    assert re.search(r"worker-2 +│ blocking frame: File \".*hung_at_step\.py\", line \d+ in on_train_batch_end", out)
     assert stalled["frame"].endswith("in on_train_batch_end") and "hung_at_step.py" in stalled["frame"]
     assert re.search(r"worker-0 +│ +File \".*/tensorflow/python/eager/", out), out[-4000:]
-    for worker in ("worker-0", "worker-1"):
-        log = (run_dir / f"{worker}.log").read_text()
+    for worker, log in logs.items():
         assert "(most recent call first):" in log, worker
-    assert "in on_train_batch_end" in (run_dir / "worker-1.log").read_text()
+    assert "in on_train_batch_end" in logs[2]
     # Resumed from the backup: at most one backup interval redone.
-    steps = _progress_steps((run_dir / "worker-0.log").read_text())
-    reached = max(step for attempt, step in steps if attempt == 1)
+    steps = _progress_steps(logs[0])
     resumed = min(step for attempt, step in steps if attempt == 2)
-    assert reached >= HANG_STEP - 1 and reached - (resumed - 1) <= BACKUP_EVERY, (reached, resumed)
+    assert HANG_STEP - (resumed - 1) <= BACKUP_EVERY, (HANG_STEP, resumed)
     assert max(step for attempt, step in steps if attempt == 2) == 40
 
 

@@ -194,3 +194,49 @@ def test_gpu_sampler_reads_the_nvidia_smi_on_the_path(tmp_path, monkeypatch):
     assert gpu.GpuSampler.start_if_available() is None
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     assert gpu.GpuSampler.start_if_available() is None
+
+
+def test_the_pace_says_where_a_run_is_and_when_it_ends():
+    """tfcluster/pace.py: the trainer's epochs and steps, and a script's step of its total."""
+    from tfcluster.commands.run_view import pace_after_epoch as _pace_after_epoch
+    from tfcluster.pace import of_events
+
+    trainer = [{"event": "epoch_begin", "epoch": 1, "epochs": 3, "time": 0.0},
+               {"event": "first_step", "epoch": 1, "step": 1, "steps": 100, "batch": 64, "time": 10.0},
+               *({"event": "step", "epoch": 1, "step": step, "steps": 100, "batch": 64, "time": 10.0 + (step - 1) * 0.5}
+                 for step in range(11, 101, 10))]
+    pace = of_events(trainer)
+    # 0.5 s a step, 64 images a step; left: 9 steps of epoch 1 (the last event was step 91), then 2 x 100.
+    assert pace.line() == "epoch 1/3 · step 91/100 · 128 images/s · ETA 1m44s"
+    pace.observe({"event": "epoch_end", "epoch": 1, "epochs": 3, "time": 60.0})
+    assert pace.position() == "epoch 1/3 · step 100/100" and pace.eta_seconds() == 100.0
+    assert _pace_after_epoch(pace) == "  · 128 images/s · ETA 1m40s"
+    script = of_events([{"event": "progress", "step": step, "total": 40, "time": step * 2.0} for step in (1, 2, 3, 4)])
+    assert script.line() == "step 4/40 · 2 s/step · ETA 1m12s" and script.line(eta=False) == "step 4/40 · 2 s/step"
+    assert of_events([]).line() == "" and of_events([]).eta_seconds() is None
+
+
+def test_the_throughput_event_file_is_written_without_tensorflow_and_read_by_it(tmp_path):
+    """The launcher's own event file (tfcluster/throughput.py): TensorFlow's record reader checks its
+    CRCs and protobufs, and TensorBoard finds every scalar; no TensorFlow was needed to write it."""
+    import subprocess
+    import sys
+
+    script = ("import sys; from pathlib import Path; from tfcluster import throughput; "
+              f"throughput.write_tensorboard(Path({str(tmp_path)!r}), [('throughput/global_images_per_second', 1, 812.5), "
+              "('throughput/global_images_per_second', 2, 900.0), ('gpu/worker_0_utilization_percent', 1, 55.0)]); "
+              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('tensorflow', 'tensorboard')))")
+    written = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                             cwd=Path(__file__).resolve().parent.parent)
+    assert written.stdout.strip() == "[]" and written.stderr == ""
+    [path] = tmp_path.iterdir()
+    assert path.name.startswith("events.out.tfevents.")
+    import tensorflow as tf
+
+    read = [(event.file_version, event.step, [(v.tag, v.simple_value) for v in event.summary.value])
+            for event in tf.compat.v1.train.summary_iterator(str(path))]
+    assert read[0][0] == "brain.Event:2" and [(step, values) for _, step, values in read[1:]] == [
+        (1, [("throughput/global_images_per_second", 812.5)]), (2, [("throughput/global_images_per_second", 900.0)]),
+        (1, [("gpu/worker_0_utilization_percent", 55.0)])]
+    assert tensorboard_scalars(tmp_path) == {"throughput/global_images_per_second": [(1, 812.5), (2, 900.0)],
+                                             "gpu/worker_0_utilization_percent": [(1, 55.0)]}

@@ -6,7 +6,10 @@ The unhappy boots, at once in one module fixture; the tests then assert on each:
 - hungpip:  an index that never answers -> the boot grace ends the boot's activity, halted;
 - deadapt:  no venv and a dead apt source -> the exact venv error in the ready attribute;
 - docker:   tfcluster-docker=true -> docker.io installed after the watchdog, before pip; the
-            daemon's own start-up error (it cannot run unprivileged here) as one line.
+            daemon's own start-up error (it cannot run unprivileged here) as one line;
+- gpu:      the metadata terraform plans for a GPU VM (an N1 with a T4), and the offline
+            wheelhouse, which holds no CUDA wheels -> startup.sh takes its GPU branch and fails at
+            its first GPU-only step (pip install tensorflow[and-cuda]) with its own error line.
 The healthy boot (TensorFlow installed, the watchdog first and restarted when killed, a second
 boot without reinstall, the idle halt) is part of the booted cluster's scenario
 (tests/test_booted_cluster.py), on the VMs the product itself creates and trains on.
@@ -17,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 
 import pytest
 
@@ -41,16 +45,34 @@ def lab(tmp_path_factory):
     lab = VmLab(tmp_path_factory.mktemp("vmlab"))
     try:
         lab.boot("deadpip", nonce="deadpip-1", pip="dead", idle_minutes=0.1)
-        lab.boot("hungpip", nonce="hungpip-1", pip="hung", idle_minutes=0.1,
-                 extra={"tfcluster-boot-grace-minutes": "0.5"})
+        hung = lab.boot("hungpip", nonce="hungpip-1", pip="hung", idle_minutes=0.1,
+                        extra={"tfcluster-boot-grace-minutes": "0.5"})
         lab.boot("deadapt", nonce="deadapt-1", apt="dead", idle_minutes=60)
         # A cluster for `train --image` (variable docker): Docker from the offline apt repository.
         # dockerd itself cannot run in an unprivileged container (no overlay mounts, no iptables),
         # so this machine shows the install and that a daemon failure is one line naming the cause.
         lab.boot("docker", nonce="docker-1", pip="dead", idle_minutes=60, extra={"tfcluster-docker": "true"})
+        # The GPU machine (terraform's plan, then pip downloading TensorFlow's wheel to resolve its
+        # [and-cuda] extra) starts once the hung machine's pip has reached its index (or after 3
+        # minutes), so it does not eat into that boot's 30-second grace on a busy machine.
+        deadline = time.monotonic() + 180
+        while not hung.hung.accepted and time.monotonic() < deadline:
+            time.sleep(1)
+        gpu_metadata = planned_metadata(tmp_path_factory.mktemp("gpu-plan"), gpu="nvidia-tesla-t4", gpu_count=1)
+        lab.boot("gpu", nonce="gpu-1", planned=gpu_metadata)
         yield {machine.name: machine for machine in lab.machines}
     finally:
         lab.close()
+
+
+def planned_metadata(workdir, **settings) -> dict[str, str]:
+    """The metadata terraform plans for VM 0 of a cluster with ``settings`` (as `up` writes them)."""
+    from tests.test_terraform_agreement import product_variables
+    from tests.world.provider import mirror, planning
+
+    env = {**os.environ, **mirror.build(workdir / "providers")}
+    shown = planning.plan(env, workdir / "cluster", product_variables(**settings))
+    return planning.planned_values(shown, "google_compute_instance.worker[0]")["metadata"]
 
 
 def statuses(machine) -> list[tuple[float, dict]]:
@@ -112,3 +134,15 @@ def test_an_image_cluster_installs_docker_after_the_watchdog_and_names_a_daemon_
     assert machine.exec("systemctl", "is-active", "tfcluster-watchdog").stdout.strip() == "active"
     # Docker came before the Python environment: pip never ran on this machine.
     assert machine.exec("test", "-e", "/opt/tfcluster/venv").returncode != 0
+
+
+def test_a_gpu_vm_takes_the_gpu_branch_and_fails_at_its_first_gpu_step(lab):
+    """The GPU path runs as terraform writes it: the planned metadata says install-nvidia-driver,
+    startup.sh's GPU branch asks pip for TensorFlow with CUDA, and the offline wheelhouse has no
+    CUDA wheels, so the boot ends there with startup.sh's own line (a VM whose metadata and script
+    disagree on the flag would install the CPU build instead and report ok)."""
+    machine = lab["gpu"]
+    wait_for(lambda: machine.ready() not in (None, "gpu-1:starting"), 600, 1, "the GPU boot to end")
+    assert machine.ready() == f"gpu-1:error: pip install tensorflow[and-cuda]=={TF_VERSION} failed"
+    assert machine.wheels.requests, "pip never reached the wheelhouse"
+    assert machine.exec("systemctl", "is-active", "tfcluster-watchdog").stdout.strip() == "active"

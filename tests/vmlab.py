@@ -185,8 +185,9 @@ class VmLab:
         self.startup_script = (REPO / "startup/startup.sh").read_text()
         self.watchdog = (REPO / "startup/watchdog.py").read_text()
 
-    def metadata_values(self, name: str, nonce: str, idle_minutes: float, extra: dict[str, str]) -> dict[str, str]:
-        attributes = {
+    def metadata_values(self, name: str, nonce: str, idle_minutes: float, extra: dict[str, str],
+                        planned: dict[str, str] | None = None) -> dict[str, str]:
+        attributes = dict(planned) if planned is not None else {
             # Every key terraform/instances.tf sets, with the values it would set on a CPU VM.
             "block-project-ssh-keys": "true",
             "enable-oslogin": "false",
@@ -204,20 +205,24 @@ class VmLab:
             "tfcluster-boot-nonce": nonce,
             "tfcluster-docker": "false",
             "startup-script": self.startup_script,
-            **extra,
         }
+        attributes.update({"tfcluster-boot-nonce": nonce, **extra})
         values = {f"instance/attributes/{key}": value for key, value in attributes.items()}
         values.update({"instance/id": str(abs(hash((name, nonce))) % 10**18 + 10**18), "instance/name": name, "instance/zone": "projects/123/zones/europe-west4-a",
                        "project/project-id": "vmlab-project"})
         return values
 
     def boot(self, name: str, *, nonce: str, pip: str = "wheelhouse", apt: str = "offline",
-             idle_minutes: float = 60, extra: dict[str, str] | None = None) -> Machine:
-        """Start one machine. pip: wheelhouse | dead | hung; apt: offline | dead."""
+             idle_minutes: float = 60, extra: dict[str, str] | None = None,
+             planned: dict[str, str] | None = None) -> Machine:
+        """Start one machine. pip: wheelhouse | dead | hung; apt: offline | dead. ``planned``: the
+        instance metadata as terraform plans it (tests/world/provider/planning.py), served
+        instead of the CPU VM's set above; the nonce and ``extra`` still apply."""
         address = f"127.{NET}.0.{10 + len(self.machines)}"
         world = self.workdir / name
         world.mkdir(parents=True)
-        metadata = FakeMetadataServer(self.metadata_values(name, nonce, idle_minutes, extra or {}), bind=(address, 80))
+        metadata = FakeMetadataServer(self.metadata_values(name, nonce, idle_minutes, extra or {}, planned),
+                                      bind=(address, 80))
         machine = Machine(name, address, metadata, world, closers=[metadata.close])
         self.machines.append(machine)
         if pip == "wheelhouse":

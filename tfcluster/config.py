@@ -13,7 +13,10 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import tfcluster.gpus as gpu_table
-import tfcluster.machine_rules as machine_rules
+import tfcluster.machines as machines
+import tfcluster.sources as sources
+from tfcluster.machines import GCP_CLUSTER_NAME  # noqa: F401 (terraform's validation agrees with it)
+from tfcluster.sources import flag_hint, take_environment, user_state_dir  # noqa: F401 (the settings' own)
 from tfcluster.errors import ConfigError
 from tfcluster.money import parse_usd
 from tfcluster.ports import parse_range
@@ -26,12 +29,6 @@ TERMINATION_ACTIONS = ("STOP", "DELETE")
 KERAS_VERSIONS = ("2", "3")
 ZONE = re.compile(r"[a-z]+-[a-z]+[0-9]+-[a-z]")
 CLUSTER_NAME = re.compile(r"^[a-z][a-z0-9-]{0,30}$")
-# On Google Cloud the name also makes each VM's service account id "<name>-vm-<index>" (index < 64,
-# so at most 27 characters), which must be 6 to 30 characters matching [a-z][-a-z0-9]*[a-z0-9] (IAM:
-# projects.serviceAccounts.create, accountId), and the network tag "tfcluster-<name>", which must end with a letter or digit (RFC 1035 labels:
-# https://cloud.google.com/vpc/docs/add-remove-network-tags). terraform/variables.tf validates
-# cluster_name with this same pattern; tests/test_config.py checks that the two agree.
-GCP_CLUSTER_NAME = r"^[a-z][a-z0-9-]{1,19}[a-z0-9]$"
 
 
 @dataclass(frozen=True)
@@ -42,8 +39,9 @@ class Settings:
     backend: str = "local"
     # Workers `up` creates; `train --workers` may use fewer.
     workers: int = 3
-    # Local folder for cluster state, run records, logs and fetched results.
-    state_dir: str = ".tfcluster"
+    # Local folder for cluster state, run records, logs and fetched results; empty is the per-user
+    # state folder (user_state_dir), the same from any folder. A project's own folder is set here.
+    state_dir: str = ""
     # Interpreter that runs the workers; empty means the one running invoke.
     python: str = ""
     # TFRecord folder for the bundled trainer; empty means the built-in synthetic set.
@@ -132,7 +130,7 @@ class Settings:
 
     @property
     def state_path(self) -> Path:
-        return Path(self.state_dir).expanduser().resolve()
+        return Path(self.state_dir).expanduser().resolve() if self.state_dir else user_state_dir()
 
 
 DEFAULTS: dict[str, Any] = dataclasses.asdict(Settings())
@@ -144,22 +142,18 @@ MAX_WORKERS = 64
 MAX_BOOT_DISK_GB = 2000
 
 
-def _flag_hint(key: str) -> str:
-    return f"invoke.yaml (tfcluster.{key}), INVOKE_TFCLUSTER_{key.upper()} or --{key.replace('_', '-')}"
-
-
 def parse_int(key: str, value: Any, minimum: int) -> int:
     """An int >= minimum from a flag, YAML or env value, or a ConfigError naming the key."""
     if isinstance(value, bool):
         raise ConfigError(f"{key} must be a whole number >= {minimum} (got {value!r}); "
-                          f"set it in {_flag_hint(key)}")
+                          f"set it in {flag_hint(key)}")
     try:
         number = int(str(value).strip())
     except ValueError:
         raise ConfigError(f"{key} must be a whole number >= {minimum} (got {value!r}); "
-                          f"set it in {_flag_hint(key)}") from None
+                          f"set it in {flag_hint(key)}") from None
     if number < minimum:
-        raise ConfigError(f"{key} must be >= {minimum} (got {number}); set it in {_flag_hint(key)}")
+        raise ConfigError(f"{key} must be >= {minimum} (got {number}); set it in {flag_hint(key)}")
     return number
 
 
@@ -219,15 +213,29 @@ def parse_bool(key: str, value: Any) -> bool:
 
 
 def load(config: Mapping[str, Any] | None = None, **overrides: Any) -> Settings:
-    """Settings from invoke's merged ``tfcluster`` config plus flag overrides (None = unset)."""
+    """Settings from invoke's merged ``tfcluster`` config plus flag overrides (None = unset: the
+    default; a YAML key with no value is unset too)."""
+    if config is not None and not isinstance(config, Mapping):
+        raise ConfigError(f"tfcluster in invoke.yaml must be a mapping of settings, such as `workers: 3` on its own "
+                          f"indented line (got {config!r})")
     known = {f.name for f in fields(Settings)}
     merged = dict(DEFAULTS)
     for key, value in dict(config or {}).items():
         if key not in known:
             raise ConfigError(f"unknown setting tfcluster.{key}; valid keys: {', '.join(sorted(known))}")
-        merged[key] = value
+        if value is not None:
+            merged[key] = value
     merged.update({key: value for key, value in overrides.items() if value is not None})
+    sources.check_kinds(merged, {item.name: item.default for item in fields(Settings)})
     return validate(merged)
+
+
+def parse_port(key: str, value: Any) -> int:
+    """A TCP port from a flag: 1-65535."""
+    port = parse_int(key, value, 1)
+    if port > 65535:
+        raise ConfigError(f"{key} must be a port between 1 and 65535 (got {port})")
+    return port
 
 
 def validate(values: Mapping[str, Any]) -> Settings:
@@ -292,9 +300,9 @@ def validate(values: Mapping[str, Any]) -> Settings:
     boot_disk_type = str(values["boot_disk_type"] or "").strip()
     nic_type = str(values["nic_type"] or "").strip().upper()
     if backend == "gcp":
-        _check_gcp_name(cluster)
-        machine_type = machine_rules.machine_type(model, gpu_count, machine_type, spot)
-        machine_rules.check_family(machine_type, boot_disk_type, nic_type)
+        machines.check_gcp_name(cluster)
+        machine_type = machines.pick_machine_type(model, gpu_count, machine_type, spot)
+        machines.check_family(machine_type, boot_disk_type, nic_type)
     elif not machine_type:
         machine_type = "n1-standard-8"
     operator_cidr = str(values["operator_cidr"] or "")
@@ -309,7 +317,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
     keras = str(values["keras"]).strip()
     if keras not in KERAS_VERSIONS:
         raise ConfigError(f"keras must be one of {', '.join(KERAS_VERSIONS)} (got {values['keras']!r}); "
-                          f"set it in {_flag_hint('keras')}")
+                          f"set it in {flag_hint('keras')}")
     zones = parse_zones(values["zone"], values["zones"])
     return Settings(
         keras=keras,
@@ -347,7 +355,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         trust_new_hosts=parse_bool("trust_new_hosts", values["trust_new_hosts"]),
         tf_port=tf_port,
         oracle_port=oracle_port,
-        local_ports=parse_range("local_ports", values["local_ports"], _flag_hint("local_ports")),
+        local_ports=parse_range("local_ports", values["local_ports"], flag_hint("local_ports")),
         remote_dir=str(values["remote_dir"] or ".tfcluster-remote"),
         cluster=cluster,
         backend=backend,
@@ -358,11 +366,3 @@ def validate(values: Mapping[str, Any]) -> Settings:
         retries=parse_int("retries", values["retries"], 0),
         stop_grace_seconds=grace,
     )
-
-
-def _check_gcp_name(cluster: str) -> None:
-    """Refuse a name Google would refuse, before anything is created."""
-    if not re.match(GCP_CLUSTER_NAME, cluster):
-        raise ConfigError(f"cluster must be 3 to 21 characters on gcp: lowercase letters, digits and dashes, "
-                          f"starting with a letter and not ending with a dash (got {cluster!r}); Google builds "
-                          "the service account id and network tag from it")

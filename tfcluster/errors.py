@@ -1,5 +1,7 @@
 """Errors a user can fix. ``str(error)`` is one line that names the fix; tasks.py prints it."""
 
+import errno
+
 
 class TfClusterError(Exception):
     """Base for every error shown to the user as one line, without a traceback."""
@@ -37,3 +39,17 @@ class HostErrors(TfClusterError):
         self.failures = dict(failures)
         listed = "; ".join(f"{host}: {reason}" for host, reason in self.failures.items())
         super().__init__(f"{action} failed on {len(self.failures)} host(s): {listed}")
+
+
+def file_error(error: OSError) -> str:
+    """An OSError on a file as one line with the fix: a folder that cannot be written (read-only, full,
+    no permission), or the file's own complaint."""
+    where = error.filename or "a file"
+    reason = error.strerror or str(error)
+    if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        fix = "make it writable, or point tfcluster.state_dir (INVOKE_TFCLUSTER_STATE_DIR) at a folder you can write"
+    elif error.errno in (errno.ENOSPC, errno.EDQUOT):
+        fix = "free some space there, or point tfcluster.state_dir (INVOKE_TFCLUSTER_STATE_DIR) at another disk"
+    else:
+        fix = "check that path"
+    return f"cannot use {where}: {reason}; {fix}"

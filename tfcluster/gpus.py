@@ -13,6 +13,10 @@ Sources, read 2026-11-25 (through excerpts of the pages; what the excerpts did n
   pages' machine-type and storage tables as tfcluster knows them (re-check when Google changes
   them): each type's vCPUs and memory below; A3 and G2 take no Standard Persistent Disk; A3
   requires gVNIC; a3-highgpu-1g, -2g and -4g are for Spot VMs (or Flex-start, not used here).
+  Bundled Local SSD, from the GPU machine-types page's tables (https://cloud.google.com/compute/docs/gpus):
+  a3-highgpu-1g/2g/4g/8g 750/1,500/3,000/6,000 GB, a2-ultragpu-1g/2g/4g/8g 375/750/1,500/3,000 GB
+  (G2 and A2 Standard bundle none). The A100 80GB SKU is "Nvidia Tesla A100 80GB GPU running in ..." as
+  catalog readers see it (e.g. infracost-style price readers matching "nvidia tesla a100 80gb gpu running in").
 - Quota: Compute's Quota.metric enum (compute.v1.json revision 20261106) has CPUS, A2_CPUS,
   NVIDIA_T4/V100/L4/A100/A100_80GB_GPUS and their PREEMPTIBLE_ forms, and PREEMPTIBLE_NVIDIA_H100_GPUS,
   but no NVIDIA_H100_GPUS, G2_CPUS or A3_CPUS: on-demand H100s count on the Cloud Quotas API's
@@ -47,6 +51,8 @@ class Shape:
     memory_gb: int
     # Only Spot VMs may have it (A3 High below 8 GPUs).
     spot_only: bool = False
+    # GB of Local SSD that comes with it (A3 High, A2 Ultra; billed with the VM, discarded at a stop).
+    local_ssd_gb: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,14 +142,15 @@ GPUS = {
                 machine_types={"a2-highgpu-1g": Shape(1, 12, 85), "a2-highgpu-2g": Shape(2, 24, 170),
                                "a2-highgpu-4g": Shape(4, 48, 340), "a2-highgpu-8g": Shape(8, 96, 680),
                                "a2-megagpu-16g": Shape(16, 96, 1360)}),
-    "a100-80gb": Gpu("a100-80gb", "nvidia-a100-80gb", "a2", "NVIDIA_A100_80GB_GPUS", "Nvidia A100 80GB GPU",
+    "a100-80gb": Gpu("a100-80gb", "nvidia-a100-80gb", "a2", "NVIDIA_A100_80GB_GPUS", "Nvidia Tesla A100 80GB GPU",
                      arch="Ampere", driver_min=450, machine_types={
-                         "a2-ultragpu-1g": Shape(1, 12, 170), "a2-ultragpu-2g": Shape(2, 24, 340),
-                         "a2-ultragpu-4g": Shape(4, 48, 680), "a2-ultragpu-8g": Shape(8, 96, 1360)}),
+                         "a2-ultragpu-1g": Shape(1, 12, 170, local_ssd_gb=375), "a2-ultragpu-2g": Shape(2, 24, 340, local_ssd_gb=750),
+                         "a2-ultragpu-4g": Shape(4, 48, 680, local_ssd_gb=1500),
+                         "a2-ultragpu-8g": Shape(8, 96, 1360, local_ssd_gb=3000)}),
     "h100": Gpu("h100", "nvidia-h100-80gb", "a3", "NVIDIA_H100_GPUS", "Nvidia H100 80GB GPU", arch="Hopper", driver_min=525,
                 gpu_family="NVIDIA_H100",
-                machine_types={"a3-highgpu-1g": Shape(1, 26, 234, True), "a3-highgpu-2g": Shape(2, 52, 468, True),
-                               "a3-highgpu-4g": Shape(4, 104, 936, True), "a3-highgpu-8g": Shape(8, 208, 1872)}),
+                machine_types={"a3-highgpu-1g": Shape(1, 26, 234, True, 750), "a3-highgpu-2g": Shape(2, 52, 468, True, 1500),
+                               "a3-highgpu-4g": Shape(4, 104, 936, True, 3000), "a3-highgpu-8g": Shape(8, 208, 1872, False, 6000)}),
 }
 BY_ACCELERATOR = {gpu.accelerator: gpu for gpu in GPUS.values()}
 N1_MACHINE_TYPE = re.compile(r"n1-(standard|highmem|highcpu)-(\d+)")
@@ -173,13 +180,19 @@ def shape_of(machine_type: str) -> tuple[int, float]:
     raise KeyError(machine_type)
 
 
+def local_ssd_gb(machine_type: str) -> int:
+    """GB of Local SSD bundled with ``machine_type`` (0 for none or an unknown type)."""
+    return next((g.machine_types[machine_type].local_ssd_gb for g in GPUS.values() if machine_type in g.machine_types), 0)
+
+
 def terraform_table() -> dict:
     """What terraform/machine_types.json holds: the rules variables.tf validates with."""
     return {
         "_comment": "Generated from tfcluster/gpus.py by `python -m tfcluster.gpus`; do not edit.",
         "accelerators": sorted(g.accelerator for g in GPUS.values()),
         "attached": {g.accelerator: g.counts() for g in GPUS.values() if g.attached},
-        "machine_types": {name: {"accelerator": g.accelerator, "gpus": s.gpus, "spot_only": s.spot_only}
+        "machine_types": {name: {"accelerator": g.accelerator, "gpus": s.gpus, "spot_only": s.spot_only,
+                                 "local_ssd_gb": s.local_ssd_gb}
                           for g in GPUS.values() for name, s in g.machine_types.items()},
         "disk_types": {f.name: list(f.disk_types) for f in FAMILIES.values()},
         "required_nic": {f.name: f.required_nic for f in FAMILIES.values() if f.required_nic},

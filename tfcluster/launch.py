@@ -20,6 +20,7 @@ from typing import Callable, Iterator
 from tfcluster import container, stall, tfconfig
 from tfcluster.backends.base import WorkerHost
 from tfcluster.errors import HostUnreachable
+from tfcluster.pace import Pace
 from tfcluster.throughput import ThroughputMeter
 from trainer import events
 
@@ -98,6 +99,10 @@ def build_plans(hosts: list[WorkerHost], run_id: str, argv: list[str],
     return plans
 
 
+# The environment's output folders (Vertex AI's names, which scripts written for it read).
+OUTPUT_FOLDERS = ("AIP_MODEL_DIR", "AIP_CHECKPOINT_DIR", "AIP_TENSORBOARD_LOG_DIR")
+
+
 def render_wrapper(plan: WorkerPlan, attempt: int, workdir: str) -> str:
     """The shell wrapper for one worker attempt. Every value is shell-quoted."""
     q = shlex.quote
@@ -112,11 +117,15 @@ wait $!"""
         start = container.wrapper_start(plan.container, plan.container_name(attempt), labels,
                                         plan.path(attempt, "env"), workdir, plan.run_root, plan.argv,
                                         plan.log_path, plan.path(attempt, "pid"))
+    # Vertex AI's folders exist before the program starts, as they do there (a script saves into
+    # AIP_MODEL_DIR without creating it); a gs:// one needs no folder.
+    folders = sorted({value for key, value in plan.env.items() if key in OUTPUT_FOLDERS and "://" not in value})
+    made = f"mkdir -p {' '.join(q(folder) for folder in folders)}\n" if folders else ""
     return f"""#!/bin/sh
 # tfcluster: {plan.name} ({plan.task}), attempt {attempt}. Written by the launcher.
 cd {q(workdir)} || exit 97
 {exports}
-echo $$ > {q(plan.path(attempt, "pgid"))}
+{made}echo $$ > {q(plan.path(attempt, "pgid"))}
 echo "=== tfcluster: {plan.name} ({plan.task}) attempt {attempt} on $(hostname) ===" >> {q(plan.log_path)}
 {start}
 echo $? > {q(exit_file + ".tmp")} && mv {q(exit_file + ".tmp")} {q(exit_file)}
@@ -312,6 +321,8 @@ class Progress:
     strategy: dict = field(default_factory=dict)
     # Every worker's step times and GPU samples, for the throughput figures.
     throughput: ThroughputMeter = field(default_factory=ThroughputMeter)
+    # Where the chief is (epoch, step of steps, images/s, ETA), for the live line.
+    pace: Pace = field(default_factory=Pace)
 
     def update(self, plan: WorkerPlan, event: dict, attempt: int) -> None:
         kind = event["event"]
@@ -324,6 +335,7 @@ class Progress:
                 target.append(event.get("path"))
         if plan.index != 0:
             return  # Everything else comes from the chief, which sees the global view.
+        self.pace.observe(event)
         if kind == "strategy":
             self.replicas_in_sync = event.get("replicas_in_sync")
             self.strategy = event

@@ -4,11 +4,18 @@ figures computed from it.
     <state_dir>/ledger/<cluster>.jsonl    one JSON object a line, appended, never rewritten
 
 Outside ``clusters/`` (removed by `down`), so `invoke costs` still lists a cluster that is gone.
-Three kinds of line: ``{"type": "event", ...}`` (Event: a machine started, stopped, was preempted,
+Four kinds of line: ``{"type": "event", ...}`` (Event: a machine started, stopped, was preempted,
 was seen halted, was deleted), ``{"type": "prices", ...}`` (Prices: the hourly rates in use, with
-their source and date, appended whenever they change) and ``{"type": "storage", ...}`` (Storage: what
-the bucket and the registry held when looked at). Figures (Figures) are computed from the
-lines, never stored. A cloud backend records its events with Compute's own timestamps
+their source and date, appended whenever they change), ``{"type": "storage", ...}`` (Storage: what
+the bucket and the registry held when looked at) and ``{"type": "cluster", "at": ...}`` (a cluster
+of this name was created then: a later cluster that reuses the name starts a new generation, and
+each generation's figures are its own). Figures (Figures) are computed from the lines, never stored.
+
+Each spell is priced with the prices in force while it ran ("You pay the Spot price that is in
+effect when your instances are running", https://cloud.google.com/compute/docs/instances/spot#pricing):
+a spell that spans a price change is split there, and time before the first prices line takes the
+first one. Storage samples likewise. Each start of a machine bills at least a minute ("a 1-minute
+minimum", https://cloud.google.com/compute/vm-instance-pricing#billing_model). A cloud backend records its events with Compute's own timestamps
 (tfcluster/backends/gcp/ledger_events.py); Compute keeps only the last start and stop of a VM, so
 this file is the only full history.
 
@@ -32,6 +39,10 @@ HALTS = (STOP, PREEMPTED, TERMINATED_SEEN)
 # Event sources: tfcluster's own operation, an operation Compute lists (a preemption, someone
 # else's delete), or a change seen in the machine's state and timestamps.
 OWN, COMPUTE_OPERATION, OBSERVED = "own operation", "compute operation", "observed"
+# Google bills each start of a VM for at least this long (the module docstring).
+MINIMUM_SECONDS = 60.0
+# What a running machine bills an hour (Prices.on_demand / spot keys), and a stopped one.
+RUNNING_PARTS = ("vm", "gpu", "disk", "ip", "ssd")
 
 
 @dataclass(frozen=True)
@@ -72,15 +83,46 @@ class Prices:
     # USD per GiB-hour of the bucket (Standard storage) and of the registry (Artifact Registry).
     bucket_gib_hour: float = 0.0
     registry_gib_hour: float = 0.0
+    # Read from the live catalog (None in lines written before this field: told by the source).
+    live: bool | None = None
 
     @property
     def in_use(self) -> dict:
         return self.spot if self.spot_in_use else self.on_demand
 
+    @property
+    def is_live(self) -> bool:
+        return self.live if self.live is not None else self.source.startswith("Cloud Billing Catalog")
+
+    @property
+    def for_budget(self) -> dict:
+        """What a budget counts (cost.Quote.for_budget): Spot at the on-demand rate without live prices."""
+        return self.on_demand if not self.is_live else self.in_use
+
     def same_rates(self, other: "Prices | None") -> bool:
         return other is not None and (self.on_demand, self.spot, self.spot_in_use, self.gpu_count, self.workers,
-                                      self.date) == (other.on_demand, other.spot, other.spot_in_use,
-                                                     other.gpu_count, other.workers, other.date)
+                                      self.date, self.is_live) == (other.on_demand, other.spot, other.spot_in_use,
+                                                                   other.gpu_count, other.workers, other.date,
+                                                                   other.is_live)
+
+
+def running_rate(rates: dict) -> float:
+    """USD an hour of one running machine at ``rates`` (its VM, GPUs, disk, address, Local SSD)."""
+    return sum(rates.get(part, 0.0) for part in RUNNING_PARTS)
+
+
+def in_force(history: list[Prices], begin: float, end: float) -> list[tuple[float, float, Prices]]:
+    """[begin, end) cut where the prices change: (from, to, the prices in force then). Time before the
+    first prices line takes the first one."""
+    if not history or end <= begin:
+        return []
+    cuts = [p.at for p in history[1:] if begin < p.at < end]
+    edges = [begin, *cuts, end]
+    pieces = []
+    for start, stop in zip(edges, edges[1:]):
+        current = [p for p in history if p.at <= start]
+        pieces.append((start, stop, current[-1] if current else history[0]))
+    return pieces
 
 
 @dataclass(frozen=True)
@@ -110,45 +152,44 @@ class Figures:
     registry_gib_hours: float = 0.0
     # Whether a machine still bills (started, or stopped with its disk, and not deleted).
     open: bool = False
-    # The prices in use (None: own hosts, hours only).
+    # The latest prices (None: own hosts, hours only); each hour is priced with those in force then.
     prices: Prices | None = None
     # Per instance: its running hours (for the check against Compute).
     per_instance: dict = field(default_factory=dict)
-
-    def _usd(self, rates: dict) -> float:
-        return (self.vm_hours * (rates["vm"] + rates["gpu"] + rates["disk"]) + self.stopped_disk_hours * rates["disk"]
-                + self.storage_usd)
+    # USD: at the prices in use, at on-demand rates, as a budget counts them, and the storage part.
+    machines_cost: float = 0.0
+    on_demand_cost: float = 0.0
+    budget_cost: float = 0.0
+    storage_cost: float = 0.0
 
     @property
     def storage_usd(self) -> float:
         """The bucket and the registry (the same whatever the VMs' provisioning model)."""
-        if self.prices is None:
-            return 0.0
-        return (self.bucket_gib_hours * self.prices.bucket_gib_hour
-                + self.registry_gib_hours * self.prices.registry_gib_hour)
+        return 0.0 if self.prices is None else self.storage_cost
 
     @property
     def cost_usd(self) -> float | None:
-        """At the prices in use; None without prices."""
-        return None if self.prices is None else self._usd(self.prices.in_use)
+        """At the prices in force during each spell; None without prices."""
+        return None if self.prices is None else self.machines_cost + self.storage_cost
 
     @property
     def on_demand_usd(self) -> float | None:
-        return None if self.prices is None else self._usd(self.prices.on_demand)
+        return None if self.prices is None else self.on_demand_cost + self.storage_cost
+
+    @property
+    def budget_usd(self) -> float | None:
+        return None if self.prices is None else self.budget_cost + self.storage_cost
 
     @property
     def spot_saving_usd(self) -> float | None:
-        """On-demand minus Spot for the same hours (0 when the machines are not Spot)."""
-        if self.prices is None:
-            return None
-        return self.on_demand_usd - self.cost_usd if self.prices.spot_in_use else 0.0
+        """On-demand minus Spot for the same hours (0 when the machines were never Spot)."""
+        return None if self.prices is None else self.on_demand_cost - self.machines_cost
 
     @property
     def redone_usd(self) -> float | None:
         if self.prices is None:
             return None
-        rates = self.prices.in_use
-        return self.redone_hours * (rates["vm"] + rates["gpu"] + rates["disk"])
+        return self.redone_hours * running_rate(self.prices.in_use)
 
     def words(self) -> str:
         """One line: the cost (or hours only), then the hours, the Spot saving and redone work."""
@@ -197,12 +238,26 @@ class Ledger:
                  for line in self._lines() if line.get("type") == "event"]
         return sorted(found, key=lambda e: e.at)
 
-    def prices(self) -> Prices | None:
-        """The latest prices recorded."""
+    def price_history(self) -> list[Prices]:
+        """Every prices line, oldest first."""
         fields = {f.name for f in dataclasses.fields(Prices)}
         found = [Prices(**{k: v for k, v in line.items() if k in fields})
                  for line in self._lines() if line.get("type") == "prices"]
-        return found[-1] if found else None
+        return sorted(found, key=lambda p: p.at)
+
+    def prices(self) -> Prices | None:
+        """The latest prices recorded."""
+        history = self.price_history()
+        return history[-1] if history else None
+
+    def generations(self) -> list[float]:
+        """When each cluster of this name was created, oldest first (none in ledgers older than the marker)."""
+        return sorted({float(line["at"]) for line in self._lines() if line.get("type") == "cluster" and "at" in line})
+
+    def note_cluster(self, created_at: float) -> None:
+        """Mark a cluster's creation once: a later cluster of the same name starts a new generation."""
+        if created_at is not None and float(created_at) not in self.generations():
+            self._append([{"type": "cluster", "at": float(created_at)}])
 
     def storage(self) -> list[Storage]:
         fields = {f.name for f in dataclasses.fields(Storage)}
@@ -236,24 +291,43 @@ class Ledger:
 
     def figures(self, start: float | None = None, end: float | None = None, now: float | None = None,
                 redone_seconds: float = 0.0) -> Figures:
-        """The cluster's figures, or a run's between ``start`` and ``end`` (a run still going: ``now``)."""
+        """The cluster's figures, or a run's between ``start`` and ``end`` (a run still going: ``now``),
+        each hour priced with the prices in force then (the module docstring)."""
         now = time.time() if now is None else now
-        prices = self.prices()
+        history = self.price_history()
         spells = spells_of(self.events(), now)
         low, high = start if start is not None else float("-inf"), min(end if end is not None else now, now)
-        figures = Figures(prices=prices, open=any(s[3] for s in spells))
+        figures = Figures(prices=history[-1] if history else None, open=any(s[3] for s in spells))
         for instance, kind, (begin, finish), _ in spells:
-            hours = max(0.0, min(finish, high) - max(begin, low)) / 3600
+            if kind == "running":  # At least a minute per start, billed even if the window ends sooner.
+                finish = max(finish, begin + MINIMUM_SECONDS)
+                top = end if end is not None else float("inf")
+            else:
+                top = high
+            span = (max(begin, low), min(finish, top))
+            hours = max(0.0, span[1] - span[0]) / 3600
             if kind == "running":
                 figures.vm_hours += hours
                 figures.per_instance[instance] = figures.per_instance.get(instance, 0.0) + hours
             else:
                 figures.stopped_disk_hours += hours
+            for piece_from, piece_to, prices in in_force(history, *span):
+                piece = (piece_to - piece_from) / 3600
+                rate = running_rate if kind == "running" else (lambda rates: rates["disk"])
+                figures.machines_cost += piece * rate(prices.in_use)
+                figures.on_demand_cost += piece * rate(prices.on_demand)
+                figures.budget_cost += piece * rate(prices.for_budget)
         samples = self.storage()
         for sample, after in zip(samples, samples[1:] + [None]):
-            hours = max(0.0, min(after.at if after else now, high) - max(sample.at, low)) / 3600
+            span = (max(sample.at, low), min(after.at if after else now, high))
+            hours = max(0.0, span[1] - span[0]) / 3600
             figures.bucket_gib_hours += sample.bucket_bytes / 2**30 * hours
             figures.registry_gib_hours += sample.registry_bytes / 2**30 * hours
+            for piece_from, piece_to, prices in in_force(history, *span):
+                piece = (piece_to - piece_from) / 3600
+                figures.storage_cost += piece * (sample.bucket_bytes / 2**30 * prices.bucket_gib_hour
+                                                 + sample.registry_bytes / 2**30 * prices.registry_gib_hour)
+        prices = figures.prices
         workers = prices.workers if prices else len(figures.per_instance) or 1
         figures.gpu_hours = figures.vm_hours * (prices.gpu_count if prices else 0)
         figures.redone_hours = redone_seconds / 3600 * workers
@@ -300,11 +374,14 @@ def run_figures(state_dir: Path, cluster: str, run, now: float | None = None) ->
                                               float(run.summary.get("redone_seconds") or 0.0))
 
 
-def cluster_spent_usd(state_dir: Path, cluster: str, now: float | None = None, since: float | None = None) -> float:
+def cluster_spent_usd(state_dir: Path, cluster: str, now: float | None = None, since: float | None = None,
+                      for_budget: bool = False) -> float:
     """What ``cluster`` has cost so far (every machine-hour since its first `up`, across restarts),
-    at the prices in use; 0.0 when it has no prices (own hosts) or no ledger yet. ``since``: the
-    cluster's creation, so an earlier cluster of the same name (gone with `down`) is not counted."""
-    return Ledger(state_dir, cluster).figures(start=since, now=now).cost_usd or 0.0
+    at the prices in force then; 0.0 when it has no prices (own hosts) or no ledger yet. ``since``: the
+    cluster's creation, so an earlier cluster of the same name (gone with `down`) is not counted.
+    ``for_budget``: as a budget counts it (Prices.for_budget: Spot at on-demand without live prices)."""
+    figures = Ledger(state_dir, cluster).figures(start=since, now=now)
+    return (figures.budget_usd if for_budget else figures.cost_usd) or 0.0
 
 
 def ledgers(state_dir: Path) -> list[Ledger]:

@@ -225,6 +225,43 @@ class StackDump:
                     self.main[0] if self.main else None)
 
 
+# Where a worker's main thread is, from its dump: in its own code (a user's script, a callback: it holds
+# its peers), in TensorFlow (a collective or a step's graph: waiting for its peers), or in tf.data.
+OWN_CODE, IN_TENSORFLOW, IN_INPUT = "own code", "tensorflow", "input"
+# A frame of TensorFlow or Keras (installed packages; the bundled trainer and a user's script are not).
+TENSORFLOW_FRAME = re.compile(r'File "[^"]*/(?:site|dist)-packages/(?:tensorflow|tf_keras|keras|tensorflow_\w+)/')
+INPUT_FRAME = re.compile(r'File "[^"]*/(?:site|dist)-packages/tensorflow/python/data/')
+
+
+def place(dump: StackDump) -> str:
+    """Where the main thread waits: OWN_CODE when its innermost frame outside Python's own library is
+    not TensorFlow's or Keras's, IN_INPUT when it is tf.data's, else IN_TENSORFLOW."""
+    frame = dump.blocking_frame
+    if frame is None or not frame.startswith("File "):
+        return IN_TENSORFLOW  # No Python frame: inside native code, which is TensorFlow's here.
+    if INPUT_FRAME.search(frame):
+        return IN_INPUT
+    return IN_TENSORFLOW if TENSORFLOW_FRAME.search(frame) else OWN_CODE
+
+
+def holder(found: Stall, dumps: dict[int, StackDump | None]) -> tuple[int, str]:
+    """The worker that holds the others, and why, once every worker's stack is known: the one whose
+    step waits for its input (the trainer says so), else the one whose main thread is in its own code
+    while the others wait inside TensorFlow (of several, the one behind in steps), else the one whose
+    last progress is the oldest (the progress alone cannot tell a tie: every worker then stopped at
+    the same step, the others waiting for it in the all-reduce)."""
+    if found.waits_for_input is not None:
+        return found.worker, f"its step {found.waits_for_input} waits for its input data (a read that does not return?)"
+    own = [index for index, dump in sorted(dumps.items()) if dump is not None and place(dump) == OWN_CODE]
+    waiting = [index for index, dump in dumps.items() if dump is not None and place(dump) != OWN_CODE]
+    if own and waiting:
+        index = found.worker if found.worker in own else min(own, key=lambda i: (found.steps.get(i, -1), i))
+        return index, (f"its main thread is in its own code, not in TensorFlow, while "
+                       f"{'the others wait' if len(waiting) > 1 else 'its peer waits'} inside the collective")
+    step = found.steps.get(found.worker, -1)
+    return found.worker, "its last progress is the oldest" + (f" (step {step})" if step >= 0 else "")
+
+
 def parse_dump(text: str) -> StackDump | None:
     """The faulthandler dump in ``text`` (other lines around it are skipped), or None."""
     threads: list[list[str]] = []

@@ -3,6 +3,7 @@
     <state_dir>/clusters/<cluster>.json        ClusterState
     <state_dir>/runs/<cluster>/<run_id>/       run.json, worker scripts, logs, pid/exit files
     <state_dir>/runs/<cluster>/<run_id>/output model, checkpoints, tensorboard (chief's)
+    <state_dir>/runs/<cluster>/<run_id>/stop.json, launcher.lock, <state_dir>/locks/  tfcluster/holds.py
     <state_dir>/data/synthetic/                the built-in demo TFRecords, made once
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import tempfile
 import time
 import uuid
@@ -19,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tfcluster.config import Settings
+from tfcluster.errors import ConfigError
 
 
 @dataclass
@@ -116,7 +119,7 @@ class RunRecord:
     mounts: list[str] = field(default_factory=list)
 
 
-def _write_json(path: Path, payload: Any) -> None:
+def write_json(path: Path, payload: Any) -> None:
     """Atomic write: readers never see half a file, and a crash leaves the old one."""
     path.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
@@ -127,9 +130,16 @@ def _write_json(path: Path, payload: Any) -> None:
 class StateStore:
     """Paths and records under the state directory for one cluster name."""
 
-    def __init__(self, settings: Settings):
+    def __init__(self, settings: Settings, cluster: str | None = None):
+        """The records of ``cluster`` (default: the settings' cluster) under the settings' state folder."""
         self.root = settings.state_path
-        self.cluster_name = settings.cluster
+        self.cluster_name = cluster or settings.cluster
+
+    @staticmethod
+    def cluster_names(root: Path) -> list[str]:
+        """Every cluster recorded under the state folder ``root``, sorted."""
+        folder = root / "clusters"
+        return sorted(path.stem for path in folder.glob("*.json")) if folder.is_dir() else []
 
     @property
     def cluster_file(self) -> Path:
@@ -138,6 +148,10 @@ class StateStore:
     @property
     def runs_dir(self) -> Path:
         return self.root / "runs" / self.cluster_name
+
+    @property
+    def lock_file(self) -> Path:
+        return self.root / "locks" / f"{self.cluster_name}.lock"
 
     @property
     def synthetic_data_dir(self) -> Path:
@@ -149,7 +163,7 @@ class StateStore:
 
     def remember_data(self, folder: Path) -> None:
         """The set `invoke data` made last: the bundled trainer's default data from then on."""
-        _write_json(self.root / "data" / "default.json", {"path": str(folder.resolve())})
+        write_json(self.root / "data" / "default.json", {"path": str(folder.resolve())})
 
     def default_data_dir(self) -> Path:
         """The set `invoke data` made last while it is there, else the synthetic one."""
@@ -168,7 +182,7 @@ class StateStore:
         return ClusterState(**raw)
 
     def save_cluster(self, cluster: ClusterState) -> None:
-        _write_json(self.cluster_file, dataclasses.asdict(cluster))
+        write_json(self.cluster_file, dataclasses.asdict(cluster))
 
     def remove_cluster(self) -> None:
         self.cluster_file.unlink(missing_ok=True)
@@ -181,7 +195,7 @@ class StateStore:
         return self.runs_dir / run_id
 
     def save_run(self, run: RunRecord) -> None:
-        _write_json(self.run_dir(run.run_id) / "run.json", dataclasses.asdict(run))
+        write_json(self.run_dir(run.run_id) / "run.json", dataclasses.asdict(run))
 
     def load_run(self, run_id: str) -> RunRecord | None:
         path = self.run_dir(run_id) / "run.json"
@@ -196,3 +210,65 @@ class StateStore:
         runs = [self.load_run(path.name) for path in self.runs_dir.iterdir() if path.is_dir()]
         runs = [run for run in runs if run is not None]
         return max(runs, key=lambda run: run.started_at, default=None)
+
+
+# Where state lived before the per-user folder: ``.tfcluster`` in the folder a command ran in.
+PROJECT_STATE = ".tfcluster"
+# Regenerated when missing (the built-in synthetic set): a copy in both places keeps the per-user one.
+REMADE = ("data",)
+
+
+def adopt_project_state(settings: Settings, folder: Path | None = None) -> str | None:
+    """With the default (per-user) state folder, move a ``.tfcluster`` left in ``folder`` (the current
+    one) into it, merging with what is there, and leave a link in its place: local workers that run
+    now keep writing where their scripts say. Returns the one line that says so; None when there was
+    nothing to move. A file that both hold (a cluster of the same name) stops it, named."""
+    if settings.state_dir:
+        return None  # A folder the user chose: theirs to keep.
+    old = (folder or Path.cwd()) / PROJECT_STATE
+    new = settings.state_path
+    if old.is_symlink() or not old.is_dir() or old.resolve() == new.resolve():
+        return None
+    clashes = _clashes(old, new)
+    if clashes:
+        raise ConfigError(f"{old} and the per-user state folder {new} both hold {', '.join(clashes)}; keep using "
+                          f"{old} with state_dir: {PROJECT_STATE} in invoke.yaml (or INVOKE_TFCLUSTER_STATE_DIR), "
+                          "or move those files yourself")
+    new.mkdir(parents=True, exist_ok=True)
+    _merge(old, new)
+    for record in [*new.glob("clusters/*.json"), *new.glob("runs/*/*/launch.json")]:
+        text = record.read_text()  # Paths inside (a gcp cluster's key, a run's data) follow the move.
+        if str(old) + "/" in text:
+            record.write_text(text.replace(str(old) + "/", str(new) + "/"))
+    old.symlink_to(new, target_is_directory=True)
+    return (f"moved {old} to {new}, the per-user state folder that every folder now shares (a link stays "
+            f"in its place); to keep a project's own folder, set state_dir: {PROJECT_STATE}")
+
+
+def _clashes(old: Path, new: Path, relative: Path = Path()) -> list[str]:
+    """Files under both ``old`` and ``new`` at the same place, but for locks and regenerated data."""
+    found = []
+    for child in sorted((old / relative).iterdir()):
+        there = new / relative / child.name
+        if not there.exists() or child.suffix == ".lock" or (relative / child.name).parts[0] in REMADE:
+            continue
+        if child.is_dir() and there.is_dir():
+            found += _clashes(old, new, relative / child.name)
+        else:
+            found.append(str(relative / child.name))
+    return found
+
+
+def _merge(old: Path, new: Path) -> None:
+    """Move everything under ``old`` into ``new``, then remove ``old`` (the clashes are known to be none)."""
+    for child in list(old.iterdir()):
+        there = new / child.name
+        if not there.exists():
+            shutil.move(str(child), str(there))
+        elif child.is_dir() and there.is_dir() and child.name not in REMADE:
+            _merge(child, there)
+        elif child.is_dir():
+            shutil.rmtree(child)  # Regenerated data the per-user folder has already.
+        else:
+            child.unlink()  # A lock file.
+    old.rmdir()

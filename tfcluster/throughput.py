@@ -21,12 +21,17 @@ last successful 1-worker run of the same configuration, at the median step: N-wo
 
 from __future__ import annotations
 
+import os
+import socket
+import struct
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tfcluster.state import RunRecord, StateStore
 from tfcluster.steptime import StepClock
+# TFRecord framing and protobuf's varint and length-delimited fields, as the data shards use them.
+from trainer.records import RecordWriter, _field, _varint
 
 # What must match for two runs' speeds to be compared (the trainer's strategy event gives the first
 # six, the cluster the backend and machine type). "args" is the trainer's hash of every flag that
@@ -200,17 +205,34 @@ def tensorboard_scalars(throughput: dict, scaling_figures: dict | None) -> list[
 
 
 def write_tensorboard(logdir: Path, scalars: list[tuple[str, int, float]]) -> Path | None:
-    """An event file of ``scalars`` in ``logdir``, written with TensorBoard's own writer (no TensorFlow
-    in the launcher)."""
+    """An event file of ``scalars`` in ``logdir``, as TensorBoard's EventFileWriter names and writes one,
+    encoded here: TensorBoard's writer imports TensorFlow whenever it is installed, and the launcher
+    never does (its start-up prints TensorFlow's C++ lines, and costs seconds)."""
     if not scalars:
         return None
-    from tensorboard.compat.proto import event_pb2, summary_pb2
-    from tensorboard.summary.writer.event_file_writer import EventFileWriter
-
     logdir.mkdir(parents=True, exist_ok=True)
-    writer = EventFileWriter(str(logdir))
-    for tag, step, value in scalars:
-        summary = summary_pb2.Summary(value=[summary_pb2.Summary.Value(tag=tag, simple_value=float(value))])
-        writer.add_event(event_pb2.Event(wall_time=time.time(), step=step, summary=summary))
-    writer.close()
+    now = time.time()
+    # tensorboard/summary/writer/event_file_writer.py: events.out.tfevents.<time>.<host>.<pid>.<uid>
+    path = logdir / f"events.out.tfevents.{int(now):010d}.{socket.gethostname()}.{os.getpid()}.0"
+    with RecordWriter(path) as writer:
+        writer.write(_event(now, 0, _field(3, b"brain.Event:2")))  # Event.file_version, first in every file.
+        for tag, step, value in scalars:
+            value_proto = _field(1, tag.encode()) + _float(2, float(value))  # Summary.Value: tag, simple_value.
+            writer.write(_event(now, step, _field(5, _field(1, value_proto))))  # Event.summary; Summary.value.
     return logdir
+
+
+# Protocol buffers' wire format (protobuf.dev/programming-guides/encoding) for the few fields an event
+# of scalars has: tensorflow/core/util/event.proto (Event: wall_time 1 double, step 2 int64, file_version
+# 3 string, summary 5) and tensorflow/core/framework/summary.proto (Summary.value 1; Value: tag 1 string,
+# simple_value 2 float), with trainer/records.py's field encoding and TFRecord framing (length, CRC32C).
+
+
+def _float(number: int, value: float) -> bytes:
+    return _varint(number << 3 | 5) + struct.pack("<f", value)
+
+
+def _event(wall_time: float, step: int, what: bytes) -> bytes:
+    """An Event: its wall time (a double, field 1), its step (field 2, omitted at 0 as protobuf does)."""
+    step_field = _varint(2 << 3) + _varint(step) if step else b""
+    return _varint(1 << 3 | 1) + struct.pack("<d", wall_time) + step_field + what

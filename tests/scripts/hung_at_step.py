@@ -2,7 +2,8 @@
 
 With --hang-step N, worker --hang-worker blocks in Python at global step N, once (the marker file
 records it; a retry runs through): its process and heartbeats live on while its peers wait in the
-all-reduce without an error, which only the launcher's stall limit catches.
+all-reduce without an error, which only the launcher's stall limit catches. It blocks before it
+reports step N, or with --hang-after-report after: then every worker's last progress is step N.
 """
 import argparse
 import os
@@ -22,6 +23,7 @@ parser.add_argument("--backup-every", type=int, default=5, help="steps between b
 parser.add_argument("--hang-step", type=int, default=0, help="global step to hang at (0: never)")
 parser.add_argument("--hang-worker", type=int, default=1)
 parser.add_argument("--step-seconds", type=float, default=0.0, help="extra time each step takes")
+parser.add_argument("--hang-after-report", action="store_true", help="report step N, then hang")
 args = parser.parse_args()
 
 strategy = tf.distribute.MultiWorkerMirroredStrategy()
@@ -70,6 +72,7 @@ class Progress(Steps):
 
 
 backup = keras.callbacks.BackupAndRestore(os.environ["AIP_CHECKPOINT_DIR"], save_freq=args.backup_every)
+reporting = [Progress(), Hang()] if args.hang_after_report else [Hang(), Progress()]
 model.fit(dataset, epochs=args.epochs, steps_per_epoch=args.steps, verbose=0,
-          callbacks=[Steps(), backup, Hang(), Progress()])
+          callbacks=[Steps(), backup, *reporting])
 print("hung_at_step done", flush=True)

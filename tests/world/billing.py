@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
+from tests.world import discovery
 from tests.world.http import send_json
 
 COMPUTE_ID = "6F81-5844-456A"
@@ -97,8 +98,10 @@ def compute_skus() -> list[dict]:
 FAMILY_PRICES = {  # family SKU words -> (core, RAM, Spot core, Spot RAM) in the Americas.
     "G2 Instance": (0.025, 0.0029, 0.009, 0.0011), "A2 Instance": (0.032, 0.0043, 0.0096, 0.0013),
     "A3 Instance": (0.030, 0.0030, 0.010, 0.0010)}
+# The A100 80GB card's SKU is "Nvidia Tesla A100 80GB GPU running in ..." as public catalog readers see
+# it (price readers match "nvidia tesla a100 80gb gpu running in americas"; 40GB is "Nvidia Tesla A100 GPU").
 GPU_PRICES = {"Nvidia L4 GPU": (0.57, 0.22), "Nvidia Tesla A100 GPU": (3.00, 1.10),
-              "Nvidia A100 80GB GPU": (4.00, 1.50), "Nvidia H100 80GB GPU": (10.00, 3.60)}
+              "Nvidia Tesla A100 80GB GPU": (4.00, 1.50), "Nvidia H100 80GB GPU": (10.00, 3.60)}
 
 
 def family_skus() -> list[dict]:
@@ -202,7 +205,9 @@ class CatalogServer:
             def do_GET(self):
                 parsed = urlparse(self.path)
                 headers = {k.lower(): v for k, v in self.headers.items()}
-                code, payload = route(catalog_ref, parsed.path, parse_qs(parsed.query), headers)
+                query = parse_qs(parsed.query)
+                code, payload = discovery.serve("cloudbilling.v1", "GET", parsed.path, query, None,
+                                                lambda call: route(catalog_ref, parsed.path, query, headers))
                 if catalog_ref.answer_seconds:
                     time.sleep(catalog_ref.answer_seconds)  # Models a slow server; nothing waits on it.
                 send_json(self, code, payload)

@@ -12,8 +12,9 @@ own types are the contract (google-cloud-quotas 0.6.3):
   400 "Invalid JSON payload received. Unknown name ...: Cannot bind query parameter."
   (https://cloud.google.com/apis/docs/system-parameters; the text Google's REST front end gives).
 - Every answer is parsed back into the proto types with unknown fields refused
-  (google.protobuf.json_format.Parse), so a field or enum value the client does not know fails the
-  test that saw it; resources.py: QuotaInfo (quotaId, metric, service, isPrecise, containerType,
+  (google.protobuf.json_format.Parse); one that does not parse is recorded as the world leaving
+  Google's description (tests/world/discovery.py), so a field or enum value the client does not
+  know fails the test that saw it; resources.py: QuotaInfo (quotaId, metric, service, isPrecise, containerType,
   dimensions, dimensionsInfos[].dimensions / .details.value (int64, a JSON string) /
   .applicableLocations), "The ID component following locations/ must be global".
 - The values are the world's quota table (tests/world/quotas.py): every Compute metric as
@@ -25,30 +26,21 @@ own types are the contract (google-cloud-quotas 0.6.3):
 
 from __future__ import annotations
 
+import functools
 import json
 import re
-import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from urllib.parse import parse_qs, urlparse
 
-from tests.world import compute_auth
+from tests.world import compute_auth, discovery
 from tests.world import quotas as table
-from tests.world.http import send_json
+from tests.world.discovery import SYSTEM_PARAMETERS
+from tests.world.http import JsonGetServer, google_error
 
 CLOUDQUOTAS_NAMES = ("cloudquotas.googleapis.com",)
 SERVICE = "compute.googleapis.com"
-# https://cloud.google.com/apis/docs/system-parameters (the google-cloud clients send $alt).
-SYSTEM_PARAMETERS = {"$alt", "alt", "prettyPrint", "fields", "key", "quotaUser", "access_token", "callback",
-                     "$callback", "upload_protocol", "uploadType", "$.xgafv"}
 
 
-def _error(code: int, status: str, message: str, reason: str = "") -> tuple[int, dict]:
-    error = {"code": code, "message": message, "status": status}
-    if reason:
-        error["details"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
-                             "domain": "googleapis.com", "metadata": {"service": "cloudquotas.googleapis.com"}}]
-    return code, {"error": error}
+_error = functools.partial(google_error, "cloudquotas.googleapis.com")
 
 
 def _request_fields(message) -> set[str]:
@@ -57,12 +49,22 @@ def _request_fields(message) -> set[str]:
 
 
 def checked(payload: dict, message_type) -> dict:
-    """``payload`` as the client will parse it: unknown fields or enum values raise (a world that
-    invents one fails its test)."""
+    """``payload`` as the client will parse it: unknown fields or enum values raise."""
     from google.protobuf import json_format
 
     json_format.Parse(json.dumps(payload), message_type.pb(message_type()), ignore_unknown_fields=False)
     return payload
+
+
+def answered(payload: dict, message_type) -> tuple[int, dict]:
+    """A 200 answer, recorded as a break of the client's types when it is not one (the test that saw
+    it fails at teardown, tests/world/discovery.py), and sent as it is."""
+    try:
+        checked(payload, message_type)
+    except Exception as error:  # noqa: BLE001 - json_format's ParseError, or a type error inside it
+        discovery.violation(f"cloudquotas_v1 (google-cloud-quotas' types): the world's "
+                            f"{message_type.__name__} answer does not parse: {error}")
+    return 200, payload
 
 
 def _info(state, quota_id: str, project: str) -> dict | None:
@@ -116,21 +118,8 @@ class CloudQuotasServer:
 
     def __init__(self, quotas: CloudQuotas, compute, enabled, address: str, context):
         self.quotas, self.compute, self.enabled = quotas, compute, enabled
-        server_ref = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                parsed = urlparse(self.path)
-                code, payload = server_ref.route(parsed.path, parse_qs(parsed.query, keep_blank_values=True),
-                                                 dict(self.headers))
-                send_json(self, code, payload)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer((address, 443), Handler)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.http = JsonGetServer(address, context, self.route)
+        self.close = self.http.close
 
     def route(self, path: str, query: dict, headers: dict) -> tuple[int, dict]:
         from google.cloud import cloudquotas_v1
@@ -168,7 +157,7 @@ class CloudQuotasServer:
             info = _info(self.compute, match["quota"], match["project"])
             if info is None:
                 return _error(404, "NOT_FOUND", f"QuotaInfo {path[4:]} not found.")
-            return 200, checked(info, cloudquotas_v1.QuotaInfo)
+            return answered(info, cloudquotas_v1.QuotaInfo)
         ids = [f"{m.replace('_', '-')}-per-project-region" for m in table.NEW_PROJECT_REGION]
         ids += [f"{m.replace('_', '-')}-per-project" for m in table.NEW_PROJECT] + list(table.FAMILY_METRICS)
         infos = [info for info in (_info(self.compute, quota_id, match["project"]) for quota_id in sorted(ids)) if info]
@@ -177,8 +166,4 @@ class CloudQuotasServer:
         body = {"quotaInfos": infos[start:start + size]}
         if start + size < len(infos):
             body["nextPageToken"] = str(start + size)
-        return 200, checked(body, cloudquotas_v1.ListQuotaInfosResponse)
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        return answered(body, cloudquotas_v1.ListQuotaInfosResponse)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import re
 
 from tests.fake_operations import _now_iso, capacity_error, new_operation
+from tests.world import iam_api
 from tests.world import quotas as world_quotas
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
@@ -210,7 +211,7 @@ def _insert_instance(state, project: str, zone: str, body: dict) -> tuple[int, d
     with state.lock:
         if state.insert_errors:
             return state.insert_errors.pop(0)
-    refused = _refusal(state, zone, body)
+    refused = _refusal(state, zone, body) or iam_api.unseen_account(state, body)
     if refused:
         return refused
     if name in state.instances:

@@ -12,11 +12,19 @@ From the IAM reference (https://cloud.google.com/iam/docs/reference/rest):
   https://cloud.google.com/iam/docs/creating-custom-roles#deleting-custom-role), answered 400
   FAILED_PRECONDITION here as for an existing id 409 ALREADY_EXISTS.
 Compute reads the custom roles' permissions from ``state.custom_roles`` (compute_auth.py).
+IAM is eventually consistent ("changes ... can take time to propagate": a new service account
+may not be found at once, https://cloud.google.com/iam/docs/overview#consistency): for
+``state.iam_delay_seconds`` after its creation an account's get answers 404 as for an unknown one
+(the "404s sometimes due to eventual consistency" of magic-modules #6053) and Compute refuses it
+as an instance's identity, worded as Compute words a service account it cannot find ("The
+resource '...' of type 'serviceAccount' was not found.",
+github.com/GoogleCloudPlatform/terraform-google-managed-instance-group/issues/40).
 """
 
 from __future__ import annotations
 
 import re
+import time
 
 from tests.world.compute_auth import token_for
 
@@ -33,7 +41,23 @@ def create_account(state, project: str, account_id: str, fields: dict) -> dict:
     accounts[email] = {"name": f"projects/{project}/serviceAccounts/{email}", "email": email,
                        "uniqueId": str(100000000000000000000 + len(accounts)), **fields}
     state.tokens[token_for(email)] = f"serviceAccount:{email}"
+    state.account_visible_at[email] = time.monotonic() + state.iam_delay_seconds
     return accounts[email]
+
+
+def unseen(state, email: str) -> bool:
+    """A service account made less than the world's IAM delay ago (the module docstring)."""
+    return time.monotonic() < state.account_visible_at.get(email, 0.0)
+
+
+def unseen_account(state, body: dict) -> tuple[int, dict] | None:
+    """Compute's refusal of an instance whose service account it does not see yet."""
+    email = (((body.get("serviceAccounts") or [{}])[0]) or {}).get("email")
+    if not email or not unseen(state, email):
+        return None
+    message = f"The resource '{email}' of type 'serviceAccount' was not found."
+    return 400, {"error": {"code": 400, "message": message,
+                           "errors": [{"message": message, "domain": "global", "reason": "invalid"}]}}
 
 
 def route(state, method: str, path: str, body: dict | None, query: dict | None = None) -> tuple[int, dict] | None:
@@ -57,7 +81,7 @@ def route(state, method: str, path: str, body: dict | None, query: dict | None =
             if start + size < len(listed):
                 page["nextPageToken"] = str(start + size)
             return 200, page
-        if match["email"] not in accounts:
+        if match["email"] not in accounts or (method == "GET" and unseen(state, match["email"])):
             return _error(404, "NOT_FOUND", f"Unknown service account {match['email']}")
         if method == "DELETE":
             accounts.pop(match["email"])

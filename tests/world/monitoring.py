@@ -1,13 +1,13 @@
 """A Cloud Monitoring stand-in behind monitoring.googleapis.com: projects.timeSeries.list, for the
 quota usage series tfcluster reads (serviceruntime.googleapis.com/quota/allocation/usage).
 
-Derived from Google's discovery document monitoring.v3.json (google-api-python-client's
-discovery_cache): the method's path (v3/{+name}/timeSeries, GET), its query parameters (each known,
-enums valid: aggregation.*, filter, interval.startTime / endTime, orderBy, pageSize, pageToken,
-view FULL|HEADERS; plus Google's system parameters), and the response schema
-(ListTimeSeriesResponse: timeSeries[] of TimeSeries with metric {type, labels}, resource {type,
-labels}, metricKind, valueType, points[] {interval {startTime, endTime}, value {int64Value}}):
-every answer is checked against it, so a field or enum value Google does not have fails the test.
+Under Google's discovery document monitoring.v3.json (tests/world/discovery.py): the method's path
+(v3/{+name}/timeSeries, GET), its query parameters (each known, enums valid: aggregation.*, filter,
+interval.startTime / endTime, orderBy, pageSize, pageToken, view FULL|HEADERS; plus Google's system
+parameters), and the response schema (ListTimeSeriesResponse: timeSeries[] of TimeSeries with
+metric {type, labels}, resource {type, labels}, metricKind, valueType, points[] {interval
+{startTime, endTime}, value {int64Value}}): a request outside it gets Google's 400, and an answer
+outside it fails the test that saw it.
 
 Behaviour (https://cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.timeSeries/list,
 https://cloud.google.com/monitoring/api/v3/filters, https://cloud.google.com/monitoring/api/metrics_gcp):
@@ -25,73 +25,21 @@ https://cloud.google.com/monitoring/api/v3/filters, https://cloud.google.com/mon
 
 from __future__ import annotations
 
-import json
+import functools
 import re
-import threading
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from functools import lru_cache
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
-from urllib.parse import parse_qs, urlparse
 
-from tests.world import compute_auth
+from tests.world import compute_auth, discovery
 from tests.world import quotas as table
-from tests.world.cloudquotas import SYSTEM_PARAMETERS
-from tests.world.http import send_json
+from tests.world.http import JsonGetServer, google_error
 
 MONITORING_NAMES = ("monitoring.googleapis.com",)
 USAGE = "serviceruntime.googleapis.com/quota/allocation/usage"
 TERM = re.compile(r'\s*(?P<key>[a-z_.]+(?:\."?[a-zA-Z0-9_]+"?)?)\s*=\s*"(?P<value>[^"]*)"\s*')
 
 
-@lru_cache(maxsize=1)
-def document() -> dict:
-    import googleapiclient
-
-    path = Path(googleapiclient.__file__).parent / "discovery_cache" / "documents" / "monitoring.v3.json"
-    return json.loads(path.read_text())
-
-
-def method() -> dict:
-    return document()["resources"]["projects"]["resources"]["timeSeries"]["methods"]["list"]
-
-
-def check_response(value, schema: dict, where: str = "ListTimeSeriesResponse") -> None:
-    """Raise AssertionError where ``value`` does not fit ``schema`` (a discovery schema or $ref)."""
-    schemas = document()["schemas"]
-    if "$ref" in schema:
-        schema = schemas[schema["$ref"]]
-    kind = schema.get("type")
-    if kind == "object" and "properties" in schema:
-        assert isinstance(value, dict), f"{where}: not an object"
-        for key, item in value.items():
-            assert key in schema["properties"], f"{where}: the stand-in answered a field Google does not have: {key}"
-            check_response(item, schema["properties"][key], f"{where}.{key}")
-    elif kind == "object":
-        assert isinstance(value, dict), f"{where}: not a map"
-        for key, item in value.items():
-            check_response(item, schema.get("additionalProperties", {}), f"{where}.{key}")
-    elif kind == "array":
-        assert isinstance(value, list), f"{where}: not a list"
-        for index, item in enumerate(value):
-            check_response(item, schema["items"], f"{where}[{index}]")
-    elif kind == "string":
-        assert isinstance(value, str), f"{where}: not a string ({schema.get('format', '')})"
-        if "enum" in schema:
-            assert value in schema["enum"], f"{where}: {value!r} is not one of Google's values"
-    elif kind in ("number", "integer"):
-        assert isinstance(value, (int, float)) and not isinstance(value, bool), f"{where}: not a number"
-    elif kind == "boolean":
-        assert isinstance(value, bool), f"{where}: not a boolean"
-
-
-def _error(code: int, status: str, message: str, reason: str = "") -> tuple[int, dict]:
-    error = {"code": code, "message": message, "status": status}
-    if reason:
-        error["details"] = [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
-                             "domain": "googleapis.com", "metadata": {"service": "monitoring.googleapis.com"}}]
-    return code, {"error": error}
+_error = functools.partial(google_error, "monitoring.googleapis.com")
 
 
 def parse_filter(text: str) -> dict | None:
@@ -120,21 +68,9 @@ class Monitoring:
 class MonitoringServer:
     def __init__(self, monitoring: Monitoring, compute, enabled, address: str, context):
         self.monitoring, self.compute, self.enabled = monitoring, compute, enabled
-        server_ref = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                parsed = urlparse(self.path)
-                code, payload = server_ref.route(parsed.path, parse_qs(parsed.query, keep_blank_values=True),
-                                                 dict(self.headers))
-                send_json(self, code, payload)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer((address, 443), Handler)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.http = JsonGetServer(address, context, lambda path, query, headers: discovery.serve(
+            "monitoring.v3", "GET", path, query, None, lambda call: self.route(path, query, headers)))
+        self.close = self.http.close
 
     def series(self, project: str, end: str) -> list[dict]:
         """Every quota usage series the world has now."""
@@ -173,15 +109,6 @@ class MonitoringServer:
                           f"{match['project']} before or it is disabled. Enable it by visiting https://console."
                           f"developers.google.com/apis/api/monitoring.googleapis.com/overview?project="
                           f"{match['project']} then retry.", "SERVICE_DISABLED")
-        parameters = method()["parameters"]
-        for key, values in query.items():
-            known = parameters.get(key)
-            if known is None and key not in SYSTEM_PARAMETERS:
-                return _error(400, "INVALID_ARGUMENT", f'Invalid JSON payload received. Unknown name "{key}": Cannot '
-                              f"bind query parameter. Field '{key}' could not be found in request message.")
-            if known and known.get("enum") and values[0] not in known["enum"] and not values[0].isdigit():
-                return _error(400, "INVALID_ARGUMENT", f"Invalid value at '{key}' ({known['enum'][0].split('_')[0]}),"
-                              f' "{values[0]}"')
         if not (query.get("interval.endTime") or [""])[0]:
             return _error(400, "INVALID_ARGUMENT", "Field interval.endTime had an invalid value: must be set.")
         wanted = parse_filter((query.get("filter") or [""])[0])
@@ -202,12 +129,5 @@ class MonitoringServer:
                     return False
             return True
 
-        body = {"timeSeries": [s for s in self.series(match["project"], end) if keep(s)]}
-        if not body["timeSeries"]:
-            body = {}
-        check_response(body, method()["response"])
-        return 200, body
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        found = [s for s in self.series(match["project"], end) if keep(s)]
+        return 200, ({"timeSeries": found} if found else {})

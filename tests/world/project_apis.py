@@ -14,6 +14,7 @@ an unknown one 401). From each method's reference:
   it never refuses for a missing permission (that is what it reports). The operator holds
   everything but Compute's ``missing_permissions``; a VM's service account holds no project role
   (https://cloud.google.com/resource-manager/reference/rest/v1/projects/testIamPermissions).
+- Resource Manager v1 projects.getEffectiveOrgPolicy (legacy constraints only; ProjectApisServer.v1_policy).
 - Org Policy v2 projects.policies.getEffectivePolicy, GET /v2/projects/P/policies/C:getEffectivePolicy,
   answers the merged Policy {"name", "spec": {"rules": [{"enforce": true} | {"allowAll": true} |
   {"denyAll": true} | {"values": {"allowedValues", "deniedValues"}}]}}; needs orgpolicy.policies.get
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from tests.world import compute_auth
+from tests.world import compute_auth, discovery
 from tests.world.http import send_json
 
 PROJECT_NAMES = ("serviceusage.googleapis.com", "cloudresourcemanager.googleapis.com", "orgpolicy.googleapis.com")
@@ -79,8 +80,10 @@ class ProjectApisServer:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"null") if length else None
                 host = self.headers.get("Host", "").split(":")[0]
-                code, payload = server_ref.route(host, self.command, parsed.path, parse_qs(parsed.query), body,
-                                                 dict(self.headers))
+                query = parse_qs(parsed.query)
+                code, payload = discovery.serve(
+                    server_ref.document(host, parsed.path), self.command, parsed.path, query, body,
+                    lambda call: server_ref.route(host, self.command, parsed.path, query, body, dict(self.headers)))
                 send_json(self, code, payload)
 
             do_GET = do_POST = _serve
@@ -91,6 +94,13 @@ class ProjectApisServer:
         self.server = ThreadingHTTPServer((address, 443), Handler)
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @staticmethod
+    def document(host: str, path: str) -> str:
+        """The discovery document of the API a request is for (tests/world/discovery.py)."""
+        api = host.split(".", 1)[0]
+        return {"serviceusage": "serviceusage.v1", "orgpolicy": "orgpolicy.v2"}.get(
+            api, f"cloudresourcemanager.{path.split('/')[1]}")
 
     def enabled(self, service: str) -> bool:
         if service == "compute.googleapis.com":
@@ -126,6 +136,8 @@ class ProjectApisServer:
             if method == "POST" and re.fullmatch(rf"/v1/projects/{re.escape(apis.project)}:testIamPermissions", path):
                 granted = [p for p in (body or {}).get("permissions", []) if holds(p)]
                 return 200, ({"permissions": granted} if granted else {})
+            if method == "POST" and re.fullmatch(rf"/v1/projects/{re.escape(apis.project)}:getEffectiveOrgPolicy", path):
+                return self.v1_policy((body or {}).get("constraint", ""), holds)
         if host == "orgpolicy.googleapis.com":
             match = re.fullmatch(r"/v2/projects/(?P<project>[^/]+)/policies/(?P<name>[^/:]+):getEffectivePolicy", path)
             if method == "GET" and match:
@@ -135,6 +147,28 @@ class ProjectApisServer:
                 return 200, {"name": f"projects/{apis.project_number}/policies/{match['name']}",
                              "spec": {"rules": apis.policies.get(match["name"], [])}}
         return _error(404, "NOT_FOUND", f"stand-in: no route for {method} {host}{path}")
+
+    def v1_policy(self, constraint: str, holds) -> tuple[int, dict]:
+        """Resource Manager v1 projects.getEffectiveOrgPolicy: the same effective policies as v2, in
+        v1's OrgPolicy shape (booleanPolicy.enforced; listPolicy allValues / allowedValues /
+        deniedValues), legacy constraints only: managed ones (compute.managed.*) exist in v2 alone
+        (https://cloud.google.com/resource-manager/reference/rest/v1/projects/getEffectiveOrgPolicy,
+        https://cloud.google.com/compute/docs/access/managed-constraints). Needs orgpolicy.policy.get."""
+        name = constraint.removeprefix("constraints/")
+        if not holds("orgpolicy.policy.get"):
+            return _error(403, "PERMISSION_DENIED", "The caller does not have permission", "IAM_PERMISSION_DENIED",
+                          "cloudresourcemanager.googleapis.com")
+        if not constraint.startswith("constraints/") or ".managed." in name:
+            return _error(400, "INVALID_ARGUMENT", f"Request contains an invalid argument: constraint '{constraint}'.")
+        policy = {"constraint": constraint}
+        for rule in self.apis.policies.get(name, []):
+            if "enforce" in rule:
+                policy["booleanPolicy"] = {"enforced": bool(rule["enforce"])}
+            elif rule.get("allowAll") or rule.get("denyAll"):
+                policy["listPolicy"] = {"allValues": "ALLOW" if rule.get("allowAll") else "DENY"}
+            elif rule.get("values"):
+                policy["listPolicy"] = {k: v for k, v in rule["values"].items() if k in ("allowedValues", "deniedValues")}
+        return 200, policy
 
     def close(self) -> None:
         self.server.shutdown()

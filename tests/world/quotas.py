@@ -70,6 +70,9 @@ BUNDLED = {
     **{f"a3-highgpu-{g}g": (26 * g, g, "nvidia-h100-80gb") for g in (1, 2, 4, 8)},
 }
 DISK_METRIC = {"pd-standard": "DISKS_TOTAL_GB", "pd-balanced": "SSD_TOTAL_GB", "pd-ssd": "SSD_TOTAL_GB"}
+# Types that come with Local SSD, and its GB (the GPU machine-types page's tables: A3 High 750 GB a GPU,
+# A2 Ultra 375 GB a GPU), attached by Compute as 375 GB NVMe SCRATCH disks.
+LOCAL_SSD = {**{f"a3-highgpu-{g}g": 750 * g for g in (1, 2, 4, 8)}, **{f"a2-ultragpu-{g}g": 375 * g for g in (1, 2, 4, 8)}}
 RUNNING = ("PROVISIONING", "STAGING", "RUNNING", "STOPPING", "SUSPENDING")
 
 

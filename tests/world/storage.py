@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from tests.world import discovery
 from tests.world.iam import needed, permissions_of
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
@@ -51,6 +52,44 @@ def written_object(method: str, target: str, body: bytes) -> str | None:
         return query["name"][0]
     found = re.search(rb'"name"\s*:\s*"((?:[^"\\]|\\.)*)"', body)
     return json.loads(b'"' + found[1] + b'"') if found else None
+
+
+def contract(method: str, target: str, body: bytes):
+    """(call, refusal) of a JSON API request under storage.v1's discovery document
+    (tests/world/discovery.py); (None, None) for what the document does not describe: the XML
+    API's object paths, a resumable upload's later requests (its upload_id), a media download's
+    /download prefix is the JSON API's objects.get. A JSON body is checked; upload bodies (media,
+    multipart) are the object's bytes. Answers that are not JSON, or are media, are not checked."""
+    parts = urlsplit(target)
+    path, query = parts.path.removeprefix("/download"), parse_qs(parts.query, keep_blank_values=True)
+    if not path.startswith(("/storage/v1/", "/upload/storage/v1/", "/resumable/upload/storage/v1/")):
+        return None, None
+    if "upload_id" in query:
+        return None, None
+    document = None
+    if body and not path.startswith(("/upload/", "/resumable/")) and method in ("POST", "PUT", "PATCH"):
+        document = json.loads(body)
+    call, refused = discovery.check("storage.v1", method, path, query, document)
+    if call is not None and "media" in query.get("alt", []):
+        return None, refused
+    return call, refused
+
+
+def encoded_links(answer: dict) -> dict:
+    """The emulator's object links as Cloud Storage writes them: its mediaLink and selfLink carry
+    the object name raw, where Google's encode it as one path segment ("/" as %2F: "the JSON API
+    requires that object names in the URL path are percent-encoded",
+    https://cloud.google.com/storage/docs/request-endpoints#encoding), and clients follow the
+    mediaLink as it is (google-cloud-storage's Blob.download_to_filename)."""
+    from urllib.parse import quote
+
+    for item in [answer, *(answer.get("items") or [])] if isinstance(answer, dict) else []:
+        if isinstance(item, dict) and item.get("kind") == "storage#object" and item.get("name"):
+            raw, encoded = f"/o/{item['name']}", f"/o/{quote(item['name'], safe='')}"
+            for key in ("mediaLink", "selfLink"):
+                if isinstance(item.get(key), str) and raw in item[key]:
+                    item[key] = item[key].replace(raw, encoded, 1)
+    return answer
 
 
 class IamStorageProxy:
@@ -127,13 +166,20 @@ class IamStorageProxy:
                         {"message": message, "domain": "global", "reason": "required",
                          "locationType": "header", "location": "Authorization"}]}})
                     return
+                call, refused = contract(self.command, self.path, body)
+                if refused is not None:
+                    proxy.log.append((self.command, path, token, False))
+                    self._json(*refused)
+                    return
                 iam = re.fullmatch(r"/storage/v1/b/([^/]+)/iam", path)
                 if iam and token not in proxy.principals and self.command in ("GET", "PUT"):
                     proxy.log.append((self.command, path, token, True))
                     if self.command == "PUT":
                         proxy.policies[iam[1]] = json.loads(body).get("bindings", [])
-                    self._json(200, {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{iam[1]}",
-                                     "version": 1, "etag": "CAE=", "bindings": proxy.policies.get(iam[1], [])})
+                    policy = {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{iam[1]}",
+                              "version": 1, "etag": "CAE=", "bindings": proxy.policies.get(iam[1], [])}
+                    call.api.check_response(call, 200, policy)
+                    self._json(200, policy)
                     return
                 permissions = needed(self.command, path)
                 granted = proxy.granted(token, path)
@@ -176,6 +222,10 @@ class IamStorageProxy:
                 connection.request(self.command, self.path, body=body, headers=headers)
                 response = connection.getresponse()
                 data = response.read()
+                if call is not None and "json" in (response.getheader("Content-Type") or "") and data.strip():
+                    answer = encoded_links(json.loads(data))
+                    call.api.check_response(call, response.status, answer)
+                    data = json.dumps(answer).encode()
                 gone = re.fullmatch(r"/storage/v1/b/([^/]+)", path)
                 if gone and self.command == "DELETE" and response.status < 300:
                     proxy.policies.pop(gone[1], None)  # A policy belongs to its bucket.

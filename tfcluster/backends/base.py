@@ -96,6 +96,11 @@ class Backend:
     # halting itself at the run's end when the launcher is gone (arm_then_stop, stop_machines).
     can_halt_machines: bool = False
 
+    def confirm(self, question: str) -> bool:
+        """Asked by `up` before it creates what bills (the question says what it costs an hour). The
+        commands replace it on a terminal (`up --yes` does not); the default, without one, is yes."""
+        return True
+
     def replicas_per_machine(self, settings: Settings) -> int:
         """The replicas one worker's machine adds to the run, as the launcher knows them (what
         TFCLUSTER_REPLICAS counts): one, unless the backend knows the machine's GPUs."""

@@ -8,11 +8,12 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from rich.status import Status
 
-from tfcluster import launch, ledger, stall, tflog, throughput, ui
-from tfcluster.commands import maintenance, restage, run_summary, spend
+from tfcluster import holds, launch, ledger, stall, tflog, throughput, ui
+from tfcluster.commands import maintenance, restage, run_summary, run_view, spend, stall_report
 from tfcluster.commands.common import console
 from tfcluster.config import Settings
 from tfcluster.backends.base import Preemption
@@ -47,8 +48,13 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
     preempted = progress.preemptions = list(earlier or [])
     progress.maintenance = list(run.summary.get("maintenance", []))  # A resumed run's earlier notices.
     lost: Preemptions | None = None  # The last attempt's preemptions, when that is how it ended.
+    # A stop the user asked for (`stop`, `down` from another shell; the budget's end time halting the
+    # VMs): written before any worker is signalled, so a failure seen after it is that stop, never retried.
+    stopped_by = lambda: user_stop(store, run, budget)  # noqa: E731
     try:
         for attempt in range(first_attempt, run.retries + 2):
+            if stopped_by():
+                break
             run.attempts = attempt
             store.save_run(run)
             if attempt > 1:
@@ -57,12 +63,12 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
                 backend.before_retry([plan.host for plan in plans], run.run_id)
             attempt_started = time.time()
             failure = _one_attempt(settings, plans, attempt, progress,
-                                   lambda: interrupted.is_set() or bool(budget and budget.refusal), verbose,
-                                   stall_limit, budget)
-            if failure is None or failure.interrupted:
+                                   lambda: interrupted.is_set() or bool(budget and budget.refusal)
+                                   or stopped_by() is not None, verbose, stall_limit, budget)
+            if failure is None or failure.interrupted or stopped_by():
                 break
             if failure.stall is not None:
-                stalls.append(_report_stall(failure.stall, plans, attempt))
+                stalls.append(stall_report.report(failure.stall, plans, attempt))
                 run.summary = {**run.summary, "stalls": list(stalls)}
                 launch.stop_attempt(plans, attempt, settings.stop_grace_seconds)
                 continue
@@ -98,6 +104,13 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
             launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
             _finish(settings, store, run, "stopped", progress, started)
             raise TrainingFailed(f"run {run.run_id} stopped by Ctrl-C; no worker is left running")
+        who = stopped_by()
+        if who is not None:  # Its workers are being stopped by whoever asked; make sure, then say who.
+            launch.stop_attempt(plans, run.attempts, settings.stop_grace_seconds)
+            run.summary = {**run.summary, "stopped_by": who}
+            _finish(settings, store, run, "stopped", progress, started)
+            raise TrainingFailed(f"run {run.run_id} was stopped by {who}; it is not retried, and no worker "
+                                 "is left running")
     finally:
         signal.signal(signal.SIGINT, previous_handler)
 
@@ -119,6 +132,8 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
             if remote:
                 setattr(progress, name, remote.replace(progress.model_dir, local_model, 1))
         progress.model_dir = local_model
+    if local_model and not (progress.keras_path or progress.saved_model_path):  # A script, which says nothing.
+        progress.keras_path, progress.saved_model_path = run_summary.saved_in(Path(local_model))
     _finish(settings, store, run, outcome, progress, started)
     if stalls:
         run.summary["stalls"] = stalls
@@ -148,6 +163,19 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
 # The cloud's clock and this machine's may differ by some seconds; a preemption recorded a little
 # before the attempt's start on this clock still belongs to it.
 CLOCK_SLACK_SECONDS = 60.0
+
+
+def user_stop(store: StateStore, run: RunRecord, budget=None) -> str | None:
+    """Who stopped the run, when the user did (None: nobody): `invoke stop` or `invoke down` from
+    another shell (their request, tfcluster/state.py), or the run's --budget, whose end time halts
+    every VM (each VM's watchdog, tfcluster/commands/budget.py)."""
+    request = holds.stop_request(store, run.run_id)
+    if request is not None:
+        return request.describe()
+    if budget is not None and time.time() >= budget.end_time - CLOCK_SLACK_SECONDS / 4:
+        return (f"its --budget (${budget.usd:g}): the budget's end time, {clock(budget.end_time)}, came and each "
+                "VM halted itself")
+    return None
 
 
 @dataclass
@@ -223,97 +251,41 @@ def _bring_back(settings: Settings, store: StateStore, backend, run: RunRecord, 
 
 def _one_attempt(settings: Settings, plans, attempt: int, progress: launch.Progress, should_stop,
                  verbose: bool, stall_limit: stall.StallLimit, budget=None):
-    waiting = Status(f"Starting {len(plans)} workers (attempt {attempt})...", console=console)
-    waiting.start()
-    spinning = True
-    folds = {plan.index: tflog.StartupFold() for plan in plans}
-
-    def announce(plan):
-        """The worker's folded start-up noise as one dim line, once, before its first real output."""
-        fold = folds[plan.index]
-        if fold.hidden and not fold.announced:
-            fold.announced = True
-            console.print(ui.prefixed(plan.index, plan.name, fold.summary()), style="dim", soft_wrap=True)
-
-    def on_line(plan, line):
-        if not verbose and folds[plan.index].hides(line):
-            return
-        announce(plan)
-        console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
+    # One live line for the whole attempt (a terminal only: rich draws nothing elsewhere): the workers
+    # starting, then from the first step where the run is (tfcluster/pace.py).
+    live = Status(f"Starting {len(plans)} workers (attempt {attempt})...", console=console)
+    live.start()
+    stepping = False
+    view = run_view.RunView(plans, verbose)
 
     def on_event(plan, event):
-        nonlocal spinning
-        announce(plan)
+        nonlocal stepping
         progress.update(plan, event, attempt)
+        view.event(plan, event, progress.pace)
         if plan.index != 0:
             return
         note = budget.observe(event) if budget is not None else None
         if note:
             console.print(f"[yellow]{note}[/]", soft_wrap=True)
-        kind = event["event"]
-        if kind == "first_step" and spinning:
-            waiting.stop()
-            spinning = False
-        if kind == "strategy":
-            rate = f", learning rate {event['learning_rate']['text']}" if event.get("learning_rate") else ""
-            console.print(ui.prefixed(0, plan.name, f"MultiWorkerMirroredStrategy: "
-                                      f"{event.get('replicas_in_sync')} replicas in sync, global batch "
-                                      f"{event.get('global_batch')}, shard policy {event.get('shard_policy')}{rate}",
-                                      ), style="bold", soft_wrap=True)
-        elif kind == "epoch_end":
-            console.print(ui.prefixed(0, plan.name, f"epoch {event.get('epoch')}/{event.get('epochs')}  "
-                                      + ui.format_metrics(event.get("metrics", {}))), style="bold", soft_wrap=True)
+        if event["event"] in run_view.STEP_EVENTS:
+            stepping = True
+            live.update(f"Training: {progress.pace.line()}")
 
     def on_tick(statuses):
-        if spinning:
+        if not stepping:
             running = sum(status.state == launch.RUNNING for status in statuses)
-            waiting.update(f"Attempt {attempt}: {running}/{len(plans)} workers running, "
-                           "waiting for the first training step...")
+            live.update(f"Attempt {attempt}: {running}/{len(plans)} workers running, "
+                        "waiting for the first training step...")
 
     follower = launch.LogFollower(plans, from_end=True)
     launch.start_attempt(plans, attempt)
     try:
         watch = stall.StallWatch(stall_limit, [plan.index for plan in plans])
-        result = launch.follow_attempt(plans, attempt, follower, on_line, on_event, on_tick, should_stop, watch)
+        result = launch.follow_attempt(plans, attempt, follower, view.line, on_event, on_tick, should_stop, watch)
     finally:
-        if spinning:
-            waiting.stop()
-    for plan in plans:
-        announce(plan)  # Workers that printed nothing but noise.
+        live.stop()
+    view.finish(plans)
     return None if result.ok else result
-
-
-def _report_stall(found: stall.Stall, plans, attempt: int) -> dict:
-    """Name the worker behind, have every worker dump its Python stacks into its log, and show where
-    the one behind blocks and where the others wait; the record for run.json."""
-    hung = plans[found.worker]
-    phase = "" if found.started else " before the first step (the start-up limit)"
-    why = (f"its step {found.waits_for_input} waits for its input data (a read that does not return?)"
-           if found.waits_for_input is not None else "its last progress is the oldest"
-           + (f" (step {found.steps[found.worker]})" if found.steps.get(found.worker, -1) >= 0 else ""))
-    console.print(f"[bold red]⏸ Stalled{phase}: no worker made progress for {found.quiet_seconds:.0f} s "
-                  f"(limit {found.limit_seconds:.0f} s). {hung.name} ({hung.task} on {hung.host.record.endpoint}) "
-                  f"is the one behind: {why}.[/]", soft_wrap=True)
-    with console.status("Dumping every worker's Python stack into its log (SIGUSR1)..."):
-        dumps = stall.request_dumps(plans, attempt)
-    for plan in sorted(plans, key=lambda p: p.index != found.worker):
-        dump = dumps.get(plan.index)
-        if dump is None:
-            console.print(ui.prefixed(plan.index, plan.name, "(no stack dump: its Python did not answer SIGUSR1)"),
-                          soft_wrap=True)
-            continue
-        where = "blocks here" if plan.index == found.worker else "waits here (inside the collective, for its peers)"
-        console.print(ui.prefixed(plan.index, plan.name, f"main thread {where}, innermost first:"), soft_wrap=True)
-        for frame in dump.main[: 6 if plan.index == found.worker else 3]:
-            console.print(ui.prefixed(plan.index, plan.name, "  " + frame), soft_wrap=True)
-        if plan.index == found.worker:
-            console.print(ui.prefixed(plan.index, plan.name, f"blocking frame: {dump.blocking_frame}"),
-                          style="bold", soft_wrap=True)
-    console.print("[red]Stopping every worker (stalled)...[/]")
-    return {"worker": hung.name, "attempt": attempt, "quiet_seconds": round(found.quiet_seconds, 1),
-            "limit_seconds": round(found.limit_seconds, 1), "started": found.started,
-            "waits_for_input": found.waits_for_input,
-            "frame": dumps[found.worker].blocking_frame if dumps.get(found.worker) else None}
 
 
 def _report_failure(result: launch.AttemptResult, plans, verbose: bool) -> str | None:
@@ -370,6 +342,8 @@ def _finish(settings: Settings, store, run: RunRecord, outcome: str, progress: l
         "maintenance": list(progress.maintenance),
         "redone_seconds": _redone(progress),
         **_speed(settings, store, run, progress),
+        # What the launcher's caller recorded before: --then, and who stopped the run.
+        **{key: run.summary[key] for key in ("then", "stopped_by") if key in run.summary},
     }
     store.save_run(run)
 

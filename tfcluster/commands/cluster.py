@@ -4,21 +4,27 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
+import sys
 import time
 
-from tfcluster import ledger, tfconfig, ui
+from rich.prompt import Confirm
+
+from tfcluster import launch, ledger, tfconfig, ui
 from tfcluster.backends import Backend
-from tfcluster.commands.common import (backend_for_cluster, backend_named, console,
+from tfcluster.commands.common import (backend_for_cluster, backend_named, console, end_launchers,
                                        require_cluster, run_state, run_statuses)
-from tfcluster.commands import spend
+from tfcluster.commands import overview, run_status, spend
 from tfcluster.commands.runs import report_preemptions, stop_active_run
 from tfcluster.commands.tune_plans import read_book
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
+from tfcluster.holds import ClusterHold
 from tfcluster.state import ClusterState, StateStore
 
 
-def up(settings: Settings) -> ClusterState:
+def up(settings: Settings, yes: bool = False) -> ClusterState:
+    """``yes``: create without asking. On a terminal a backend whose machines bill asks first
+    (the gcp backend, with the hourly cost); without one nothing is asked."""
     store = StateStore(settings)
     existing = store.load_cluster()
     if existing is not None and existing.status != "up":
@@ -39,8 +45,11 @@ def up(settings: Settings) -> ClusterState:
         _pre_pull(store, backend, existing, settings.image)
         return existing
     with console.status(f"Creating {settings.backend} cluster '{settings.cluster}' "
-                        f"with {settings.workers} workers..."):
-        cluster = backend_named(settings.backend, store).up(settings, None)
+                        f"with {settings.workers} workers...") as creating:
+        backend = backend_named(settings.backend, store)
+        if not yes and sys.stdin.isatty() and console.is_terminal:
+            backend.confirm = lambda question: _ask(creating, question)
+        cluster = backend.up(settings, None)
         store.save_cluster(cluster)
         spend.sync(store, backend_named(cluster.backend, store), cluster, settings, own=ledger.START)
     console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is up: {cluster.workers} "
@@ -49,6 +58,15 @@ def up(settings: Settings) -> ClusterState:
     console.print("  Next: invoke train --workers N   (state: "
                   f"{store.cluster_file})")
     return cluster
+
+
+def _ask(spinner, question: str) -> bool:
+    """A yes/no on the terminal, the spinner paused while it waits."""
+    spinner.stop()
+    try:
+        return Confirm.ask(question, console=console, default=False)
+    finally:
+        spinner.start()
 
 
 def _pre_pull(store: StateStore, backend: Backend, cluster: ClusterState, image: str) -> None:
@@ -63,7 +81,10 @@ def _pre_pull(store: StateStore, backend: Backend, cluster: ClusterState, image:
                   f"already present on {outcomes.count('present')}.")
 
 
-def status(settings: Settings) -> dict:
+def status(settings: Settings, every: bool = False) -> dict | list:
+    """The cluster, its workers and its current or last run; ``every``: one row per cluster instead."""
+    if every:
+        return overview.status_all(settings)
     store = StateStore(settings)
     cluster = require_cluster(store)
     backend = backend_for_cluster(store, cluster)
@@ -77,13 +98,13 @@ def status(settings: Settings) -> dict:
         answer = [f"[red]{reachable[host.name]}[/]" if reachable.get(host.name) else "ok"] if reachable else []
         table.add_row(f"[{ui.worker_colour(index)}]{host.name}[/]", f"{task_type}:{task_index}", host.endpoint,
                       *answer)
-    console.print(table)
+    ui.show(table)
     rows = backend.vm_rows(cluster, settings) if cluster.status == "up" else []
     if rows:
         vms = ui.table("VMs", ["VM", "state", "uptime", "cost so far"])
         for row in rows:
             vms.add_row(row.name, row.status, ui.duration(row.uptime_seconds), f"${row.cost_so_far:.2f}")
-        console.print(vms)
+        ui.show(vms)
     if cluster.status == "up":
         spend.print_status(store, backend, cluster, settings)
     _print_watchdog(backend, cluster)
@@ -91,33 +112,7 @@ def status(settings: Settings) -> dict:
     if run is None:
         console.print("No run yet. Start one with: invoke train")
         return {"cluster": cluster.name, "run": None}
-    pairs = run_statuses(store, cluster, run, backend)
-    state = run_state(run, [s for _, s in pairs])
-    colour = {"running": "yellow", "succeeded": "green"}.get(state, "red")
-    table = ui.table(f"Run {run.run_id}: [{colour}]{state}[/], attempt {run.attempts} of "
-                     f"{run.retries + 1}, started {ui.when(run.started_at)}",
-                     ["worker", "state", "pid", "exit code"])
-    for plan, worker in pairs:
-        table.add_row(f"[{ui.worker_colour(plan.index)}]{plan.name}[/]", worker.state,
-                      str(worker.pid or "-"), "-" if worker.exit_code is None else str(worker.exit_code))
-    console.print(table)
-    if state != "succeeded" and run.kind == "train":
-        report_preemptions(backend, cluster, run)
-    if run.outcome is None and run.summary.get("then") and rows and all(row.status == "TERMINATED" for row in rows):
-        # The launcher was gone when the run ended: each VM's watchdog halted it (--then).
-        follow = "remove the cluster with `invoke down`, as --then down asked" if run.summary["then"] == "down" \
-            else "`invoke up` starts them again, `invoke down` removes the cluster"
-        console.print(f"[yellow]Run {run.run_id} ended while no launcher ran; each VM halted itself "
-                      f"(--then {run.summary['then']}): {follow}.[/]", soft_wrap=True)
-    if run.kind == "tune":
-        book = read_book([plan for plan, _ in pairs])
-        console.print(f"trials: {book.progress()}" + (f" (of {book.max_trials})" if book.max_trials else ""))
-    if run.summary.get("metrics"):
-        console.print("final metrics: " + ui.format_metrics(run.summary["metrics"]))
-    if run.summary.get("keras_path"):
-        console.print(f"model: {run.summary['keras_path']}")
-    return {"cluster": cluster.name, "run": run.run_id, "state": state,
-            "workers": {plan.name: worker.state for plan, worker in pairs}}
+    return run_status.print_run(store, cluster, backend, run, rows)
 
 
 def _print_watchdog(backend: Backend, cluster: ClusterState) -> None:
@@ -148,7 +143,7 @@ def _print_watchdog(backend: Backend, cluster: ClusterState) -> None:
         else:
             acts = f"{status.get('action')} after {status.get('idle_minutes'):g} idle min"
         table.add_row(record.name, state, ui.duration(status.get("idle_seconds", 0)), acts, deadline_text)
-    console.print(table)
+    ui.show(table)
     for record in cluster.hosts:
         refused = (statuses.get(record.name) or {}).get("refused")
         if refused:  # The VM halted instead of deleting itself: its disk still bills until `down`.
@@ -176,19 +171,36 @@ def idle(settings: Settings, minutes: int | None, off: bool) -> int:
     return value
 
 
-def down(settings: Settings, keep: bool = False, delete_bucket: bool = False) -> None:
-    """Stop the run, end every process of the cluster, remove what it created. Always finishes
-    on own hosts: one that cannot be reached is named with what stays on it."""
+def down(settings: Settings, keep: bool = False, delete_bucket: bool = False, force: bool = False) -> None:
+    """Stop the run, end every process of the cluster, remove what it created. An own host that cannot
+    be reached keeps the cluster's record (exit 2: run it again when the host is back); ``force``
+    forgets the cluster anyway, naming what stays on each such host."""
     store = StateStore(settings)
     cluster = store.load_cluster()
     if cluster is None:
+        others = overview.named(settings)
+        if others:  # A typo, or a cluster made under another name: never "nothing to do" while others bill.
+            raise ClusterError(f"no cluster '{settings.cluster}' in {store.root}; the clusters there are {others}: "
+                               "take one down with --cluster NAME")
         console.print(f"Cluster '{settings.cluster}' is not up. Nothing to do.")
         return
     backend = backend_for_cluster(store, cluster)
     gone = {}
     if backend.hosts_outlive_cluster and cluster.hosts:
         gone = {name: why for name, why in backend.reachability(cluster).items() if why}
-    stop_active_run(settings, store, cluster, backend)
+    stop_active_run(settings, store, cluster, backend, "`invoke down`")
+    # No launcher of the cluster may start anything from here on: wait for every one to exit (a run
+    # still staging sees the stop too), and hold the cluster until it is gone.
+    hold = ClusterHold(store)
+    try:
+        end_launchers(store, hold.try_acquire, "`invoke down`")
+        _tear_down(settings, store, cluster, backend, gone, keep, delete_bucket, force)
+    finally:
+        hold.release()
+
+
+def _tear_down(settings: Settings, store: StateStore, cluster: ClusterState, backend: Backend, gone: dict,
+               keep: bool, delete_bucket: bool, force: bool) -> None:
     reachable = dataclasses.replace(cluster, hosts=[h for h in cluster.hosts if h.name not in gone])
     leftovers = backend.leftover_processes(reachable)
     if leftovers:
@@ -203,11 +215,16 @@ def down(settings: Settings, keep: bool = False, delete_bucket: bool = False) ->
     _remove_containers(backend, reachable)
     spend.sync(store, backend, cluster, settings)  # The last starts and stops, while Compute still lists the VMs.
     backend.teardown(reachable, keep, delete_bucket)
-    store.remove_cluster()
-    spend.print_final(store, backend, cluster, settings)
     for record in cluster.hosts:
         if record.name in gone:
             _print_left_on_host(cluster, record, gone[record.name])
+    if gone and not force:  # Never forgotten while something of it may run there.
+        names = ", ".join(f"{record.name} ({record.address})" for record in cluster.hosts if record.name in gone)
+        raise ClusterError(f"could not reach {names}; the hosts that answered are clean, and cluster '{cluster.name}' "
+                           "is kept: run `invoke down` again when it answers, or `invoke down --force` to forget the "
+                           "cluster (what stays on each host is named above)")
+    store.remove_cluster()
+    spend.print_final(store, backend, cluster, settings)
     checked = "verified that no worker process is left, nor any container" if not gone else (
         f"verified on the {len(reachable.hosts)} host(s) that answered; {len(gone)} could not be cleaned (above)")
     console.print(f"[green]✓[/] Cluster [bold]{cluster.name}[/] is down: {checked}. "

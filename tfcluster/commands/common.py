@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from tfcluster import container, launch, ui
+import os
+import signal
+import socket
+import time
+from typing import Callable
+
+from tfcluster import container, holds, launch, state, ui
 from tfcluster.backends import Backend, get_backend
 from tfcluster.commands.tune_plans import attempt_of, build_tune_plans
 from tfcluster.errors import ClusterError
@@ -19,16 +25,26 @@ def backend_named(name: str, store: StateStore) -> Backend:
 def require_cluster(store: StateStore) -> ClusterState:
     cluster = store.load_cluster()
     if cluster is None:
-        raise ClusterError(f"no cluster '{store.cluster_name}' is up; run: invoke up")
+        others = StateStore.cluster_names(store.root)
+        listed = (f"; the clusters in {store.root} are {', '.join(others)}: pick one with --cluster NAME"
+                  if others else "")
+        raise ClusterError(f"no cluster '{store.cluster_name}' is up; run: invoke up{listed}")
     return cluster
 
 
 def active_run(store: StateStore, cluster: ClusterState,
                backend: Backend | None = None) -> tuple[RunRecord, list] | None:
+    """The cluster's run that still runs: a launcher is attached to it (between attempts too, when no
+    worker runs), or some worker of its current attempt runs."""
     run = store.latest_run()
-    if run is None or run.outcome is not None or run.attempts == 0:
+    if run is None or run.outcome is not None:
+        return None
+    attached = holds.attached_launcher(store, run.run_id) is not None
+    if run.attempts == 0 and not attached:
         return None
     plans = plans_for(store, cluster, run, backend=backend)
+    if attached:
+        return run, plans
     statuses = [launch.worker_status(plan, attempt_of(run, plan)) for plan in plans]
     if any(status.state in (launch.RUNNING, launch.STARTING) for status in statuses):
         return run, plans
@@ -81,3 +97,83 @@ def run_or_latest(store: StateStore, run_id: str | None) -> RunRecord:
         raise ClusterError(f"no run {'named ' + run_id if run_id else 'yet'} for cluster "
                            f"'{store.cluster_name}'; start one with: invoke train")
     return run
+
+
+# How long `stop` and `down` wait for an attached launcher to see the stop and exit on its own
+# (it checks every half second, then stops its workers) before ending it.
+LAUNCHER_EXIT_SECONDS = 60.0
+
+
+def process_gone(pid: int) -> bool:
+    """Whether ``pid`` no longer runs on this machine (a zombie counts as gone: it can start nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rpartition(")")[2].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def end_launchers(store: StateStore, settled: Callable[[], bool], by: str,
+                  known: list[tuple[str, dict]] = ()) -> list[int]:
+    """Wait until ``settled()`` (no launcher holds what the caller needs), asking each live launcher
+    of the cluster to stop (``by``: who asks). A launcher that has not exited after
+    LAUNCHER_EXIT_SECONDS is ended if it runs on this machine (SIGTERM, then SIGKILL); one elsewhere
+    is an error naming it. ``known``: launchers seen before the caller asked them to stop (they may
+    have let go already). Returns the pids of the launchers seen, each process gone by then."""
+    here = socket.gethostname()
+    seen = {int(info.get("pid") or 0): info.get("host", "") for _, info in known}
+    deadline = time.monotonic() + LAUNCHER_EXIT_SECONDS
+    signalled: dict[int, float] = {}
+    waiting = None
+    try:
+        while not settled():
+            for run_id, info in holds.live_launchers(store):
+                holds.request_stop(store, run_id, by)
+                seen[int(info.get("pid") or 0)] = info.get("host", "")
+            if waiting is None:
+                waiting = console.status(f"Waiting for the launcher of cluster '{store.cluster_name}' "
+                                         f"(pid {', '.join(map(str, seen)) or '?'}) to stop its workers and exit...")
+                waiting.start()
+            now = time.monotonic()
+            if now > deadline:
+                elsewhere = [f"pid {pid} on {host}" for pid, host in seen.items() if host != here]
+                if elsewhere:
+                    raise ClusterError(f"the launcher of cluster '{store.cluster_name}' ({', '.join(elsewhere)}) "
+                                       "did not stop within a minute; end it there (Ctrl-C), then run this again")
+                for pid in seen:
+                    if pid and pid != os.getpid():
+                        late = now - signalled.setdefault(pid, now) > 10
+                        _signal(pid, signal.SIGKILL if late else signal.SIGTERM)
+            time.sleep(0.2)
+    finally:
+        if waiting is not None:
+            waiting.stop()
+    # The locks drop a moment before the process ends: wait for the end itself.
+    gone_by = time.monotonic() + 10
+    for pid, host in seen.items():
+        while host == here and pid != os.getpid() and not process_gone(pid) and time.monotonic() < gone_by:
+            time.sleep(0.05)
+    return sorted(seen)
+
+
+def _signal(pid: int, signum: int) -> None:
+    try:
+        os.kill(pid, signum)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def adopt_project_state(settings) -> None:
+    """Move a ``.tfcluster`` of the current folder into the per-user state folder, saying so in one line."""
+    moved = state.adopt_project_state(settings)
+    if moved:
+        console.print(f"[yellow]![/] {moved}", soft_wrap=True)

@@ -1,5 +1,6 @@
 """`invoke offers`: the zones that offer a GPU, with the price of one VM and the project's free
-quota in each region, cheapest first (tfcluster/backends/gcp/offers.py asks Google)."""
+quota in each region, cheapest first (tfcluster/backends/gcp/offers.py asks Google); without a
+project, one VM's price from the dated table."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from tfcluster.errors import ConfigError
 def offers(settings: Settings) -> None:
     """Print one line per zone; nothing is created."""
     from tfcluster.backends.gcp.errors import translated
-    from tfcluster.backends.gcp.offers import find_offers
+    from tfcluster.backends.gcp.offers import find_offers, without_project
 
-    if not settings.project:
-        raise ConfigError("offers needs --project (or tfcluster.project in invoke.yaml): the quotas and the "
-                          "catalog's prices are the project's")
+    if not settings.project:  # Choosing a GPU before there is a project: the dated table, marked as such.
+        for line in without_project(settings.gpu, settings.gpu_count, settings.machine_type, settings.spot):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        return
     with translated(settings.project, "offers"):
         found = find_offers(settings.project, settings.gpu, settings.gpu_count, settings.machine_type, settings.spot)
     if not found.zones:

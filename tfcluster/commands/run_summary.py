@@ -4,6 +4,7 @@ attempts, preemptions and maintenance, metrics and where the model is."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from tfcluster import launch, ui
 from tfcluster.commands.common import console
@@ -50,13 +51,13 @@ def print_summary(run: RunRecord, progress: launch.Progress, wall: float, tensor
     if "val_accuracy" in progress.metrics and progress.chance:
         table.add_row("validation accuracy",
                       f"{progress.metrics['val_accuracy']:.3f} (chance {progress.chance:.3f})")
-    table.add_row("model", progress.keras_path or "n/a")
+    table.add_row("model", progress.keras_path or progress.saved_model_path or "n/a")
     if progress.saved_model_path:
         table.add_row("SavedModel", progress.saved_model_path)
     table.add_row("wall time", ui.duration(wall))
     if cost:
         table.add_row("cost", cost)
-    console.print(table)
+    ui.show(table)
     if progress.signatures:
         console.print(f"Signatures of {progress.saved_model_path}:", soft_wrap=True)
         console.print(progress.signatures, markup=False, highlight=False, soft_wrap=True)
@@ -92,4 +93,13 @@ def _print_throughput(speed: dict) -> None:
             row.append("  ".join(f"w{w} {v:.0f}%" for w, v in (record.get("gpu_utilization") or {}).items())
                        or "n/a")
         table.add_row(*row)
-    console.print(table)
+    ui.show(table)
+
+
+def saved_in(folder: Path) -> tuple[str | None, str | None]:
+    """(a Keras file, a SavedModel folder) a script saved in its model folder (AIP_MODEL_DIR), which its
+    events do not name: the first ``*.keras`` (or ``*.h5``) file, and the folder itself or the first
+    one under it holding ``saved_model.pb``."""
+    files = sorted([*folder.rglob("*.keras"), *folder.rglob("*.h5")])
+    saved = sorted(path.parent for path in folder.rglob("saved_model.pb"))
+    return (str(files[0]) if files else None), (str(saved[0]) if saved else None)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
-from tfcluster import launch, ui
+from tfcluster import holds, launch, ui
 from tfcluster.backends import Backend
-from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
-                                       run_or_latest, run_state, stop_processes)
+from tfcluster.commands.common import (active_run, backend_for_cluster, console, end_launchers, plans_for,
+                                       require_cluster, run_or_latest, run_state, stop_processes)
+from tfcluster.commands import run_view
 from tfcluster.commands.attempts import clock
 from tfcluster.commands.tune_plans import attempt_of
 from tfcluster.config import Settings, parse_int
@@ -16,13 +18,30 @@ from tfcluster.state import StateStore
 from trainer import events
 
 
-def _print_new_lines(follower: launch.LogFollower, flush: bool = False) -> None:
-    for plan, line in follower.poll(flush):
-        if events.PREFIX not in line:
-            console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
+class _Printer:
+    """A run's log lines on the console: as `train` shows them (commands/run_view.py), or, ``raw``, every
+    line as the log has it (TensorFlow's noise and the events' JSON too)."""
+
+    def __init__(self, plans: list, raw: bool):
+        self.raw, self.view, self.progress = raw, run_view.RunView(plans), launch.Progress()
+
+    def show(self, plan, line: str) -> None:
+        event = None if self.raw else events.parse(line)
+        if self.raw:
+            console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True, markup=False, highlight=False)
+        elif event is None:
+            self.view.line(plan, line)
+        else:
+            self.progress.update(plan, event, 1)
+            self.view.event(plan, event, self.progress.pace)
+
+    def poll(self, follower: launch.LogFollower, flush: bool = False) -> None:
+        for plan, line in follower.poll(flush):
+            self.show(plan, line)
 
 
-def logs(settings: Settings, worker: int | None, follow: bool, run_id: str | None = None) -> str:
+def logs(settings: Settings, worker: int | None, follow: bool, run_id: str | None = None, raw: bool = False) -> str:
+    """``raw``: every line as the logs hold it; else what `train` shows."""
     store = StateStore(settings)
     run = run_or_latest(store, run_id)
     selected = None
@@ -36,20 +55,24 @@ def logs(settings: Settings, worker: int | None, follow: bool, run_id: str | Non
         if follow:
             raise ClusterError(f"cluster '{settings.cluster}' is down; run `invoke logs` without --follow")
         # The cluster is gone but the run folder stays: read the local copies.
-        for index in range(run.workers):
-            path = store.run_dir(run.run_id) / f"worker-{index}.log"
-            if (selected is None or index == selected) and path.exists():
-                for line in path.read_text(errors="replace").splitlines():
-                    console.print(ui.prefixed(index, f"worker-{index}", line), soft_wrap=True)
+        workers = [SimpleNamespace(index=index, name=f"worker-{index}") for index in range(run.workers)
+                   if selected is None or index == selected]
+        printer = _Printer(workers, raw)
+        for plan in workers:
+            path = store.run_dir(run.run_id) / f"{plan.name}.log"
+            for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
+                printer.show(plan, line)
+        printer.view.finish(workers)
         return run.outcome or "unknown"
 
     backend = backend_for_cluster(store, cluster)
     plans = plans_for(store, cluster, run, backend=backend)
-    follower = launch.LogFollower([plan for plan in plans if selected is None or plan.index == selected])
+    shown = [plan for plan in plans if selected is None or plan.index == selected]
+    follower, printer = launch.LogFollower(shown), _Printer(shown, raw)
     attempt = max(run.attempts, 1)
     checked = 0.0
     while True:
-        _print_new_lines(follower)
+        printer.poll(follower)
         current = store.load_run(run.run_id) or run
         statuses = [launch.worker_status(plan, attempt_of(current, plan)) for plan in plans]
         state = run_state(current, statuses)
@@ -61,7 +84,8 @@ def logs(settings: Settings, worker: int | None, follow: bool, run_id: str | Non
             if report_preemptions(backend, cluster, current):
                 return "preempted"
         if not follow or (state != "running" and current.attempts == attempt):
-            _print_new_lines(follower, flush=True)
+            printer.poll(follower, flush=True)
+            printer.view.finish(shown)
             if follow:
                 console.print(f"Run {run.run_id} {state}.")
             return state
@@ -91,22 +115,31 @@ def report_preemptions(backend: Backend, cluster, run) -> bool:
 def stop(settings: Settings) -> str | None:
     store = StateStore(settings)
     cluster = require_cluster(store)
-    stopped = stop_active_run(settings, store, cluster, backend_for_cluster(store, cluster))
+    stopped = stop_active_run(settings, store, cluster, backend_for_cluster(store, cluster), "`invoke stop`")
     if stopped is None:
         console.print("No run is active.")
     return stopped
 
 
-def stop_active_run(settings: Settings, store: StateStore, cluster, backend: Backend) -> str | None:
-    """Stop the cluster's active run, if any, through ``backend`` (whose connections know
-    which hosts are gone already)."""
+def stop_active_run(settings: Settings, store: StateStore, cluster, backend: Backend, by: str) -> str | None:
+    """Stop the cluster's active run, if any, through ``backend`` (whose connections know which hosts
+    are gone already), and return once its launcher, if one is attached, has exited: the stop is
+    recorded first (``by``), so that launcher sees its workers end as a stop, never retries, and
+    records the run as stopped."""
     active = active_run(store, cluster, backend)
     if active is None:
         return None
     run, plans = active
+    attached = holds.live_launchers(store)  # Before the request: it lets go as soon as it sees it.
+    holds.request_stop(store, run.run_id, by)
     with console.status(f"Stopping run {run.run_id}..."):
         stop_processes(plans, run, settings.stop_grace_seconds)
-    run.outcome, run.ended_at = "stopped", time.time()
-    store.save_run(run)
-    console.print(f"[green]✓[/] Run {run.run_id} stopped; no worker is left running.")
+    launchers = end_launchers(store, lambda: holds.attached_launcher(store, run.run_id) is None, by, attached)
+    current = store.load_run(run.run_id) or run
+    if current.outcome is None:  # No launcher recorded it.
+        current.outcome, current.ended_at = "stopped", time.time()
+        current.summary = {**current.summary, "stopped_by": by}
+        store.save_run(current)
+    exited = f"; its launcher (pid {', '.join(map(str, launchers))}) exited" if launchers else ""
+    console.print(f"[green]✓[/] Run {run.run_id} stopped; no worker is left running{exited}.")
     return run.run_id

@@ -17,7 +17,9 @@ def sync(store: StateStore, backend, cluster: ClusterState, settings, own: str =
     """Record what the backend shows that the ledger lacks; the disagreements with the cloud's record.
     A cloud that cannot be read is one yellow line: the command's own work stands."""
     try:
-        return backend.spend_sync(cluster, settings, ledger.Ledger(store.root, cluster.name), own, run)
+        book = ledger.Ledger(store.root, cluster.name)
+        book.note_cluster(cluster.created_at)  # A later cluster of this name starts its own figures.
+        return backend.spend_sync(cluster, settings, book, own, run)
     except TfClusterError as error:
         console.print(f"[yellow]Cost ledger not brought up to date: {error}[/]", soft_wrap=True)
         return []
@@ -35,12 +37,13 @@ def _runs(state_dir: Path, cluster: str) -> list[RunRecord]:
 
 
 def cluster_figures(state_dir: Path, cluster: str, now: float | None = None,
-                    since: float | None = None) -> ledger.Figures:
+                    since: float | None = None, until: float | None = None) -> ledger.Figures:
     """The cluster's figures since its first `up` (``since``: its creation, which leaves out an
-    earlier cluster of the same name), with the work its runs redid after preemptions."""
+    earlier cluster of the same name; ``until``: a later one's creation), with the work its runs redid
+    after preemptions."""
     redone = sum(float(run.summary.get("redone_seconds") or 0.0) for run in _runs(state_dir, cluster)
-                 if since is None or run.started_at >= since)
-    return ledger.Ledger(state_dir, cluster).figures(start=since, now=now, redone_seconds=redone)
+                 if (since is None or run.started_at >= since) and (until is None or run.started_at < until))
+    return ledger.Ledger(state_dir, cluster).figures(start=since, end=until, now=now, redone_seconds=redone)
 
 
 def print_status(store: StateStore, backend, cluster: ClusterState, settings) -> None:
@@ -76,8 +79,17 @@ def run_cost(store: StateStore, backend, settings, run: RunRecord) -> str | None
     return figures.words() + (f"; {figures.source()}" if figures.prices else "")
 
 
+def generations(book: ledger.Ledger) -> list[tuple[float | None, float | None]]:
+    """(from, to) of each cluster that had this name: from its creation to the next one's."""
+    starts = book.generations()
+    if not starts:
+        return [(None, None)]
+    return [(start, starts[i + 1] if i + 1 < len(starts) else None) for i, start in enumerate(starts)]
+
+
 def costs(settings) -> list[dict]:
-    """`invoke costs`: every cluster with a ledger (up or gone) and each of its runs."""
+    """`invoke costs`: every cluster with a ledger (up or gone), one row for each cluster that had
+    the name (a later one never changes an earlier one's figures), and each of its runs."""
     root = settings.state_path
     books = ledger.ledgers(root)
     if not books:
@@ -89,14 +101,18 @@ def costs(settings) -> list[dict]:
     listed = []
     for book in books:
         events = book.events()
-        figures = cluster_figures(root, book.cluster, now)
-        state = "up" if (root / "clusters" / f"{book.cluster}.json").exists() else "down"
-        first = ui.when(events[0].at) if events else "-"
-        table.add_row(book.cluster, state, first, figures.words(), str(len(events)))
-        listed.append({"cluster": book.cluster, "state": state, "cost_usd": figures.cost_usd,
-                       "vm_hours": figures.vm_hours, "runs": []})
-    console.print(table)
-    for book, entry in zip(books, listed):
+        spans = generations(book)
+        for index, (since, until) in enumerate(spans):
+            figures = cluster_figures(root, book.cluster, now, since, until)
+            mine = [e for e in events if (since is None or e.at >= since) and (until is None or e.at < until)]
+            up = index == len(spans) - 1 and (root / "clusters" / f"{book.cluster}.json").exists()
+            state = "up" if up else "down"
+            first = ui.when(mine[0].at) if mine else "-"
+            table.add_row(book.cluster, state, first, figures.words(), str(len(mine)))
+            listed.append({"cluster": book.cluster, "state": state, "since": since, "until": until,
+                           "cost_usd": figures.cost_usd, "vm_hours": figures.vm_hours, "runs": []})
+    ui.show(table)
+    for book in books:
         runs = _runs(root, book.cluster)
         prices = book.prices()
         if prices:
@@ -107,6 +123,9 @@ def costs(settings) -> list[dict]:
         for run in runs:
             figures = ledger.run_figures(root, book.cluster, run, now)
             table.add_row(run.run_id, run.outcome or "running", ui.when(run.started_at), figures.words())
+            entry = next(e for e in listed if e["cluster"] == book.cluster
+                         and (e["since"] is None or run.started_at >= e["since"])
+                         and (e["until"] is None or run.started_at < e["until"]))
             entry["runs"].append({"run": run.run_id, "cost_usd": figures.cost_usd, "vm_hours": figures.vm_hours})
-        console.print(table)
+        ui.show(table)
     return listed

@@ -12,12 +12,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfcluster import container, launch, ledger, stall, ui
+from tfcluster import container, holds, launch, ledger, stall, ui
 from tfcluster.backends import Payload
 from tfcluster.commands import restage, spend
-from tfcluster.commands.attempts import clock, run_attempts
-from tfcluster.commands.common import (active_run, backend_for_cluster, console, plans_for, require_cluster,
-                                       stop_processes)
+from tfcluster.commands.attempts import run_attempts
+from tfcluster.commands.common import active_run, backend_for_cluster, console, require_cluster
 from tfcluster.commands.budget import RunBudget
 from tfcluster.config import Settings, parse_image, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError, TrainingFailed
@@ -51,6 +50,8 @@ class TrainRequest:
     then: str | None = None
     # --budget: the run's cap in USD (None or 0: none; tfcluster/commands/budget.py).
     budget: float | str | None = None
+    # --detach: start the workers and return (`logs --follow` and `status` watch the run; no retries).
+    detach: bool = False
 
 
 # --then stop halts the VMs (disks stay; `invoke up` starts them again); --then down removes the cluster.
@@ -135,9 +136,20 @@ def _keras_env(settings: Settings, request: TrainRequest, script: Path | None) -
     return {"TF_USE_LEGACY_KERAS": "1" if script is None or settings.keras == "2" else "0"}
 
 
+def _check_detach(request: TrainRequest) -> None:
+    """What needs this launcher attached: restarts, and removing the cluster from here at the end."""
+    if request.detach and request.retries is not None:
+        raise ConfigError("--retries needs the launcher attached (it restarts the workers after a failure); drop "
+                          "--detach, or --retries")
+    if request.detach and request.then == "down":
+        raise ConfigError("--then down removes the cluster from this launcher, which --detach leaves; run `invoke "
+                          "down` when `invoke status` says the run ended (gcp: --then stop halts the VMs by themselves)")
+
+
 def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     limit = stall_limit(request.stall_minutes)
     then = _then_action(request.then)
+    _check_detach(request)
     store = StateStore(settings)
     cluster = require_cluster(store)
     workers = _worker_count(request.workers, cluster)
@@ -201,13 +213,57 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
         _print_plan(plans)
         return None
 
+    # From here until its attempts end, this launcher holds the cluster: `down` waits for it, and a
+    # `stop` or `down` from another shell is seen at every step (tfcluster/holds.py LauncherLease).
+    with holds.LauncherLease(store, run_id):
+        run, failed = _launch(settings, store, backend, cluster, request, Launch(
+            run_id, hosts, payload, common_env, image, data_dir, keras_env["TF_USE_LEGACY_KERAS"] == "1", workers,
+            retries, limit, then, usd, rate))
+    if request.detach:
+        return run
+    if then is not None and run.outcome != "stopped":  # After Ctrl-C, `stop` or `down` the user decides.
+        _then(settings, store, backend, run, then)
+    if failed is not None:
+        raise failed
+    return run
+
+
+@dataclass
+class Launch:
+    """What `train` worked out before anything starts."""
+
+    run_id: str
+    # The workers' hosts, what they get (code, data, interpreter, arguments) and their environment.
+    hosts: list
+    payload: Payload
+    env: dict
+    # The container image ("" = none) and the local data folder to ship (None: remote or none).
+    image: str
+    data_dir: Path | None
+    # Whether tf.keras is tf_keras on the workers (the preflight checks it is installed).
+    need_tf_keras: bool
+    workers: int
+    retries: int
+    limit: stall.StallLimit
+    then: str | None
+    # --budget in USD (0: none) and the cluster's hourly rate (None without prices).
+    usd: float
+    rate: float | None
+
+
+def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterState, request: TrainRequest,
+            plan: Launch) -> tuple[RunRecord, TrainingFailed | None]:
+    """Check, stage and run the attempts (``--detach``: start the first and return); the run and how it
+    failed (None: it succeeded, or runs on detached)."""
+    run_id, hosts, payload, common_env, image, data_dir = (plan.run_id, plan.hosts, plan.payload, plan.env,
+                                                           plan.image, plan.data_dir)
+    workers, retries, limit, then, usd, rate = plan.workers, plan.retries, plan.limit, plan.then, plan.usd, plan.rate
     if active_run(store, cluster):
         raise ClusterError(f"a run is still active on cluster '{cluster.name}'; "
                            "watch it with `invoke logs --follow` or end it with `invoke stop`")
     with console.status(f"Preflight on {len(hosts)} {cluster.backend} host(s)..."):
         # tf_keras must be importable wherever tf.keras resolves to it.
-        backend.preflight(cluster, hosts, need_tensorflow=keras_env["TF_USE_LEGACY_KERAS"] == "1",
-                          image=image)
+        backend.preflight(cluster, hosts, need_tensorflow=plan.need_tf_keras, image=image)
     if data_dir == store.synthetic_data_dir:
         ensure_synthetic_data(store, sys.executable)
     with console.status("Staging code and data..."):
@@ -216,12 +272,18 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     if cluster.backend != "local":
         console.print(f"Code and data: uploaded to {len(hosts) - len(skipped)} host(s), "
                       f"unchanged (same content hash) on {len(skipped)}.")
+    request_seen = holds.stop_request(store, run_id)
+    if request_seen is not None:  # `down` came while this run was staged: nothing has started.
+        raise TrainingFailed(f"run {run_id} was stopped by {request_seen.describe()} before it started; "
+                             "nothing was started")
     spec = container.ContainerSpec(image, staged.mounts) if image else None
     plans = launch.build_plans(hosts, run_id, staged.argv, {**common_env, **staged.env}, spec)
     if cluster.bucket:
         console.print(f"Outputs go to gs://{cluster.bucket}/runs/{run_id}/ (model, checkpoints, TensorBoard).")
     run = RunRecord(run_id=run_id, cluster=cluster.name, workers=workers, command=staged.argv,
                     retries=retries, image=image, mounts=list(staged.mounts) if image else [])
+    if then is not None:
+        run.summary = {"then": then}  # Known to `status` while the run goes on, laptop or not.
     store.save_run(run)
     # What `train --resume` needs to start the same workers again (code and data stay on the hosts).
     # And, should the cluster move zones mid-run, what its new VMs need staged (commands/restage.py).
@@ -231,32 +293,30 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     backend.set_stall_minutes(cluster, limit.minutes)  # The watchdogs hold it with the laptop gone.
     budget = RunBudget(run_id, usd, rate, time.time()) if usd else None
     backend.set_budget_end(cluster, budget.end_time if budget else None)  # Halts the VMs then, laptop or not.
+    if then is not None and backend.can_halt_machines:  # Each VM halts itself at the run's end if this launcher is gone.
+        backend.arm_then_stop(cluster, run.run_id, last_attempt=retries + 1)
+    if request.detach:
+        return _detached(store, cluster, run, plans), None
     try:
-        return _run(settings, store, backend, run, plans, request, limit, then, retries, budget)
+        run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit, budget=budget)
+    except TrainingFailed as error:
+        return run, error
     finally:  # The launcher saw the run end: no halt is left armed (best effort: --then down took the VMs).
         if budget is not None and (still := store.load_cluster()) is not None:
             with contextlib.suppress(TfClusterError):
                 backend.set_budget_end(still, None)
+    return run, None
 
 
-def _run(settings: Settings, store: StateStore, backend, run: RunRecord, plans, request: TrainRequest,
-         limit: stall.StallLimit, then: str | None, retries: int, budget: RunBudget | None) -> RunRecord:
-    cluster = store.load_cluster()
-    if then is None:
-        return run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit,
-                            budget=budget)
-    run.summary = {"then": then}  # Known to `status` while the run goes on, laptop or not.
+def _detached(store: StateStore, cluster: ClusterState, run: RunRecord, plans: list) -> RunRecord:
+    """`train --detach`: the first attempt started, its launcher gone at once (the job outlives it)."""
+    run.attempts = 1
     store.save_run(run)
-    if backend.can_halt_machines:  # Each VM halts itself at the run's end if this launcher is gone.
-        backend.arm_then_stop(cluster, run.run_id, last_attempt=retries + 1)
-    try:
-        run_attempts(settings, store, backend, run, plans, verbose=request.verbose, stall_limit=limit, budget=budget)
-    except TrainingFailed:
-        if run.outcome == "stopped":
-            raise  # Ctrl-C: the user is here and decides.
-        _then(settings, store, backend, run, then)
-        raise
-    _then(settings, store, backend, run, then)
+    launch.start_attempt(plans, 1)
+    name = f" --cluster {cluster.name}" if cluster.name != "default" else ""
+    console.print(f"[green]✓[/] Run {run.run_id} started on {len(plans)} worker(s), detached. Follow it with "
+                  f"`invoke logs --follow{name}`, see it with `invoke status{name}`, end it with `invoke stop{name}`.",
+                  soft_wrap=True)
     return run
 
 
@@ -280,65 +340,6 @@ def _then(settings: Settings, store: StateStore, backend, run: RunRecord, then: 
 
 
 LAUNCH_FILE = restage.LAUNCH_FILE
-
-
-def resume(settings: Settings, run_id: str, retries: int | None = None, verbose: bool = False,
-           stall_minutes: int | None = None) -> RunRecord:
-    """`train --resume RUN`: stop what is left of the run, start its preempted VMs again and
-    resume the same run from its backup, as the next attempt."""
-    limit = stall_limit(stall_minutes)
-    store = StateStore(settings)
-    cluster = require_cluster(store)
-    run = store.load_run(run_id)
-    if run is None:
-        raise ConfigError(f"no run {run_id} on cluster '{cluster.name}'; see the run ids with `invoke status`")
-    if run.outcome == "succeeded":
-        raise ConfigError(f"run {run_id} already succeeded; start a new one with `invoke train`")
-    launch_file = store.run_dir(run_id) / LAUNCH_FILE
-    if not launch_file.exists():
-        raise ConfigError(f"run {run_id} was started by an older tfcluster and cannot be resumed; start a "
-                          "new one with `invoke train`")
-    backend = backend_for_cluster(store, cluster)
-    taken = backend.preemptions(cluster, run.started_at)
-    active = active_run(store, cluster, backend)
-    if active is not None and not taken:
-        raise ClusterError(f"run {active[0].run_id} is still running; follow it with `invoke logs --follow`")
-    with console.status(f"Stopping what is left of run {run_id}..."):
-        stop_processes(plans_for(store, cluster, run, backend=backend), run, settings.stop_grace_seconds)
-    noticed, zone = time.time(), cluster.zone
-    for item in taken:
-        console.print(f"[yellow]{item.worker} ({item.address}) was preempted by Google at "
-                      f"{clock(item.at)}; starting its VM again[/]", soft_wrap=True)
-    if taken:
-        backend.restart_preempted(cluster, settings)
-        store.save_cluster(cluster)
-    # Host maintenance announced while no launcher ran: the workers exited 143; resuming on the same
-    # hosts would end the same way, so those VMs move first (tfcluster/commands/maintenance.py).
-    announced = backend.maintenance_notices(cluster, backend.hosts(cluster)[: run.workers])
-    for index, event in sorted(announced.items()):
-        console.print(f"[yellow]{cluster.hosts[index].name}: Google announced host maintenance ({event}); "
-                      "stopping and starting its VM[/]", soft_wrap=True)
-    if announced:
-        backend.restart_for_maintenance(cluster, settings, sorted(announced))
-        store.save_cluster(cluster)
-    if cluster.zone != zone:  # The cluster moved zones (failover): its new VMs need the run's code and data.
-        restage.restage(store, backend, cluster, run)
-    env = json.loads(launch_file.read_text())["env"]
-    image = container.ContainerSpec(run.image, run.mounts) if run.image else None
-    plans = launch.build_plans(backend.hosts(cluster)[: run.workers], run.run_id, run.command, env, image)
-    more = settings.retries if retries is None else parse_int("retries", retries, 0)
-    first = run.attempts + 1
-    run.retries, run.outcome, run.ended_at = run.attempts + more, None, None
-    backend.set_stall_minutes(cluster, limit.minutes)
-    console.print(f"Resuming run {run_id} as attempt {first}, from its backup.")
-    earlier = list(run.summary.get("preemptions", []))
-    for item in taken:
-        if not any(e["instance"] == item.instance and abs(e["at"] - item.at) < 1 for e in earlier):
-            earlier.append({"worker": item.worker, "instance": item.instance, "address": item.address,
-                            "at": item.at, "attempt": run.attempts, "noticed_at": noticed,
-                            "restarted_at": time.time()})
-    return run_attempts(settings, store, backend, run, plans, verbose=verbose, first_attempt=first,
-                        earlier=earlier, stall_limit=limit)
 
 
 def _print_plan(plans: list[launch.WorkerPlan]) -> None:

@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfcluster import ui
+from tfcluster import holds, ui
 from tfcluster.backends import Payload
 from tfcluster.backends.local import PROJECT_ROOT
 from tfcluster.commands.common import active_run, backend_for_cluster, console, require_cluster
@@ -133,8 +133,9 @@ def tune(settings: Settings, request: TuneRequest) -> RunRecord | None:
     run = RunRecord(run_id=run_id, cluster=cluster.name, workers=workers, command=argv, retries=retries,
                     kind="tune", oracle_port=oracle_port)
     store.save_run(run)
-    return run_search(settings, store, backend, run, plans, bundled=script is None,
-                      local_tune_dir=None if "://" in tune_dir else store.run_dir(run_id) / "tune")
+    with holds.LauncherLease(store, run_id):  # `stop` and `down` wait for this launcher (tfcluster/holds.py).
+        return run_search(settings, store, backend, run, plans, bundled=script is None,
+                          local_tune_dir=None if "://" in tune_dir else store.run_dir(run_id) / "tune")
 
 
 def _print_plan(plans) -> None:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from rich.status import Status
 
-from tfcluster import launch, ui
+from tfcluster import holds, launch, ui
 from tfcluster.commands.common import console, stop_processes
 from tfcluster.commands.tune_plans import ORACLE, Trial, TrialBook, oracle_plan
 from tfcluster.config import Settings
@@ -44,6 +44,12 @@ def run_search(settings: Settings, store: StateStore, backend, run: RunRecord, p
         stop_processes(plans, run, settings.stop_grace_seconds)
         _finish(store, run, "stopped", book, started)
         raise TrainingFailed(f"run {run.run_id} stopped by Ctrl-C; no process is left running")
+    request = holds.stop_request(store, run.run_id)
+    if request is not None:  # `stop` or `down` from another shell: never restarted.
+        stop_processes(plans, run, settings.stop_grace_seconds)
+        _finish(store, run, "stopped", book, started)
+        raise TrainingFailed(f"run {run.run_id} was stopped by {request.describe()}; it is not restarted, and no "
+                             "process is left running")
 
     hosts = [plan.host for plan in plans if plan.label != ORACLE]
     local_dir = store.run_dir(run.run_id)
@@ -98,7 +104,7 @@ def _follow(settings, store, run, plans, book: TrialBook, interrupted) -> list:
         launch.start_attempt([plan for plan in plans if plan.label != ORACLE], 1)
         while True:
             drain()
-            if interrupted.is_set():
+            if interrupted.is_set() or holds.stop_request(store, run.run_id) is not None:
                 drain(flush=True)
                 return []
             statuses = [(plan, launch.worker_status(plan, run.attempt_of[plan.name])) for plan in plans]
@@ -112,6 +118,8 @@ def _follow(settings, store, run, plans, book: TrialBook, interrupted) -> list:
                 drain(flush=True)
                 spinner.stop()
                 _report(failed)
+                if holds.stop_request(store, run.run_id) is not None:
+                    return []  # Ended by `stop` or `down`: not a failure to restart.
                 if book.error or run.attempts - 1 >= run.retries:
                     console.print("[red]Stopping the oracle and the tuners (fail fast)...[/]")
                     stop_processes(plans, run, settings.stop_grace_seconds)
@@ -226,7 +234,7 @@ def _print_summary(run: RunRecord, book: TrialBook, best: dict, wall: float, bes
         status = trial.status + (f" ({trial.starts} starts)" if trial.starts > 1 else "")
         table.add_row(trial.trial_id, trial.tuner, status, "-" if trial.score is None else f"{trial.score:.4f}",
                       *[_number(trial.hyperparameters.get(name, "-")) for name in names])
-    console.print(table)
+    ui.show(table)
     if best:
         console.print(f"Best: trial {best['trial_id']} ({book.objective} {best['score']:.4f}), "
                       f"its folder {best['trial_dir']}", soft_wrap=True)

@@ -22,7 +22,7 @@ def _one(items):
 class Instance(Resource):
     type_name = "google_compute_instance"
     forces_new = ("name", "zone", "project", ("boot_disk", "initialize_params"),
-                  ("network_interface", "subnetwork"))
+                  ("network_interface", "subnetwork"), "scratch_disk")
 
     def where(self, state: dict) -> tuple[str, str]:
         return state.get("project") or self.provider.config["project"], state.get("zone") or self.provider.config["zone"]
@@ -58,7 +58,10 @@ class Instance(Resource):
         state = {**planned, "project": project, "zone": zone,
                  "id": f"projects/{project}/zones/{zone}/instances/{planned['name']}",
                  "self_link": f"{SELF_LINK}projects/{project}/zones/{zone}/instances/{planned['name']}"}
-        return self.read(state) or state
+        made = self.read(state) or state
+        # hashicorp/google is an SDKv2 provider, whose result terraform takes as it comes; the stand-in
+        # returns the planned scratch disks here, and a later refresh reads Compute's (read below).
+        return {**made, "scratch_disk": planned.get("scratch_disk") or []}
 
     def read(self, state: dict) -> dict | None:
         try:
@@ -74,7 +77,12 @@ class Instance(Resource):
         interfaces[0]["name"] = nic.get("name", "nic0")
         interfaces[0]["access_config"] = [dict(item, nat_ip=access.get("natIP"))
                                           for item in interfaces[0].get("access_config") or []]
-        return {**state, "network_interface": interfaces, "current_status": found.get("status"),
+        # Local SSD Compute attached (a type's bundled ones among them) reads back as scratch_disk, a
+        # field that forces a new instance (resource_compute_instance.go flattenScratchDisk; ForceNew).
+        scratch = [{"device_name": disk.get("deviceName"), "interface": disk.get("interface", "NVME"),
+                    "size": int(disk.get("diskSizeGb") or 375)}
+                   for disk in found.get("disks") or [] if disk.get("type") == "SCRATCH"]
+        return {**state, "network_interface": interfaces, "current_status": found.get("status"), "scratch_disk": scratch,
                 **labels_read(state, found.get("labels") or {}), "metadata_fingerprint": found["metadata"].get("fingerprint"),
                 "metadata": {item["key"]: item["value"] for item in found["metadata"].get("items", [])},
                 "instance_id": "1000000000000000002", "cpu_platform": "Intel Broadwell",

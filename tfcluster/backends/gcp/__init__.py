@@ -1,7 +1,9 @@
 """The gcp backend: Google Cloud GPU VMs provisioned by Terraform, run over the ssh backend.
 
 Rooms: terraform (the CLI wrapper and typed outputs), compute (Compute Engine API calls:
-quotas, readiness, host keys, operations, preemption records), errors (Google's errors as one
+readiness, host keys, operations, preemption records, stops), quota (every quota a cluster takes and
+how a shortfall reads), quota_source (where each is read: regions.get, Cloud Quotas, Cloud Monitoring; the
+zones judged with them), errors (Google's errors as one
 line), failover (a new cluster's `up` moving to the next zone when one has no capacity or quota),
 restart (bringing stopped, preempted or deleted VMs back), storage (Cloud Storage
 transfers), registry (the Artifact Registry repository: what it holds, adopting a kept one),
@@ -12,8 +14,9 @@ errors; never commands or launch.
 """
 
 from tfcluster.backends.gcp.backend import GcpBackend
-from tfcluster.backends.gcp.compute import ComputeApi, pinned_host_key, preflight_quota, wait_ready
+from tfcluster.backends.gcp.compute import ComputeApi, pinned_host_key, wait_ready
 from tfcluster.backends.gcp.cost import PRICES, hourly_cost
+from tfcluster.backends.gcp.quota_source import preflight_quota
 from tfcluster.backends.gcp.terraform import GcpInstance, Terraform, TerraformOutputs
 
 __all__ = ["ComputeApi", "GcpBackend", "GcpInstance", "PRICES", "Terraform", "TerraformOutputs",

@@ -103,10 +103,10 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         report = prerequisites.run(settings, failover.made_before(api, terraform, settings.cluster))
         for line in [finding.line() for finding in report.findings] + report.dropped:
             self._announce(line)
-        if report.failed:
-            first = report.failed[0]
-            raise ConfigError(first.detail if len(report.failed) == 1 else
-                              f"{len(report.failed)} prerequisites fail ({', '.join(f.subject for f in report.failed)}); "
+        blocking = prerequisites.blocking(report, terraform)
+        if blocking:
+            raise ConfigError(blocking[0].detail if len(blocking) == 1 else
+                              f"{len(blocking)} prerequisites fail ({', '.join(f.subject for f in blocking)}); "
                               "each ✗ line above names its fix")
         with translated(settings.project, "up"):  # The zones whose offer and quota hold, in order.
             return self._create(failover.keep_zones(settings, report.zones), terraform, api, gpu, report.image)
@@ -120,12 +120,16 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         prices = self._quote(settings, settings.project, settings.zone, settings.workers, settings.spot)
         for line in prices.lines():
             self._announce(line)
-        run_seconds = budget.max_run_seconds(settings.budget, settings.max_run_hours, prices.in_use.total, 0.0)
+        rate = budget.budget_rate(prices, self._announce) if settings.budget else prices.in_use.total
+        run_seconds = budget.max_run_seconds(settings.budget, settings.max_run_hours, rate, 0.0)
         self._announce(
             f"safety: idle watchdog {settings.idle_action}s a VM after {settings.idle_minutes} idle minutes"
             f"{' (off)' if not settings.idle_minutes else ''}; hypervisor deadline {settings.termination_action} "
             f"after {budget.describe(settings.budget, run_seconds, settings.max_run_hours)}; `invoke down` destroys everything")
         self._announce(bucket_rule(settings.bucket_retention_days))
+        if not self.confirm(f"Create {settings.workers} VM(s) in {settings.zone}, about "
+                            f"${prices.in_use.total:.2f} an hour while they run?"):
+            raise ClusterError("up cancelled: nothing was created (`invoke up --yes` creates it without asking)")
         operator = settings.operator_cidr or detect_operator_cidr()
         key_file = self.workdir(settings.cluster) / "id_ed25519"
         public_key = generate_cluster_key(key_file, f"tfcluster-{settings.cluster}")

@@ -6,6 +6,11 @@ deletes) the VMs then, laptop or not, so the cluster cannot bill past the budget
 A stop clears the deadline's clock and setScheduling only works on a stopped VM, so restart.py
 writes it again before each start (https://cloud.google.com/compute/docs/instances/limit-vm-runtime).
 What stays billing while the VMs are stopped (disks, the bucket) is outside this deadline.
+
+The rate a budget is held to is cost.Quote.for_budget: the live catalog's for the cluster's region,
+else the table's on-demand rate even for Spot VMs (said in one line), and no budget at all outside
+the regions whose list prices the table holds (us-central1, us-east1, us-west1) without live
+prices: refusing is better than a guessed factor.
 """
 
 from __future__ import annotations
@@ -39,6 +44,15 @@ def max_run_seconds(budget: float | None, max_run_hours: int, cluster_rate: floa
     return min(cap, seconds)
 
 
+def budget_rate(quote, announce=None) -> float:
+    """USD per hour a --budget is held to (cost.Quote.for_budget), saying so when Spot is held to on-demand."""
+    rate = quote.for_budget.total
+    note = quote.budget_note()
+    if note and announce is not None:
+        announce(note)
+    return rate
+
+
 def describe(budget: float | None, seconds: int, max_run_hours: int) -> str:
     """The deadline for `up`'s safety line."""
     if not budget or seconds >= max_run_hours * 3600:
@@ -67,16 +81,18 @@ class GcpBudget:
         """max_run_hours, or sooner: what the cluster's --budget still buys (budget.py)."""
         def spent() -> float:  # The ledger brought up to date first: the stops just seen count.
             self.spend_sync(cluster, settings, Ledger(self._store.root, cluster.name))
-            return cluster_spent_usd(self._store.root, cluster.name, since=cluster.created_at)
+            return cluster_spent_usd(self._store.root, cluster.name, since=cluster.created_at, for_budget=True)
 
         return restart_seconds(settings, terraform, lambda applied: self._quote(
-            settings, cluster.project, cluster.zone, len(cluster.hosts), bool(applied.get("spot")), applied).in_use,
-            spent)
+            settings, cluster.project, cluster.zone, len(cluster.hosts), bool(applied.get("spot")),
+            applied).for_budget, spent)
 
     def hourly_rate(self, cluster, settings) -> float | None:
+        """The rate `train --budget` is held to (cost.Quote.for_budget)."""
         applied = Terraform(self.workdir(cluster.name), project=cluster.project).variables()
-        return self._quote(settings, cluster.project, cluster.zone, len(cluster.hosts), bool(applied.get("spot")),
-                           applied).in_use.total
+        quote = self._quote(settings, cluster.project, cluster.zone, len(cluster.hosts), bool(applied.get("spot")),
+                            applied)
+        return budget_rate(quote, self._announce)
 
     def set_budget_end(self, cluster, end: float | None) -> None:
         with translated(cluster.project, "train"):

@@ -8,11 +8,14 @@ The rules live in prerequisites.py; this module asks Google:
   (https://cloud.google.com/service-usage/docs/reference/rest/v1/services/batchGet);
 - permissions: Resource Manager projects.testIamPermissions, which answers the subset the caller
   holds (https://cloud.google.com/resource-manager/reference/rest/v1/projects/testIamPermissions);
-- organisation constraints: Org Policy v2 projects.policies.getEffectivePolicy
-  (https://cloud.google.com/resource-manager/docs/reference/orgpolicy/rest/v2/projects.policies/getEffectivePolicy);
+- organisation constraints, the managed compute.managed.* among them: Org Policy v2
+  projects.policies.getEffectivePolicy
+  (https://cloud.google.com/resource-manager/docs/reference/orgpolicy/rest/v2/projects.policies/getEffectivePolicy),
+  else the legacy ones through Resource Manager v1 projects.getEffectiveOrgPolicy;
 - quota: every quota the cluster takes, per zone of `zones` (quota.py); the boot image: images.getFromFamily / images.get
   (https://cloud.google.com/compute/docs/reference/rest/v1/images), whose `deprecated.state` is
   DEPRECATED (still boots), OBSOLETE or DELETED (refused);
+- live prices: the Cloud Billing Catalog's services.list (pricing.py);
 - terraform: `terraform version -json` against versions.tf's required_version;
 - the operator's address, looked up without any proxy.
 """
@@ -54,6 +57,20 @@ class Report:
         return [finding for finding in self.findings if finding.holds is False]
 
 
+def blocking(report: Report, terraform) -> list[Finding]:
+    """What stops `up` before terraform runs: every ✗, else a boot image that could not be resolved (?)
+    unless a resumed `up` keeps the one its VMs booted (terraform would refuse `"image": null`). With
+    a ✗ already, the image's ? is most likely its consequence (the Compute API off) and is not repeated."""
+    found = list(report.failed)
+    tfvars = terraform.workdir / "terraform.tfvars.json"
+    if not found and report.image is None and not (tfvars.exists() and terraform.variables().get("image")):
+        image = next((f for f in report.findings if f.subject == "boot image"), None)
+        why = image.detail if image is not None else "it was not checked without credentials"
+        found.append(Finding("boot image", False, f"`up` needs the exact boot image and could not resolve it ({why}); "
+                                                  "fix that, or pass --boot-image projects/P/global/images/NAME"))
+    return found
+
+
 class Refused(Exception):
     """A Google API answered an error: its status, reason and message."""
 
@@ -64,6 +81,8 @@ class Refused(Exception):
     def why(self) -> str:
         if self.reason == "SERVICE_DISABLED" or "has not been used in project" in self.message:
             return "its API is off"
+        if not self.status:
+            return self.message[:200]
         return f"{self.status} {self.reason}: {self.message}"[:200]
 
 
@@ -76,8 +95,20 @@ class Google:
         self.session = AuthorizedSession(credentials)
 
     def call(self, method: str, url: str, **kwargs) -> dict:
-        response = self.session.request(method, url, timeout=TIMEOUT, **kwargs)
-        payload = response.json() if response.content else {}
+        """The JSON answer; Refused for an error answer, a transport failure (status 0) or an answer
+        that is not JSON, so that no check ends in a traceback."""
+        from google.auth.exceptions import TransportError
+        from requests import RequestException
+
+        try:
+            response = self.session.request(method, url, timeout=TIMEOUT, **kwargs)
+        except (RequestException, TransportError, OSError) as error:
+            raise Refused(0, "unreachable", f"cannot reach {url.split('/')[2]}: {type(error).__name__}") from None
+        try:
+            payload = response.json() if response.content else {}
+        except ValueError:
+            raise Refused(response.status_code, "not JSON", f"{url.split('/')[2]} answered {response.status_code} "
+                                                            f"with what is not JSON") from None
         if response.status_code >= 400:
             error = payload.get("error") if isinstance(payload, dict) else None
             error = error if isinstance(error, dict) else {"message": str(payload)}
@@ -148,6 +179,9 @@ def permissions_finding(google: Google, project: str) -> Finding:
 
 
 def constraint_findings(google: Google, target: rules.Target) -> list[Finding]:
+    """Org Policy v2's effective policies, the managed constraints among them; when v2 cannot be read,
+    the legacy constraints through Resource Manager v1 projects.getEffectiveOrgPolicy (an API `check`
+    requires already) and one ? for the managed ones, which v1 cannot express."""
     findings = []
     for constraint in rules.CONSTRAINTS:
         url = (f"https://orgpolicy.googleapis.com/v2/projects/{target.project}/policies/"
@@ -155,13 +189,35 @@ def constraint_findings(google: Google, target: rules.Target) -> list[Finding]:
         try:
             policy = google.call("GET", url)
         except Refused as error:
-            return [Finding("organisation policies", None, f"cannot read them ({error.why()}); enable "
-                            "orgpolicy.googleapis.com or ask for roles/orgpolicy.policyViewer, else ask your "
-                            "admin about " + ", ".join(c.name for c in rules.CONSTRAINTS))]
-        holds, detail = rules.judge(constraint, (policy.get("spec") or {}).get("rules", []), target)
-        if holds is False:
-            detail += f"; ask your organisation's admin to exempt project {target.project}"
-        findings.append(Finding(f"constraints/{constraint.name}", holds, detail))
+            return _v1_constraint_findings(google, target, error)
+        findings.append(_judged(constraint, (policy.get("spec") or {}).get("rules", []), target))
+    return findings
+
+
+def _judged(constraint, found: list[dict], target: rules.Target) -> Finding:
+    holds, detail = rules.judge(constraint, found, target)
+    if holds is False:
+        detail += f"; ask your organisation's admin to exempt project {target.project}"
+    return Finding(f"constraints/{constraint.name}", holds, detail)
+
+
+def _v1_constraint_findings(google: Google, target: rules.Target, v2: Refused) -> list[Finding]:
+    """https://cloud.google.com/resource-manager/reference/rest/v1/projects/getEffectiveOrgPolicy."""
+    url = f"https://cloudresourcemanager.googleapis.com/v1/projects/{target.project}:getEffectiveOrgPolicy"
+    findings = []
+    for constraint in [c for c in rules.CONSTRAINTS if not c.managed]:
+        try:
+            policy = google.call("POST", url, json={"constraint": f"constraints/{constraint.name}"})
+        except Refused as error:
+            return [Finding("organisation policies", None, f"cannot read them (Org Policy v2: {v2.why()}; Resource "
+                            f"Manager v1: {error.why()}); enable orgpolicy.googleapis.com or ask for "
+                            "roles/orgpolicy.policyViewer, else ask your admin about "
+                            + ", ".join(c.name for c in rules.CONSTRAINTS))]
+        findings.append(_judged(constraint, rules.v1_rules(policy), target))
+    managed = [c.name for c in rules.CONSTRAINTS if c.managed]
+    findings.append(Finding("managed constraints", None, f"cannot read {', '.join(managed)} (Org Policy v2: "
+                            f"{v2.why()}; Resource Manager v1 cannot express them): enable orgpolicy.googleapis.com "
+                            "(`gcloud services enable orgpolicy.googleapis.com`) or ask for roles/orgpolicy.policyViewer"))
     return findings
 
 
@@ -228,7 +284,7 @@ def quota_finding(settings, gpu: str, zones: list[str], made: dict | None = None
     from google.api_core import exceptions
 
     from tfcluster.backends.gcp.compute import ComputeApi
-    from tfcluster.backends.gcp.quota import QuotaSource, judge_zones
+    from tfcluster.backends.gcp.quota_source import QuotaSource, judge_zones
 
     hours = settings.max_run_hours if settings.termination_action == "DELETE" else None
     try:
@@ -244,6 +300,21 @@ def quota_finding(settings, gpu: str, zones: list[str], made: dict | None = None
     needed = (f"{settings.workers} x {settings.machine_type}"
               + (f" with {settings.gpu_count} x {gpu}" if settings.gpu_count else ""))
     return Finding("quota", judged.holds, judged.detail(needed)), judged
+
+
+def prices_finding(project: str) -> Finding:
+    """Whether live prices can be read: the Cloud Billing Catalog needs cloudbilling.googleapis.com,
+    which most projects have off (https://cloud.google.com/billing/docs/how-to/get-pricing-information-api)."""
+    from tfcluster.backends.gcp.pricing import catalog_problem
+
+    problem = catalog_problem(project)
+    if not problem:
+        return Finding("live prices", True, "the Cloud Billing Catalog answers: estimates and --budget use the cluster's "
+                                            "region's prices of the day")
+    return Finding("live prices", None, f"the Cloud Billing Catalog cannot be read ({problem}); estimates use "
+                                        "tfcluster's dated table of us-central1 list prices, and a --budget holds Spot "
+                                        "to the on-demand rate and refuses regions outside the US ones the table covers: `gcloud services enable "
+                                        f"cloudbilling.googleapis.com --project {project}`")
 
 
 def run(settings, made: dict | None = None) -> Report:
@@ -269,7 +340,7 @@ def run(settings, made: dict | None = None) -> Report:
         apis = services_finding(google, settings.project)
         findings += [apis, permissions_finding(google, settings.project), *constraint_findings(google, target)]
         quota_line, judged = quota_finding(settings, gpu, zones, made)
-        findings.append(quota_line)
+        findings += [quota_line, prices_finding(settings.project)]
         image_line, image = image_finding(google, wanted, gpu)
         findings.append(image_line)
     findings.append(address_finding(settings.operator_cidr))

@@ -1,5 +1,5 @@
-"""The Compute Engine calls tfcluster makes (google-cloud-compute over REST): quotas (judged in
-quota.py), readiness from guest attributes, host keys published by the guest agent."""
+"""The Compute Engine calls tfcluster makes (google-cloud-compute over REST): quotas (read by
+quota_source.py), readiness from guest attributes, host keys published by the guest agent."""
 
 from __future__ import annotations
 
@@ -126,8 +126,15 @@ class ComputeApi:
 
     def stop(self, zone: str, name: str) -> None:
         """Stop a VM and return once its operation is DONE (the VM is then TERMINATED; instances/stop:
-        "Stops a running instance, shutting it down cleanly")."""
-        self.instances.stop(project=self.project, zone=zone, instance=name).result(timeout=300)
+        "Stops a running instance, shutting it down cleanly"). A VM with Local SSD (bundled with A3 High
+        and A2 Ultra) is stopped with discardLocalSsd: the parameter "is required if the instance has
+        any attached Local SSD disks" (compute.v1.json, instances.stop), and a stop without it is refused
+        (400 "VM has a Local SSD attached but an undefined value for `discard-local-ssd`",
+        skypilot-org/skypilot#2586); tfcluster keeps nothing there (checkpoints are in the bucket)."""
+        request = self.compute_v1.StopInstanceRequest(project=self.project, zone=zone, instance=name)
+        if has_local_ssd(self.get_instance(zone, name)):
+            request.discard_local_ssd = True
+        self.instances.stop(request=request).result(timeout=300)
 
     def start(self, zone: str, name: str) -> None:
         """Start a stopped VM and return once its operation is DONE (result() polls
@@ -208,6 +215,12 @@ class ComputeApi:
         return found
 
 
+def has_local_ssd(vm) -> bool:
+    """Whether an instance has Local SSD: a SCRATCH disk, or a machine type that bundles it (gpus.py)."""
+    return (any(disk.type_ == "SCRATCH" for disk in vm.disks)
+            or gpus.local_ssd_gb(vm.machine_type.rsplit("/", 1)[-1]) > 0)
+
+
 def cluster_network(cluster: str) -> str:
     """The cluster's VPC network, as terraform/network.tf names it."""
     return f"{cluster}-net"
@@ -236,19 +249,6 @@ def gpu_type(name: str) -> str:
     if model is None:
         raise ConfigError(f"gpu must be one of {', '.join(gpus.GPUS)} (got {name!r})")
     return model.accelerator
-
-
-def preflight_quota(api: ComputeApi, zone: str, gpu: str, gpu_count: int, workers: int, spot: bool,
-                    deleted_within_hours: int | None = None, machine_type: str = "", disk_gb: int = 0,
-                    disk_type: str = "pd-balanced") -> None:
-    """The zone offers the GPU, and every quota ``workers`` VMs take has room (quota.py); one
-    ConfigError names every quota that falls short. A quota that cannot be read does not stop it."""
-    from tfcluster.backends.gcp.quota import QuotaSource, preflight
-
-    verdict = preflight(QuotaSource(api, api.project), zone, gpu, gpu_count, workers, spot, deleted_within_hours,
-                        machine_type, disk_gb, disk_type)
-    if verdict.holds is False:
-        raise ConfigError(verdict.line())
 
 
 # Google allows about 10 guest-attribute queries per minute per VM and may drop attributes being

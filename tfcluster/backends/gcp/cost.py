@@ -1,6 +1,16 @@
 """Hourly cost estimates, on-demand and Spot side by side: current list prices from the Cloud
-Billing Catalog (pricing.py) where credentials allow, else the dated table shipped with tfcluster
-(prices.json). Either way the estimate says which it used; a catalog failure never fails a command."""
+Billing Catalog (pricing.py) for the cluster's region where credentials allow, else the dated table
+shipped with tfcluster (prices.json: us-central1 list prices, marked as such). Either way the
+estimate says which it used; a catalog failure never fails a command.
+
+What a VM costs while it runs: its vCPUs and memory, its GPUs, its boot disk, its external IPv4
+address in use (https://cloud.google.com/vpc/network-pricing#ipaddress) and any bundled Local SSD
+(billed with A3 High and A2 Ultra VMs); stopped, only its boot disk.
+
+A budget never undercounts (budget.py): without live prices, Spot is priced at the on-demand rate,
+and a region whose list prices are not the table's (us-central1, us-east1, us-west1: the catalog's
+"Americas" SKUs) is refused rather than guessed (Quote.for_budget).
+"""
 
 from __future__ import annotations
 
@@ -10,10 +20,16 @@ from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tfcluster import gpus as gpu_table
 from tfcluster.backends.gcp.compute import region_of
 from tfcluster.backends.gcp.pricing import CatalogUnavailable, Rates, missing, needs, rates_from, read_skus
 
 PRICES = Path(__file__).resolve().parents[2] / "prices.json"
+TABLE_REGION = "us-central1"  # The region of prices.json's list prices.
+# The regions whose list prices are those same ones: the catalog's "... running in Americas" SKUs
+# serve us-central1, us-east1 and us-west1 alike (their serviceRegions); other regions have SKUs of
+# their own ("running in Virginia", "running in Netherlands", ...) at other prices.
+TABLE_REGIONS = ("us-central1", "us-east1", "us-west1")
 FAILURE_TTL_SECONDS = 3600  # A failed lookup is not retried for an hour: `status` stays fast.
 
 
@@ -27,6 +43,9 @@ class Estimate:
     gpu: float
     # Its boot disk (billed the same whether Spot or not, and while the VM is stopped).
     disk: float
+    # Its external IPv4 address while in use, and its bundled Local SSD (0 when none).
+    ip: float
+    ssd: float
     # One VM in all.
     per_vm: float
     # The whole cluster.
@@ -47,16 +66,42 @@ class Quote:
     date: str
     # Where they came from, in words: the catalog and when it was read, or the table and why.
     source: str
+    # Read from the Cloud Billing Catalog (for the region), not tfcluster's table.
+    live: bool = True
+    # The region the prices are for.
+    region: str = TABLE_REGION
 
     @property
     def in_use(self) -> Estimate:
         return self.spot if self.spot_in_use else self.on_demand
 
+    @property
+    def for_budget(self) -> Estimate:
+        """The rate a budget is held to: the one in use, but Spot at the on-demand rate without live
+        prices (the table's flat Spot discount may be far from the day's: a surprise is then a
+        cheaper run, never an overrun). ConfigError when the table is not of the cluster's region."""
+        from tfcluster.errors import ConfigError
+
+        if not self.live and self.region not in TABLE_REGIONS:
+            raise ConfigError(f"--budget needs live prices for {self.region}: tfcluster's table holds the list prices "
+                              f"of {', '.join(TABLE_REGIONS)} only, and other regions cost up to about a fifth more. "
+                              "Enable the Cloud Billing API (`gcloud services enable cloudbilling.googleapis.com`), or "
+                              "use a zone in one of those regions, or drop --budget")
+        return self.on_demand if not self.live else self.in_use
+
+    def budget_note(self) -> str | None:
+        """The one line that says a budget prices Spot at the on-demand rate, or None."""
+        if self.spot_in_use and not self.live:
+            return ("--budget: Spot VMs are held to the on-demand rate "
+                    f"(${self.on_demand.total:.2f}/hour): without the live catalog the day's Spot price is unknown")
+        return None
+
     def lines(self) -> list[str]:
         """What `up` and `status` print: both models, which is in use, and the prices' source."""
         def one(name: str, e: Estimate, in_use: bool) -> str:
+            extra = (f" + IP ${e.ip:.3f}" if e.ip else "") + (f" + Local SSD ${e.ssd:.2f}" if e.ssd else "")
             return (f"cost: {name}{' (in use)' if in_use else ''}: ${e.total:.2f}/hour for {self.workers} VM(s) "
-                    f"(${e.per_vm:.2f} per VM: VM ${e.vm:.2f} + GPU ${e.gpu:.2f} + disk ${e.disk:.3f})")
+                    f"(${e.per_vm:.2f} per VM: VM ${e.vm:.2f} + GPU ${e.gpu:.2f} + disk ${e.disk:.3f}{extra})")
 
         saving = 1 - self.spot.total / self.on_demand.total if self.on_demand.total else 0.0
         return [one("on-demand", self.on_demand, not self.spot_in_use),
@@ -65,12 +110,16 @@ class Quote:
 
 
 def _estimate(rates: Rates, table: dict, machine_type: str, gpu: str, gpu_count: int, disk_gb: int,
-              workers: int, disk_type: str = "pd-balanced") -> Estimate:
+              workers: int, disk_type: str = "pd-balanced", spot: bool = False) -> Estimate:
     vm = rates.vm_hour(machine_type)
     gpus = gpu_count * rates.gpu_hour[gpu]
-    # The disk type's monthly rate over 730 hours, as Google bills (pd-balanced, pd-ssd, pd-standard).
+    # Monthly rates over 730 hours, as Google bills: the disk type's (pd-balanced, pd-ssd,
+    # pd-standard) and the bundled Local SSD's; the external address by the hour (prices.json sources).
     disk = disk_gb * table[f"{disk_type.replace('-', '_')}_gib_month"] / 730
-    return Estimate(vm=vm, gpu=gpus, disk=disk, per_vm=vm + gpus + disk, total=(vm + gpus + disk) * workers)
+    ip = table["external_ip_hour"]["spot" if spot else "standard"]
+    ssd = gpu_table.local_ssd_gb(machine_type) * table["local_ssd_gib_month"] / 730
+    per_vm = vm + gpus + disk + ip + ssd
+    return Estimate(vm=vm, gpu=gpus, disk=disk, ip=ip, ssd=ssd, per_vm=per_vm, total=per_vm * workers)
 
 
 def table_rates(table: dict) -> tuple[Rates, Rates]:
@@ -138,21 +187,22 @@ def quote(project: str, zone: str, machine_type: str, gpu: str, gpu_count: int, 
     """On-demand and Spot estimates for the cluster, from the catalog or, failing that, the table."""
     table = json.loads(PRICES.read_text())
     region = region_of(zone)
+    live = True
     try:
         on_demand, spot_rates, date, source = _cached_or_read(project, region, cache_dir, needs(machine_type, gpu))
-        source += f" (disk: table of {table['date']})"
+        source += f" (disk, external IP and Local SSD: table of {table['date']})"
     except CatalogUnavailable as error:
-        on_demand, spot_rates = table_rates(table)
+        live, (on_demand, spot_rates) = False, table_rates(table)
         date = table["date"] if machine_type.startswith("n1-") else table["families"]["date"]
         source = f"{table_source(table, machine_type)}; catalog unavailable: {error}"
     args = (table, machine_type, gpu, gpu_count, disk_gb, workers, disk_type)
-    return Quote(on_demand=_estimate(on_demand, *args), spot=_estimate(spot_rates, *args), spot_in_use=spot,
-                 workers=workers, date=date, source=source)
+    return Quote(on_demand=_estimate(on_demand, *args), spot=_estimate(spot_rates, *args, spot=True),
+                 spot_in_use=spot, workers=workers, date=date, source=source, live=live, region=region)
 
 
 def hourly_cost(machine_type: str, gpu: str, gpu_count: int, disk_gb: int, workers: int, spot: bool) -> dict:
     """Estimated USD per hour for the cluster from the table alone (no network), as a dict."""
     table = json.loads(PRICES.read_text())
     rates = table_rates(table)[1 if spot else 0]
-    estimate = _estimate(rates, table, machine_type, gpu, gpu_count, disk_gb, workers)
+    estimate = _estimate(rates, table, machine_type, gpu, gpu_count, disk_gb, workers, spot=spot)
     return {**asdict(estimate), "source": table["source"], "date": table["date"]}

@@ -1,6 +1,8 @@
-"""Zone failover: a new cluster's `up` tries each zone in turn (`zone`, then `zones`, or `--zone auto`),
-moving on when one has no capacity or no quota for the VMs (errors.zone_refusal reads terraform's
-error text); a Spot run whose preempted VMs cannot start in their zone within capacity_tries moves
+"""Zone failover: a new cluster's `up` tries each zone in turn (`zone`, then `zones`, or `--zone auto`).
+Before anything is made, each zone's offer and quota are judged (check.run, quota.judge_zones) and a
+zone that falls short is dropped with a line (keep_zones). At apply, it moves on when a zone has no
+capacity, or past the zones a quota refusal covers (after_refusal; errors.zone_refusal reads
+terraform's error text); a Spot run whose preempted VMs cannot start in their zone within capacity_tries moves
 the whole cluster to the next zone (move_or_fail) and resumes from the bucket.
 
 All VMs of a cluster are in one zone. Before the next zone is tried, the VMs made in the refused one
@@ -13,6 +15,7 @@ before it states the inter-region data transfer. Nothing stored is ever destroye
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Callable
 
 from tfcluster.backends.gcp.compute import ComputeApi, pinned_host_key, region_of, wait_ready
@@ -49,11 +52,32 @@ def egress_line(zone: str, variables: dict) -> str | None:
             "#network-egress)")
 
 
+def after_refusal(zones: list[str], index: int, why: str) -> tuple[list[str], str]:
+    """(the zones still worth trying after zones[index] refused with ``why``, what was skipped and why).
+    A quota refusal is not the zone's: a regional quota ("no quota (CPUS)") is the same in every zone
+    of the region, so those are skipped; a project-wide one (*_ALL_REGIONS) is the same everywhere, so
+    nothing is left (https://cloud.google.com/compute/resource-usage: regional and global quotas)."""
+    rest = zones[index + 1:]
+    quota = re.fullmatch(r"no quota \(([A-Z0-9_]+)\)", why)
+    if quota is None:
+        return rest, ""
+    if quota[1].endswith("_ALL_REGIONS"):
+        return [], f"{quota[1]} is project-wide: no other zone has more of it"
+    region = region_of(zones[index])
+    same = [zone for zone in rest if region_of(zone) == region]
+    if not same:
+        return rest, ""
+    return ([zone for zone in rest if region_of(zone) != region],
+            f"skipping {', '.join(same)}: {quota[1]} is {region}'s, the same in each of its zones")
+
+
 def apply_in_zones(terraform: Terraform, api: ComputeApi, variables: dict, zones: list[str], cluster: str,
                    announce: Callable[[str], None], on_zone: Callable[[str], None]) -> str:
     """Apply in the first zone that takes the cluster; returns it. One line per zone tried."""
-    refused = []
-    for index, zone in enumerate(zones):
+    refused, left = [], list(zones)
+    while left:
+        zone = left[0]
+        index = zones.index(zone)
         variables["zone"] = zone
         terraform.set_variables({"zone": zone})
         on_zone(zone)
@@ -68,15 +92,17 @@ def apply_in_zones(terraform: Terraform, api: ComputeApi, variables: dict, zones
                 raise
             removed = remove_vms(terraform, api, zone, cluster)
             refused.append(f"{zone}: {why}")
-            after = f"; trying {zones[index + 1]}" if index + 1 < len(zones) else ""
-            announce(f"zone {zone} ({index + 1} of {len(zones)}): {why}; removed the {removed} VM(s) made there{after}")
+            left, skipped = after_refusal(left, 0, why)
+            after = "; ".join(part for part in (skipped, f"trying {left[0]}" if left else "") if part)
+            announce(f"zone {zone} ({index + 1} of {len(zones)}): {why}; removed the {removed} VM(s) made there"
+                     + (f"; {after}" if after else ""))
             continue
         if len(zones) > 1:
             announce(f"zone {zone} ({index + 1} of {len(zones)}): the cluster's VMs are created here")
         return zone
     raise ClusterError(f"no zone could take the cluster ({'; '.join(refused)}); no VM is left in them. Add zones "
-                       "to tfcluster.zones (`invoke offers` lists where the GPU is) or run `invoke up` again later; "
-                       "`invoke down` removes what was created")
+                       "to tfcluster.zones (`invoke offers` lists where the GPU is), request more of a quota it names, "
+                       "or run `invoke up` again later; `invoke down` removes what was created")
 
 
 def remove_vms(terraform: Terraform, api: ComputeApi, zone: str, cluster: str) -> int:

@@ -163,10 +163,10 @@ class GcpSpend:
         applied = json.loads(tfvars.read_text())
         quote = self._quote(settings, cluster.project, cluster.zone, len(cluster.hosts),
                             bool(applied.get("spot", settings.spot)), applied)
-        part = lambda e: {"vm": e.vm, "gpu": e.gpu, "disk": e.disk}  # noqa: E731
+        part = lambda e: {"vm": e.vm, "gpu": e.gpu, "disk": e.disk, "ip": e.ip, "ssd": e.ssd}  # noqa: E731
         table = json.loads(PRICES.read_text())  # Storage: the table's rates, as `down` prices what it keeps.
         return Prices(at=now, on_demand=part(quote.on_demand), spot=part(quote.spot), spot_in_use=quote.spot_in_use,
                       gpu_count=int(applied.get("gpu_count", settings.gpu_count)), workers=len(cluster.hosts),
                       date=quote.date, source=quote.source.split("; catalog unavailable")[0],
                       bucket_gib_hour=table["standard_storage_gib_month"] / 730,
-                      registry_gib_hour=table["artifact_registry"]["storage_gib_month"] / 730)
+                      registry_gib_hour=table["artifact_registry"]["storage_gib_month"] / 730, live=quote.live)

@@ -18,7 +18,8 @@ from tfcluster import gpus
 from tfcluster.backends.gcp.compute import ComputeApi, region_of
 from tfcluster.backends.gcp.cost import PRICES, table_rates, table_source
 from tfcluster.backends.gcp.pricing import CatalogUnavailable, Rates, needs, rates_from, read_skus
-from tfcluster.backends.gcp.quota import QuotaSource, compute_quota, gpu_quota, gpu_room
+from tfcluster.backends.gcp.quota import compute_quota, gpu_quota
+from tfcluster.backends.gcp.quota_source import QuotaSource, gpu_room
 
 
 @dataclass(frozen=True)
@@ -27,7 +28,8 @@ class Offer:
 
     # The zone, e.g. us-central1-a.
     zone: str
-    # USD per hour of one VM (its vCPUs, memory and GPUs; no disk), on-demand and Spot; None when
+    # USD per hour of one VM (vCPUs, memory, GPUs, external address, bundled Local SSD; no boot disk),
+    # on-demand and Spot; None when
     # the catalog has no price for that region.
     on_demand: float | None
     spot: float | None
@@ -63,8 +65,10 @@ class Offers:
     def lines(self) -> list[str]:
         quota = (compute_quota("PREEMPTIBLE_" + self.gpu.metric_name).quota_id + " where granted, else "
                  if self.spot else "") + gpu_quota(self.gpu).named()
+        ssd = gpus.local_ssd_gb(self.machine_type)
         head = (f"{self.gpu.name}: {len(self.zones)} zone(s) offer {self.gpu.accelerator}; one VM is "
-                f"{self.machine_type} with {self.gpu_count} GPU(s); cheapest {'Spot' if self.spot else 'on-demand'} "
+                f"{self.machine_type} with {self.gpu_count} GPU(s)"
+                + (f" and {ssd} GB of bundled Local SSD (priced in)" if ssd else "") + f"; cheapest {'Spot' if self.spot else 'on-demand'} "
                 f"first; quota: GPUs free of {quota} in the zone's region")
         rows = [f"{'zone':<26} {'on-demand/h':>12} {'spot/h':>10} {'quota':>8}"]
 
@@ -77,11 +81,33 @@ class Offers:
         return [head, *rows, f"prices: {self.source}"]
 
 
-def _vm_hour(rates: Rates, machine_type: str, accelerator: str, count: int) -> float | None:
+def _vm_hour(rates: Rates, machine_type: str, accelerator: str, count: int, table: dict, spot: bool) -> float | None:
+    """One VM an hour: vCPUs, memory and GPUs at ``rates``, its external IPv4 address and any bundled
+    Local SSD at the table's rates (cost.py); no boot disk."""
     try:
-        return rates.vm_hour(machine_type) + count * rates.gpu_hour[accelerator]
+        running = rates.vm_hour(machine_type) + count * rates.gpu_hour[accelerator]
     except KeyError:
         return None
+    return (running + table["external_ip_hour"]["spot" if spot else "standard"]
+            + gpus.local_ssd_gb(machine_type) * table["local_ssd_gib_month"] / 730)
+
+
+def without_project(gpu_name: str, gpu_count: int, machine_type: str, spot: bool) -> list[str]:
+    """`invoke offers` before there is a project: one VM's price from tfcluster's dated table of
+    us-central1 list prices, marked as such; which zones offer it and the quota need a project (as
+    SkyPilot's show-gpus needs no account)."""
+    model = gpus.gpu(gpu_name)
+    table = json.loads(PRICES.read_text())
+    on_demand, spot_rates = table_rates(table)
+    date = table["date"] if machine_type.startswith("n1-") else table["families"]["date"]
+    ssd = gpus.local_ssd_gb(machine_type)
+    price = {name: _vm_hour(rates, machine_type, model.accelerator, gpu_count, table, name == "Spot")
+             for name, rates in (("on-demand", on_demand), ("Spot", spot_rates))}
+    return [f"{model.name}: one VM is {machine_type} with {gpu_count} x {model.accelerator}"
+            + (f" and {ssd} GB of bundled Local SSD" if ssd else "") + ": "
+            + ", ".join(f"${value:.2f}/h {name}" for name, value in price.items() if value is not None),
+            f"prices of {date}: {table_source(table, machine_type)}; no project given, so no zones and no quota: "
+            "`invoke offers --project P` lists the zones that offer it, priced for their region, with your quota"]
 
 
 def find_offers(project: str, gpu_name: str, gpu_count: int, machine_type: str, spot: bool) -> Offers:
@@ -93,12 +119,12 @@ def find_offers(project: str, gpu_name: str, gpu_count: int, machine_type: str, 
     quotas.preload_regions(api.all_region_quotas() if zones else {})
     regions = sorted({region_of(zone) for zone in zones})
     wanted = needs(machine_type, model.accelerator)
+    table = json.loads(PRICES.read_text())
     try:
         found = read_skus(project, regions, wanted) if regions else {}
         source = "Cloud Billing Catalog, read now"
         priced = {region: rates_from(prices, wanted) for region, prices in found.items()}
     except CatalogUnavailable as error:
-        table = json.loads(PRICES.read_text())
         source = f"{table_source(table, machine_type)} for every region; catalog unavailable: {error}"
         priced = {region: table_rates(table) for region in regions}
     offers = []
@@ -107,8 +133,8 @@ def find_offers(project: str, gpu_name: str, gpu_count: int, machine_type: str, 
         on_demand, spot_rates = rates if rates else (None, None)
         offers.append(Offer(
             zone=zone,
-            on_demand=_vm_hour(on_demand, machine_type, model.accelerator, gpu_count) if on_demand else None,
-            spot=_vm_hour(spot_rates, machine_type, model.accelerator, gpu_count) if spot_rates else None,
+            on_demand=_vm_hour(on_demand, machine_type, model.accelerator, gpu_count, table, False) if on_demand else None,
+            spot=_vm_hour(spot_rates, machine_type, model.accelerator, gpu_count, table, True) if spot_rates else None,
             quota_free=gpu_room(quotas, region_of(zone), model, spot), max_per_vm=most))
 
     def price(offer: Offer) -> tuple:

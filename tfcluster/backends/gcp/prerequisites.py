@@ -109,6 +109,8 @@ class Constraint:
     why: str  # What breaks, for the ✗ line.
     # For list constraints: the values the cluster needs allowed.
     values: Callable[[Target], list[str]] = lambda target: []
+    # A managed constraint (compute.managed.*): Org Policy v2 only; Resource Manager v1 cannot express it.
+    managed: bool = False
 
 
 # https://cloud.google.com/resource-manager/docs/organization-policy/org-policy-constraints
@@ -128,7 +130,32 @@ CONSTRAINTS = [
                "the VMs, bucket and registry are created in the zone's region", lambda t: [t.zone]),
     Constraint("iam.disableServiceAccountCreation", True,
                "terraform creates one service account per cluster for its VMs"),
+    # Managed constraints, "a direct replacement for legacy compute.* constraints"
+    # (https://cloud.google.com/compute/docs/access/managed-constraints); enforced, each refuses as its
+    # legacy one does. vmExternalIpAccess takes parameters (which VMs may have an address): an enforced
+    # rule with parameters cannot be judged here (?).
+    Constraint("compute.managed.requireOsLogin", True,
+               "the VMs take the cluster's SSH key from metadata (enable-oslogin=false), which it rejects", managed=True),
+    Constraint("compute.managed.vmExternalIpAccess", True,
+               "the VMs need an external IP: SSH comes from your address", managed=True),
+    Constraint("compute.managed.disableGuestAttributesAccess", True,
+               "readiness and the VMs' host keys are read from guest attributes", managed=True),
 ]
+
+
+def v1_rules(policy: dict) -> list[dict]:
+    """Resource Manager v1's effective OrgPolicy (booleanPolicy.enforced; listPolicy allValues,
+    allowedValues, deniedValues; https://cloud.google.com/resource-manager/reference/rest/v1/Policy)
+    as Org Policy v2 rules, for judge()."""
+    if "booleanPolicy" in policy:
+        return [{"enforce": bool((policy["booleanPolicy"] or {}).get("enforced"))}]
+    listed = policy.get("listPolicy") or {}
+    if listed.get("allValues") == "ALLOW":
+        return [{"allowAll": True}]
+    if listed.get("allValues") == "DENY":
+        return [{"denyAll": True}]
+    values = {key: listed[key] for key in ("allowedValues", "deniedValues") if listed.get(key)}
+    return [{"values": values}] if values else []
 
 
 def _location_matches(value: str, zone: str) -> bool | None:
@@ -151,7 +178,9 @@ def judge(constraint: Constraint, rules: list[dict], target: Target) -> tuple[bo
     """(holds, detail) for an effective policy's rules (orgpolicy v2 PolicySpec.rules: enforce,
     allowAll, denyAll, values.allowedValues/deniedValues); holds is None when it cannot be told."""
     if constraint.boolean:
-        enforced = any(rule.get("enforce") for rule in rules)
+        enforced = [rule for rule in rules if rule.get("enforce")]
+        if enforced and any(rule.get("parameters") for rule in enforced):
+            return None, f"enforced with parameters tfcluster cannot judge ({constraint.why}); ask your admin"
         return (False, f"enforced: {constraint.why}") if enforced else (True, "not enforced")
     if not rules or any(rule.get("allowAll") for rule in rules):
         return True, "allows all"

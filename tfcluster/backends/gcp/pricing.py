@@ -164,8 +164,18 @@ def read_catalog(project: str, region: str, deadline_seconds: float = DEADLINE_S
     return rates
 
 
-def _pages(project: str, take, deadline_seconds: float) -> None:
-    """Feed each SKU page to ``take`` until it answers True or the pages end."""
+def catalog_problem(project: str, deadline_seconds: float = DEADLINE_SECONDS) -> str:
+    """Why live prices cannot be read ("" when the catalog answers): its services' first page."""
+    try:
+        _pages(project, lambda skus: True, deadline_seconds, skus=False)
+    except CatalogUnavailable as error:
+        return str(error)
+    return ""
+
+
+def _pages(project: str, take, deadline_seconds: float, skus: bool = True) -> None:
+    """Feed each SKU page to ``take`` until it answers True or the pages end (``skus`` False: only
+    ask for the services, to learn whether the catalog answers)."""
     import warnings
 
     import google.auth
@@ -195,6 +205,8 @@ def _pages(project: str, take, deadline_seconds: float) -> None:
             service = next((s for s in services if s.display_name == COMPUTE_ENGINE), None)
             if service is None:
                 raise CatalogUnavailable(f"the catalog lists no {COMPUTE_ENGINE!r} service")
+            if not skus:
+                return
             token = ""
             while True:
                 page = client.list_skus(request={"parent": service.name, "page_size": PAGE_SIZE,

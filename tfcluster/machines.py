@@ -1,15 +1,31 @@
-"""The gcp machine a GPU setting makes: the machine type for a GPU count (the one asked for,
-checked against the GPU's family, or the one the table picks), and the boot disk and NIC types the
-family supports. Settings call it while validating (tfcluster/config.py). At the bottom layer:
-imports only tfcluster.gpus and tfcluster.errors."""
+"""Settings Google would refuse on gcp, checked before anything is created: the cluster's name (it
+makes service account ids and network tags), the machine type for a GPU and its count, and the boot
+disk and NIC types the machine's family supports (tables in tfcluster/gpus.py)."""
 
 from __future__ import annotations
+
+import re
 
 import tfcluster.gpus as gpu_table
 from tfcluster.errors import ConfigError
 
+# On Google Cloud the name also makes each VM's service account id "<name>-vm-<index>" (index < 64,
+# so at most 27 characters), which must be 6 to 30 characters matching [a-z][-a-z0-9]*[a-z0-9] (IAM:
+# projects.serviceAccounts.create, accountId), and the network tag "tfcluster-<name>", which must end with a letter or digit (RFC 1035 labels:
+# https://cloud.google.com/vpc/docs/add-remove-network-tags). terraform/variables.tf validates
+# cluster_name with this same pattern; tests/test_config.py checks that the two agree.
+GCP_CLUSTER_NAME = r"^[a-z][a-z0-9-]{1,19}[a-z0-9]$"
 
-def machine_type(model: gpu_table.Gpu, gpu_count: int, machine_type: str, spot: bool) -> str:
+
+def check_gcp_name(cluster: str) -> None:
+    """Refuse a name Google would refuse, before anything is created."""
+    if not re.match(GCP_CLUSTER_NAME, cluster):
+        raise ConfigError(f"cluster must be 3 to 21 characters on gcp: lowercase letters, digits and dashes, "
+                          f"starting with a letter and not ending with a dash (got {cluster!r}); Google builds "
+                          "the service account id and network tag from it")
+
+
+def pick_machine_type(model: gpu_table.Gpu, gpu_count: int, machine_type: str, spot: bool) -> str:
     """The machine type for ``gpu_count`` x ``model``: the one asked for, checked against the GPU's
     family (tfcluster/gpus.py), or the one the table picks."""
     if model.attached:

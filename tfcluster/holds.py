@@ -1,0 +1,145 @@
+"""Who may start a cluster's workers: a launcher's lease, `down`'s hold, and a user's stop request.
+
+    <state_dir>/runs/<cluster>/<run_id>/stop.json      who stopped the run (`stop`, `down`), read by its launcher
+    <state_dir>/runs/<cluster>/<run_id>/launcher.lock  held (flock) by the run's launcher while it lives
+    <state_dir>/locks/<cluster>.lock                   shared by every launcher of the cluster, exclusive for `down`
+
+A flock is dropped by the kernel when its process dies, however it dies: a killed launcher holds nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import socket
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tfcluster.errors import ClusterError
+from tfcluster.state import StateStore, write_json
+
+
+@dataclass
+class StopRequest:
+    """A user's command that stopped a run, for its launcher to honour: written before any worker is
+    signalled, so a launcher that sees its workers die finds it and does not retry."""
+
+    # The command, as the launcher's last line names it: "`invoke stop`", "`invoke down`".
+    by: str
+    # When it was asked (epoch seconds), and the asking process and machine.
+    at: float
+    pid: int = 0
+    host: str = ""
+
+    def describe(self) -> str:
+        where = f"pid {self.pid}" + ("" if self.host in ("", socket.gethostname()) else f" on {self.host}")
+        return f"{self.by} ({where}, at {time.strftime('%H:%M:%S', time.localtime(self.at))})"
+
+
+def request_stop(store: StateStore, run_id: str, by: str) -> StopRequest:
+    """Record that ``by`` stops ``run_id``; the first request stands (a later `down` after `stop`)."""
+    found = stop_request(store, run_id)
+    if found is not None:
+        return found
+    request = StopRequest(by=by, at=time.time(), pid=os.getpid(), host=socket.gethostname())
+    write_json(store.run_dir(run_id) / "stop.json", dataclasses.asdict(request))
+    return request
+
+
+def stop_request(store: StateStore, run_id: str) -> StopRequest | None:
+    try:
+        return StopRequest(**json.loads((store.run_dir(run_id) / "stop.json").read_text()))
+    except (FileNotFoundError, ValueError, TypeError):
+        return None
+
+
+def clear_stop_request(store: StateStore, run_id: str) -> None:
+    (store.run_dir(run_id) / "stop.json").unlink(missing_ok=True)
+
+
+def _open_lock(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "a+")
+
+
+class LauncherLease:
+    """A launcher's hold on its cluster, from before it starts anything until it can start nothing more.
+
+    Two flocks, which the kernel drops when the process dies however it dies: a shared one on the
+    cluster's lock (`down` takes it exclusive, so it waits for every launcher and no launcher starts
+    while it tears down), and an exclusive one on the run's ``launcher.lock`` holding its pid (so
+    `stop` and `status` know whether a launcher is attached to the run)."""
+
+    def __init__(self, store: StateStore, run_id: str):
+        self.store, self.run_id = store, run_id
+        self._cluster = self._run = None
+
+    def __enter__(self) -> "LauncherLease":
+        self._cluster = _open_lock(self.store.lock_file)
+        try:
+            fcntl.flock(self._cluster, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._cluster.close()
+            raise ClusterError(f"cluster '{self.store.cluster_name}' is being taken down by `invoke down`; "
+                               "wait for it to finish, then `invoke up`") from None
+        self._run = _open_lock(self.store.run_dir(self.run_id) / "launcher.lock")
+        fcntl.flock(self._run, fcntl.LOCK_EX)  # Held for an instant at most by a reader.
+        self._run.truncate(0)
+        json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}, self._run)
+        self._run.flush()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in (self._run, self._cluster):
+            if handle is not None:
+                handle.close()  # Closing the last descriptor drops the flock.
+        self._cluster = self._run = None
+
+
+def attached_launcher(store: StateStore, run_id: str) -> dict | None:
+    """The run's live launcher ({pid, host, started_at}), or None when none holds the run."""
+    path = store.run_dir(run_id) / "launcher.lock"
+    if not path.exists():
+        return None
+    with open(path) as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            try:
+                return json.loads(handle.read() or "{}") or {"pid": 0, "host": ""}
+            except ValueError:
+                return {"pid": 0, "host": ""}
+        return None  # Nobody holds it (closing the file drops our own shared lock).
+
+
+def live_launchers(store: StateStore) -> list[tuple[str, dict]]:
+    """(run id, launcher) of every run of the cluster whose launcher lives."""
+    if not store.runs_dir.is_dir():
+        return []
+    found = []
+    for path in sorted(store.runs_dir.iterdir()):
+        info = attached_launcher(store, path.name) if (path / "launcher.lock").exists() else None
+        if info is not None:
+            found.append((path.name, info))
+    return found
+
+
+class ClusterHold:
+    """`down`'s exclusive hold on the cluster: acquired once no launcher of it lives, kept until the
+    cluster is gone, so no launcher can start while it tears down."""
+
+    def __init__(self, store: StateStore):
+        self._handle = _open_lock(store.lock_file)
+
+    def try_acquire(self) -> bool:
+        try:
+            fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return False
+        return True
+
+    def release(self) -> None:
+        self._handle.close()
