@@ -174,21 +174,21 @@ def main(argv=None) -> int:
         final.update({f"test_{key}": float(value) for key, value in scored.items()})
 
     model_dir = args.model_dir if chief else os.path.join(scratch, "model")
-    export_base = args.export_base if chief or not args.export_base else os.path.join(scratch, "versions")
     keras_path = export.save_keras(tf, model, model_dir)
     emit("export", path=keras_path if chief else None)  # Each finished save is progress (stall limit).
     # The model ready to serve: raw JPEG/PNG or uint8 in, at model_dir's root (trainer/export.py).
     saved_model_path = export.export(tf, model, model_dir, image_size, manifest["classes"])
     emit("export", path=saved_model_path if chief else None)
-    versioned = (export.export_version(tf, saved_model_path, export_base) if export_base else None)
+    # A copy of files (no collective): the chief's alone.
+    versioned = export.export_version(tf, saved_model_path, args.export_base) if chief and args.export_base else None
     if versioned:
-        emit("export", path=versioned if chief else None)
+        emit("export", path=versioned)
     if scratch:
         shutil.rmtree(scratch, ignore_errors=True)
         emit("scratch_removed", path=scratch)
 
     emit("done", chief=chief, model_dir=model_dir if chief else None, keras_path=keras_path if chief else None,
-         saved_model_path=saved_model_path if chief else None, versioned_path=versioned if chief else None,
+         saved_model_path=saved_model_path if chief else None, versioned_path=versioned,
          metrics=final, best_epoch=best.epoch, epochs_run=epochs_run, stopped_early=best.stopped_at is not None,
          signatures=export.describe_signatures(tf, saved_model_path) if chief else None,
          chance=1.0 / num_classes, classes=manifest["classes"], train_seconds=train_seconds)
