@@ -16,9 +16,10 @@ Every poll (at most 60 s apart) it reads its settings afresh, so a change from t
   reboot (the kernel's boot id changes);
 - after ``idle_minutes`` idle it logs the decision with the probe readings, then acts:
   ``stop`` halts the guest (the instance goes to TERMINATED; disks keep billing), ``delete``
-  deletes the VM through the Compute API with the metadata server's token. A refused delete
-  (a missing role, the API off) halts the guest instead and says so in its status, so the VM
-  stops billing for its GPU either way;
+  deletes the VM through the Compute API with the metadata server's token and waits on its
+  operation. A refused delete (a missing role, the API off), or one whose operation ends in an
+  error, halts the guest instead and says so in its status, so the VM stops billing for its GPU
+  either way;
 - a training run counts as idle once its last progress is older than the stall limit, so a
   stalled job cannot hold a VM past the limit plus the idle time. Progress is read from the job's
   own log (its stdout, /proc/PID/fd/1): the trainer's step events and ``tfcluster.progress``
@@ -54,6 +55,10 @@ from pathlib import Path
 from typing import Callable
 
 MAX_POLL_SECONDS = 60
+# A delete's zone operation is read every few seconds; a VM delete takes well under a minute, so a
+# machine still here after this long was not deleted.
+DELETE_POLL_SECONDS = 2.0
+DELETE_WAIT_SECONDS = 600.0
 PROBE_SETS = {
     "jobs_and_ssh": ("jobs", "ssh"),  # The default, as SkyPilot's autostop does it.
     "jobs": ("jobs",),
@@ -395,17 +400,53 @@ class Gce:
             "budget_end": self.attribute("tfcluster-budget-end"),
         })
 
-    def delete_self(self) -> str:
-        """DELETE this instance via the Compute API with the VM's own service account."""
-        token = json.loads(self.get("instance/service-accounts/default/token"))["access_token"]
+    def token(self) -> str:
+        """The VM's own service account's access token (the metadata server refreshes it)."""
+        return json.loads(self.get("instance/service-accounts/default/token"))["access_token"]
+
+    def delete_self(self, log: Callable[[str], None], wait_seconds: float = DELETE_WAIT_SECONDS,
+                    clock: Callable[[], float] = time.monotonic) -> str:
+        """DELETE this instance via the Compute API with the VM's own service account, then wait
+        on its zone operation: Compute accepts the request and may still fail it, ending the
+        operation DONE with `error` (https://cloud.google.com/compute/docs/reference/rest/v1/zoneOperations/get;
+        google-api-core's ExtendedOperation raises from it). DeleteFailed says why, so the machine
+        halts instead of billing on. Where the operation cannot be read (no
+        compute.zoneOperations.get), the machine waits to be deleted: still here after
+        ``wait_seconds``, the delete did not happen."""
         project = self.get("project/project-id")
         zone = self.get("instance/zone").rsplit("/", 1)[-1]
         name = self.get("instance/name")
-        url = f"{self.COMPUTE_API}/compute/v1/projects/{project}/zones/{zone}/instances/{name}"
-        request = urllib.request.Request(url, method="DELETE", headers={"Authorization": f"Bearer {token}"})
+        base = f"{self.COMPUTE_API}/compute/v1/projects/{project}/zones/{zone}"
+        request = urllib.request.Request(f"{base}/instances/{name}", method="DELETE",
+                                         headers={"Authorization": f"Bearer {self.token()}"})
         with urllib.request.urlopen(request, timeout=30) as response:
             operation = json.loads(response.read().decode() or "{}")
-        return f"DELETE {project}/{zone}/{name}: operation {operation.get('name', '?')}"
+        what = f"DELETE {project}/{zone}/{name}: operation {operation.get('name', '?')}"
+        log(f"{what}; waiting for it")
+        deadline, unreadable = clock() + wait_seconds, ""
+        while operation.get("status") != "DONE":
+            if clock() > deadline:
+                raise DeleteFailed(f"{what} not done after {wait_seconds:g}s" + (f" ({unreadable})" if unreadable else ""))
+            time.sleep(DELETE_POLL_SECONDS)
+            if unreadable:
+                continue  # Deleting this machine ends this process; until the deadline, wait for it.
+            reading = urllib.request.Request(f"{base}/operations/{operation.get('name', '')}",
+                                             headers={"Authorization": f"Bearer {self.token()}"})
+            try:
+                with urllib.request.urlopen(reading, timeout=30) as response:
+                    operation = json.loads(response.read().decode() or "{}")
+            except urllib.error.HTTPError as error:
+                unreadable = f"its operation cannot be read: {error.code}: {_google_message(error)}"
+                log(f"{what}: {unreadable}; waiting for the machine to go")
+        errors = (operation.get("error") or {}).get("errors") or []
+        if errors:
+            raise DeleteFailed(f"{what} failed: " + "; ".join(
+                f"{e.get('code', '?')}: {e.get('message', '')}" for e in errors))
+        return f"{what} done"
+
+
+class DeleteFailed(Exception):
+    """Compute took the delete but did not carry it out."""
 
 
 # ---------------------------------------------------------------- the loop
@@ -475,9 +516,11 @@ class Watchdog:
             if self.gce is None:
                 raise RuntimeError("action delete needs --gce (the Compute API)")
             try:
-                self.log(self.gce.delete_self())
-            except urllib.error.HTTPError as error:
-                self.refused = f"delete refused by the Compute API ({error.code}: {_google_message(error)}); halted instead"
+                self.log(self.gce.delete_self(self.log))
+            except (urllib.error.HTTPError, DeleteFailed) as error:
+                why = f"{error.code}: {_google_message(error)}" if isinstance(error, urllib.error.HTTPError) else error
+                verb = "refused by" if isinstance(error, urllib.error.HTTPError) else "failed in"
+                self.refused = f"delete {verb} the Compute API ({why}); halted instead"
                 self.log(self.refused)
                 self._publish(self.last_status)  # Before the halt: nothing runs after it.
                 self._power_off("stop")

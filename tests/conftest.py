@@ -196,6 +196,17 @@ def world(tmp_path, monkeypatch):
     google.close()
 
 
+@pytest.fixture(scope="module")
+def module_world(tmp_path_factory):
+    """One world for a module's tests that send it requests directly (in this process only)."""
+    from tests.world.names import GoogleWorld
+
+    google = GoogleWorld(tmp_path_factory.mktemp("world"))
+    with google.resolving():
+        yield google
+    google.close()
+
+
 @pytest.fixture(autouse=True)
 def _world_keeps_to_google(request):
     """A test fails when a stand-in saw a request, or gave an answer, outside Google's discovery

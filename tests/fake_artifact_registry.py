@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from tests.world import discovery
+from tests.world import compute_auth, discovery
 from tests.world.http import send_json
 
 REPOSITORY = r"/v1/(?P<repo>projects/(?P<project>[^/]+)/locations/[^/]+/repositories/[^/]+)"
@@ -49,6 +49,9 @@ class FakeArtifactRegistry:
     # Repository name -> its IAM bindings [{"role", "members"}], as setIamPolicy left them.
     policies: dict = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Google's identity system (the Compute stand-in's state, tests/world/compute_auth.py): who a
+    # token is, and its scopes; None lets every request through (a registry tested alone).
+    identity: object = None
 
     def add_image(self, repository: str, package: str, tag: str, size: int) -> None:
         digest = f"sha256:{abs(hash((package, tag))):064x}"[:71]
@@ -146,7 +149,9 @@ class FakeArtifactRegistryServer:
                     query, body = parse_qs(parsed.query), json.loads(raw) if raw else None
                     code, payload = discovery.serve(
                         "artifactregistry.v1", self.command, parsed.path, query, body,
-                        lambda call: route(state_ref, self.command, parsed.path, query, body))
+                        lambda call: (state_ref.identity is not None and compute_auth.esf_refusal(
+                            state_ref.identity, dict(self.headers), call))
+                        or route(state_ref, self.command, parsed.path, query, body))
                 send_json(self, code, payload)
 
             do_GET = do_POST = do_DELETE = _serve

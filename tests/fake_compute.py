@@ -56,10 +56,11 @@ from urllib.parse import parse_qs, urlparse
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 
-from tests.world import compute_auth, compute_resources, discovery, iam_api  # noqa: E402
+from tests.world import compute_auth, compute_lists, compute_resources, discovery, iam_api  # noqa: E402
 from tests.world import images as world_images  # noqa: E402
 from tests.world import quotas as world_quotas  # noqa: E402
 from tests.world.http import send_json  # noqa: E402
+from tests import fake_operations  # noqa: E402
 from tests.fake_operations import (_now_iso, advance, capacity_error, new_operation, preempt_instance,  # noqa: E402
                                    start_effect)
 
@@ -94,6 +95,9 @@ class FakeCompute:
     revoked_refresh_tokens: set = field(default_factory=set)
     # The new ephemeral external IP each instance gets at its next start (name -> address).
     next_external_ip: dict = field(default_factory=dict)
+    # The most items a list page holds (Compute's own cap is 500; a server may return fewer:
+    # tests/world/compute_lists.py). Lowered by a test that must see every page read.
+    page_limit: int = 500
     # Seconds a start's operation stays PENDING/RUNNING before DONE; other operations take less.
     start_seconds: float = 2.0
     other_seconds: float = 0.3
@@ -117,18 +121,29 @@ class FakeCompute:
     # The machines behind the instances run startup/startup.sh, which reports readiness itself
     # (tests/world/booted.py); otherwise a start's completion reports "<nonce>:ok" for it.
     guests_report_ready: bool = False
+    # Instances whose deletion Compute accepts and then fails: name -> the operation's closing fields
+    # ({"httpErrorStatusCode", "error": {"errors": [{"code", "message"}]}}): an operation can end
+    # DONE with `error` (zoneOperations reference), and the instance stays.
+    failing_deletes: dict = field(default_factory=dict)
     # The next instances.insert calls answer these (status, error body) in turn, e.g. a quota refusal.
     insert_errors: list = field(default_factory=list)
     # Access token -> principal (tests/world/compute_auth.py): the operator's, a VM's service account.
     tokens: dict = field(default_factory=lambda: {compute_auth.OPERATOR_TOKEN: compute_auth.OPERATOR})
     # Key id -> (principal, public key) of service-account keys whose self-signed JWTs are accepted.
     jwt_keys: dict = field(default_factory=dict)
+    # Access tokens oauth2.googleapis.com/token issued: token -> (principal, scopes, expiry time).
+    issued: dict = field(default_factory=dict)
+    # Seconds an issued token lives (expires_in); Google's is an hour.
+    token_lifetime: float = 3600.0
     # IAM (tests/world/iam_api.py): email -> service account; custom role name -> permissions;
     # ids of deleted custom roles, reserved.
     service_accounts: dict = field(default_factory=dict)
     # IAM's eventual consistency: seconds after projects.serviceAccounts.create before IAM's reads
-    # and Compute see the new account (tests/world/iam_api.py); email -> that moment (monotonic).
-    iam_delay_seconds: float = 0.0
+    # and Compute see the new account (tests/world/iam_api.py), and after a setIamPolicy before IAM
+    # enforces it (https://cloud.google.com/iam/docs/access-change-propagation: typically under 2
+    # minutes). Small so CI stays fast; a test raises it to see the product wait. Email -> the
+    # moment IAM shows the account (monotonic).
+    iam_delay_seconds: float = 0.5
     account_visible_at: dict = field(default_factory=dict)
     custom_roles: dict = field(default_factory=dict)
     deleted_roles: set = field(default_factory=set)
@@ -248,14 +263,15 @@ def route(state: FakeCompute, method: str, path: str, query: dict, body: dict | 
     state.requests.append({"method": method, "path": path, "query": query, "authorization":
                            headers.get("Authorization", ""), "body": body, "at": time.time()})
     advance(state)
-    refused = compute_auth.check(state, method, path, headers)
+    caller, refused = compute_auth.principal(state, headers)
     if refused:
         return refused
     # Each request under its API's discovery document (tests/world/discovery.py): this server
-    # also plays iam.googleapis.com (/v1/projects/...).
+    # also plays iam.googleapis.com (/v1/projects/...). Then the token's scopes, then IAM.
     document = "iam.v1" if path.startswith("/v1/") else "compute.v1"
-    return discovery.serve(document, method, path, query, body,
-                           lambda call: _answer(state, method, path, query, body))
+    return discovery.serve(document, method, path, query, body, lambda call: (
+        compute_auth.scope_refusal(state, headers, call) or compute_auth.check(state, method, path, headers)
+        or _answer(state, method, path, query, body)))
 
 
 def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict | None) -> tuple[int, dict]:
@@ -270,7 +286,7 @@ def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict 
     refused = _forbidden(state, method, path)
     if refused:
         return refused
-    served = compute_resources.route(state, method, path, body) or world_images.route(state, method, path)
+    served = compute_resources.route(state, method, path, body, query) or world_images.route(state, method, path)
     if served is not None:
         return served
     match = re.fullmatch(BASE + r"(?:/zones/[^/]+|/regions/[^/]+|/global)/(?P<kind>disks|addresses|firewalls|"
@@ -282,32 +298,34 @@ def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict 
             items = [dict(item, labels={"tfcluster-cluster": item["name"].rsplit("-", 1)[0]}) for item in items]
         items = [dict(item, **{k: v for k, v in state.resources.get(match["kind"], {}).get(item["name"], {}).items()
                                if k in ("network", "selfLink")}) for item in items]
-        label = re.fullmatch(r"labels\.([a-z0-9_-]+)=([a-z0-9_-]+)", query.get("filter", [""])[0])
-        items = [item for item in items if not label or item["labels"].get(label[1]) == label[2]]
-        return 200, {"kind": f"compute#{match['kind'][:-1]}List", "items": items}
+        schema = {"disks": "Disk", "addresses": "Address", "firewalls": "Firewall", "subnetworks": "Subnetwork",
+                  "networks": "Network"}[match["kind"]]
+        return compute_lists.listed(state, items, query, schema, {"kind": f"compute#{match['kind'][:-1]}List"})
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/acceleratorTypes", path)
     if match and method == "GET":
         zone = match["zone"]
         items = [_accelerator(state, zone, name) for name in state.accelerators.get(zone, [])]
-        return 200, {"kind": "compute#acceleratorTypeList", "id": f"projects/{state.project}/zones/{zone}/acceleratorTypes",
-                     "items": items}
+        return compute_lists.listed(state, items, query, "AcceleratorType", {
+            "kind": "compute#acceleratorTypeList", "id": f"projects/{state.project}/zones/{zone}/acceleratorTypes"})
     if re.fullmatch(BASE + "/aggregated/acceleratorTypes", path) and method == "GET":
         # acceleratorTypes.aggregatedList: items keyed "zones/ZONE", each {"acceleratorTypes": [...]},
         # or {"warning": {"code": "NO_RESULTS_ON_PAGE"}} where the filter leaves none
         # (https://cloud.google.com/compute/docs/reference/rest/v1/acceleratorTypes/aggregatedList).
-        wanted = re.fullmatch(r"\s*name\s*(?:=|eq)\s*\"?([a-z0-9-]+)\"?\s*", query.get("filter", [""])[0])
         items = {}
         for zone, names in sorted(state.accelerators.items()):
-            found = [_accelerator(state, zone, n) for n in names if not wanted or n == wanted[1]]
+            try:  # The filter applies to each scope's acceleratorTypes (compute_lists.py).
+                found = compute_lists.select([_accelerator(state, zone, n) for n in names], query, "AcceleratorType")
+            except compute_lists.FilterError:
+                return compute_lists.refusal(query["filter"][0])
             items[f"zones/{zone}"] = {"acceleratorTypes": found} if found else {"warning": {
                 "code": "NO_RESULTS_ON_PAGE", "message": "There are no results for scope 'zones/" + zone + "' on this page."}}
         return 200, {"kind": "compute#acceleratorTypeAggregatedList", "items": items}
     if re.fullmatch(BASE + "/regions", path) and method == "GET":  # regions.list: every region with its quotas.
-        return 200, {"kind": "compute#regionList", "items": [
+        return compute_lists.listed(state, [
             {"kind": "compute#region", "name": region, "status": "UP",
              "quotas": [{"metric": m, "limit": limit, "usage": usage}
                         for m, (limit, usage) in world_quotas.region_quotas(state, region).items()]}
-            for region in world_quotas.regions(state)]}
+            for region in world_quotas.regions(state)], query, "Region", {"kind": "compute#regionList"})
     match = re.fullmatch(BASE + "/regions/(?P<region>[^/]+)", path)
     if match and method == "GET":
         quotas = [{"metric": metric, "limit": limit, "usage": usage}
@@ -332,20 +350,16 @@ def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict 
         return 200, {"kind": "compute#guestAttributes", "queryPath": prefix, "queryValue": {"items": items}}
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances", path)
     if match and method == "GET":
-        wanted = query.get("filter", [""])[0]
-        label = re.fullmatch(r"labels\.([a-z0-9_-]+)=([a-z0-9_-]+)", wanted)
         items = []
         for name, instance in sorted(state.instances.items()):
             if instance.get("zone") != match["zone"]:
-                continue
-            if label and instance.get("labels", {}).get(label[1]) != label[2]:
                 continue
             items.append({"kind": "compute#instance", "name": name, "status": instance["status"],
                           "labels": instance.get("labels", {}), "zone": f"projects/{state.project}/zones/{match['zone']}",
                           "creationTimestamp": instance.get("created", "2026-11-22T05:00:00.000-08:00"),
                           "lastStartTimestamp": instance.get("started", "2026-11-22T05:00:00.000-08:00"),
                           **({"lastStopTimestamp": instance["stopped"]} if instance.get("stopped") else {})})
-        return 200, {"kind": "compute#instanceList", "items": items}
+        return compute_lists.listed(state, items, query, "Instance", {"kind": "compute#instanceList"})
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)"
                          "(?P<verb>/setMetadata|/start|/stop|/setScheduling|/resume)?", path)
     if match and match["name"] not in state.instances and method in ("GET", "POST"):
@@ -354,23 +368,39 @@ def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict 
     if match and method == "GET" and not match["verb"]:
         return 200, _instance_json(state, match["name"], match["zone"])
     if match and method == "POST" and match["verb"]:
-        instance = state.instances[match["name"]]
+        project, zone, name = match["project"], match["zone"], match["name"]
+        instance = state.instances[name]
         with state.lock:
+            # A change takes effect when its operation is DONE; one asked while another runs on the
+            # instance is refused (fake_operations.busy).
+            busy = fake_operations.busy(state, project, zone, name)
+            if busy:
+                return busy
             if match["verb"] == "/setMetadata":
                 if body.get("fingerprint") != instance.get("fingerprint", "ZmluZ2VyMQ=="):
                     return _error(412, "Supplied fingerprint does not match current metadata fingerprint.",
                                   "conditionNotMet")
-                instance["metadata"] = {item["key"]: item["value"] for item in body.get("items", [])}
-                instance["fingerprint"] = f"ZmluZ2Vy{len(state.requests)}"
-            elif match["verb"] == "/setScheduling":
+                items = {item["key"]: item.get("value", "") for item in body.get("items", [])}
+
+                def set_metadata():
+                    instance["metadata"] = items
+                    instance["fingerprint"] = f"ZmluZ2Vy{len(state.requests)}"  # A new one with the change.
+                return 200, new_operation(state, project, zone, "setMetadata", name, state.other_seconds,
+                                          apply=set_metadata)
+            if match["verb"] == "/setScheduling":
                 # "You can only call this method on a stopped instance, that is, a VM instance that is in
                 # a TERMINATED state." (instances/setScheduling reference)
                 if instance["status"] != "TERMINATED":
-                    return _error(400, f"The instance '{match['name']}' must be stopped (TERMINATED) to change its "
+                    return _error(400, f"The instance '{name}' must be stopped (TERMINATED) to change its "
                                        f"scheduling; it is {instance['status']}.", "badRequest")
-                instance["max_run_seconds"] = int((body.get("maxRunDuration") or {}).get("seconds") or 0) or None
-                instance["termination_action"] = body.get("instanceTerminationAction") or None
-            elif match["verb"] == "/stop":
+                seconds = int((body.get("maxRunDuration") or {}).get("seconds") or 0) or None
+                action = body.get("instanceTerminationAction") or None
+
+                def set_scheduling():
+                    instance["max_run_seconds"], instance["termination_action"] = seconds, action
+                return 200, new_operation(state, project, zone, "setScheduling", name, state.other_seconds,
+                                          apply=set_scheduling)
+            if match["verb"] == "/stop":
                 # instances/stop: "Stops a running instance, shutting it down cleanly"; STOPPING until the
                 # operation is DONE, then TERMINATED (https://cloud.google.com/compute/docs/instances/
                 # instance-life-cycle). Stopping a VM that is not running is a no-op operation.
@@ -383,8 +413,8 @@ def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict 
                                        "`--discard-local-ssd=true` to your command.", "badRequest")
                 if instance["status"] == "RUNNING":
                     instance["status"] = "STOPPING"
-                    return 200, new_operation(state, match["project"], match["zone"], "stop", match["name"],
-                                               state.other_seconds, apply=stop_effect(state, match["name"]))
+                    return 200, new_operation(state, project, zone, "stop", name, state.other_seconds,
+                                              apply=stop_effect(state, name))
             elif match["verb"] == "/resume":
                 if instance["status"] != "SUSPENDED":
                     return _error(400, "Instance is not suspended.", "badRequest")
@@ -392,24 +422,20 @@ def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict 
             else:  # start: a new ephemeral external IP once DONE; the boot script then reports readiness.
                 if instance["status"] in ("TERMINATED", "STOPPED") and state.no_capacity_starts > 0:
                     state.no_capacity_starts -= 1
-                    return 200, new_operation(state, match["project"], match["zone"], "start", match["name"],
-                                               state.start_seconds, error=capacity_error(match["project"],
-                                                                                          match["zone"]))
+                    return 200, new_operation(state, project, zone, "start", name, state.start_seconds,
+                                              error=capacity_error(project, zone))
                 if instance["status"] in ("TERMINATED", "STOPPED"):
                     instance["status"] = "STAGING"  # Until the operation is DONE.
-                    return 200, new_operation(state, match["project"], match["zone"], "start", match["name"],
-                                               state.start_seconds, apply=start_effect(state, match["name"]))
-        return 200, new_operation(state, match["project"], match["zone"], match["verb"][1:], match["name"],
-                                   state.other_seconds)
+                    return 200, new_operation(state, project, zone, "start", name, state.start_seconds,
+                                              apply=start_effect(state, name))
+        return 200, new_operation(state, project, zone, match["verb"][1:], name, state.other_seconds)
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/operations", path)
     if match and method == "GET":
         advance(state)
-        wanted = re.fullmatch(r'\s*operationType\s*=\s*"?([\w.]+)"?\s*', query.get("filter", [""])[0])
         with state.lock:
             items = [dict(entry["json"]) for entry in state.operations.values()
-                     if entry["json"]["zone"].endswith(f"/zones/{match['zone']}")
-                     and (not wanted or entry["json"]["operationType"] == wanted[1])]
-        return 200, {"kind": "compute#operationList", "items": items}
+                     if entry["json"]["zone"].endswith(f"/zones/{match['zone']}")]
+        return compute_lists.listed(state, items, query, "Operation", {"kind": "compute#operationList"})
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/operations/(?P<op>[^/]+?)(?P<wait>/wait)?", path)
     if match and method in ("GET", "POST"):
         entry = state.operations.get(match["op"])
@@ -426,7 +452,12 @@ def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict 
             return _error(404, f"The resource 'projects/{match['project']}/zones/{match['zone']}/instances/"
                                f"{match['name']}' was not found")
         with state.lock:
-            state.instances[match["name"]]["status"] = "STOPPING"
+            instance = state.instances[match["name"]]
+            failure = state.failing_deletes.get(match["name"])
+            if failure is not None:  # Accepted, then the operation ends DONE with the error; it stays.
+                return 200, new_operation(state, match["project"], match["zone"], "delete", match["name"],
+                                          state.other_seconds, error=failure)
+            instance["status"] = "STOPPING"
         return 200, new_operation(state, match["project"], match["zone"], "delete", match["name"],
                                    state.other_seconds, apply=compute_resources.delete_effect(state, match["name"]))
     return _error(404, f"fake compute: no route for {method} {path}")
@@ -456,13 +487,16 @@ class FakeComputeServer:
                     # key (https://developers.google.com/identity/protocols/oauth2/service-account).
                     state_ref.requests.append({"method": "POST", "path": "/token", "query": {}, "body": None,
                                                "authorization": ""})
-                    code, payload = 200, {"access_token": compute_auth.OPERATOR_TOKEN, "expires_in": 3600,
-                                          "token_type": "Bearer"}
+                    # A new token with the scopes asked (the assertion's `scope` claim, or the
+                    # refresh grant's `scope`), expiring after the world's token lifetime.
+                    grant = parse_qs(raw.decode(errors="replace"))
+                    scopes = set(grant.get("scope", [""])[0].split()) or compute_auth.asserted_scopes(
+                        grant.get("assertion", [""])[0]) or {compute_auth.CLOUD_PLATFORM}
+                    code, payload = 200, compute_auth.issue_token(state_ref, compute_auth.OPERATOR, scopes)
                     # A user's refresh token (`gcloud auth application-default login`) that expired or
                     # was revoked: 400 invalid_grant, "Token has been expired or revoked."
                     # (https://developers.google.com/identity/protocols/oauth2#expiration; google-auth
                     # raises RefreshError from it: google/oauth2/_client.py, _handle_error_response).
-                    grant = parse_qs(raw.decode(errors="replace"))
                     if grant.get("refresh_token", [""])[0] in state_ref.revoked_refresh_tokens:
                         code, payload = 400, {"error": "invalid_grant",
                                               "error_description": "Token has been expired or revoked."}
@@ -472,7 +506,7 @@ class FakeComputeServer:
                     # application-default login` grants; an unknown token is 400 invalid_token
                     # (https://developers.google.com/identity/protocols/oauth2/web-server, "tokeninfo").
                     token = parse_qs(parsed.query).get("access_token", [""])[0]
-                    who = state_ref.tokens.get(token, "")
+                    who = (compute_auth.identify(state_ref, token) or ("",))[0]
                     if who:
                         code, payload = 200, {"email": who.split(":", 1)[1], "email_verified": "true",
                                               "scope": "openid https://www.googleapis.com/auth/userinfo.email "

@@ -50,6 +50,26 @@ def advance(state) -> None:
                 record.update(entry["error"])
 
 
+# What runs on an instance: a change asked meanwhile is refused (preemptions are Google's own).
+CHANGES = ("insert", "start", "stop", "delete", "setMetadata", "setScheduling", "setLabels", "resume")
+
+
+def busy(state, project: str, zone: str, name: str) -> tuple[int, dict] | None:
+    """Compute's refusal of a change to an instance while another operation on it is not DONE:
+    400 resourceNotReady, "The resource '...' is not ready" (Compute's error reasons,
+    https://cloud.google.com/compute/docs/reference/rest/v1/instances; googleapis/google-cloud-java#9312
+    met it in the client's own smoke test)."""
+    with state.lock:
+        running = any(entry["json"]["status"] != "DONE" and entry["json"]["operationType"] in CHANGES
+                      and entry["json"]["targetLink"].endswith(f"/zones/{zone}/instances/{name}")
+                      for entry in state.operations.values())
+    if not running:
+        return None
+    message = f"The resource 'projects/{project}/zones/{zone}/instances/{name}' is not ready"
+    return 400, {"error": {"code": 400, "message": message,
+                           "errors": [{"message": message, "domain": "global", "reason": "resourceNotReady"}]}}
+
+
 def capacity_error(project: str, zone: str, code: str = "ZONE_RESOURCE_POOL_EXHAUSTED", machine: str = "",
                    attachment: str = "") -> dict:
     """The error a zonal operation ends with when the zone (or its region) has no capacity: the

@@ -95,6 +95,13 @@ class TestHost:
         out = sh("ip", "netns", "pids", self.netns, check=False).stdout.split()
         return [int(pid) for pid in out]
 
+    def inside(self, *argv: str) -> list[str]:
+        """``argv`` run as a process of this host, for a lab with ``own_pids``: in the PID, mount,
+        network and UTS namespaces of its sshd, so it sees only the host's own processes (as a
+        program on a VM does) and the host's sessions see it."""
+        children = wait_for_children(self.sshd.pid)
+        return ["nsenter", "--target", str(children[0]), "--pid", "--mount", "--net", "--uts", *argv]
+
     def cut_link(self) -> None:
         sh("ip", "link", "set", self.veth, "down")
 
@@ -102,18 +109,37 @@ class TestHost:
         sh("ip", "link", "set", self.veth, "up")
 
 
+def wait_for_children(pid: int, timeout: float = 10) -> list[int]:
+    """The child processes of ``pid`` (unshare --fork's child is the namespace's first process)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+        except OSError:
+            children = []
+        if children:
+            return [int(child) for child in children]
+        time.sleep(0.05)
+    raise RuntimeError(f"process {pid} started no child within {timeout}s")
+
+
 class HostLab:
     """N hosts with a shared client key and a known_hosts file that lists them all."""
 
     def __init__(self, root: Path, count: int, tag: str = "tc", client_alive: bool = True,
-                 listen_all: bool = False, etc: dict[str, str | Path] | None = None, vm_login: bool = False):
+                 listen_all: bool = False, etc: dict[str, str | Path] | None = None, vm_login: bool = False,
+                 own_pids: bool = False):
         """``client_alive=False`` leaves sshd's ClientAliveInterval at its default (off), as on most
         hosts: sshd then never notices on its own that a client behind a cut link is gone.
         ``vm_login=True`` makes each host what startup/startup.sh leaves on a VM, so the gcp backend
         runs with its own defaults: the non-root login `tfcluster` (its own home on each host, in
         the docker group as the guest agent puts accounts it creates) and the venv at
-        /opt/tfcluster/venv (this suite's venv, seen there through a mount only the host sees)."""
+        /opt/tfcluster/venv (this suite's venv, seen there through a mount only the host sees).
+        ``own_pids=True`` gives each host a PID namespace of its own, with sshd as its first process
+        (`TestHost.inside` runs a program there): a program that looks at every process, as the VM
+        watchdog does, then sees the host's alone, not those of tests running beside it."""
         self.root = root
+        self.own_pids = own_pids
         self.vm_login = vm_login
         self.homes = Path("/home") / f"tfcluster-lab-{tag}{NET}"
         self.tag = tag
@@ -217,7 +243,8 @@ class HostLab:
             boot += ["mount -t tmpfs -o mode=755 tfcluster-opt /opt", "mkdir -p /opt/tfcluster",
                      f"ln -s {shlex.quote(sys.prefix)} /opt/tfcluster/venv", *_reachable(Path(sys.base_prefix))]
         boot.append(f"exec /usr/sbin/sshd -D -f {host_dir / 'sshd_config'} -E {host_dir / 'sshd.log'}")
-        host.sshd = subprocess.Popen(["ip", "netns", "exec", host.netns, "unshare", "--uts", "sh", "-c",
+        own_pids = ["--pid", "--fork", "--mount-proc"] if self.own_pids else []
+        host.sshd = subprocess.Popen(["ip", "netns", "exec", host.netns, "unshare", "--uts", *own_pids, "sh", "-c",
                                       " && ".join(boot)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def _wait_for_port(self, host: TestHost, timeout: float = 10) -> None:

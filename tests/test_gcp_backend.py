@@ -19,6 +19,7 @@ from tests.hostlab import SUBNET, HostLab, available
 from tests.world.compute_resources import gpu_quota_exceeded
 from tests.world.machines import LabMachines
 from tests.world.compute_auth import account_of
+from tests.world.iam_api import create_account
 from tests.world.names import token_for
 from tests.world.provider import mirror
 from tfcluster.backends import gcp
@@ -197,9 +198,10 @@ def terraform_log(cli, cluster: str = "default") -> list[list[str]]:
     return [line[2:].split()[2:] for line in log.read_text().splitlines() if line.startswith("$ ")]
 
 
-def vm_deletes(cli, name: str, by: str) -> int:
+def vm_deletes(cli, name: str, by: str) -> tuple[int, str]:
     """instances.delete of ``name`` as the watchdog on VM ``by`` makes it (startup/watchdog.py):
-    with the token of ``by``'s own service account, as its metadata server hands it."""
+    with the token of ``by``'s own service account, as its metadata server hands it. The status
+    and Google's message (empty for a success), so a refusal shows in Google's words."""
     import ssl
     import urllib.error
     import urllib.request
@@ -210,9 +212,9 @@ def vm_deletes(cli, name: str, by: str) -> int:
     try:
         with urllib.request.urlopen(request, timeout=10, context=ssl.create_default_context(
                 cafile=cli.env["REQUESTS_CA_BUNDLE"])) as response:
-            return response.status
+            return response.status, ""
     except urllib.error.HTTPError as error:
-        return error.code
+        return error.code, json.loads(error.read())["error"]["message"]
 
 
 def terraform_calls(cli, cluster: str = "default") -> list[str]:
@@ -300,6 +302,12 @@ def test_up_status_down(gcp_cli, world):
     status = gcp_cli.run("status")
     assert status.returncode == 0, status.stderr
     assert "my-run-0" in status.stdout and "RUNNING" in status.stdout and "$" in status.stdout
+    # Every cluster at once, with what it costs now: both VMs run, at the rate `status` quotes.
+    rate = float(re.search(r"\(in use\): \$([0-9.]+)/hour", status.stdout).group(1))
+    every = gcp_cli.run("status", "--all")
+    row = next((line for line in every.stdout.splitlines() if "│ my-run " in line), "")
+    assert every.returncode == 0 and re.search(rf"│ my-run +│ gcp +│ 2 +│ up +│ - +│ \${rate:.2f}/h \(2 of 2 VMs running\) +│", row), \
+        every.stdout + every.stderr
 
     # A run on the VMs: code goes over SSH with the pinned keys; outputs are addressed to the bucket.
     script = gcp_cli.state_dir.parent / "report.py"
@@ -370,6 +378,11 @@ def test_down_reports_an_instance_that_survived_destroy(gcp_cli):
         assert forgot.returncode == 0, forgot.stderr
     state = gcp_cli.compute.state
     [role] = [name for name in state.custom_roles if "/roles/tfclusterWatchdog_default_" in name]
+    # The project's own 25 service accounts list before the cluster's: VM 1's account is on
+    # IAM's second page (20 to a page), which `down` must read too.
+    for index in range(25):
+        create_account(state, "demo-project", f"app-{index:02d}", {})
+        state.account_visible_at.pop(f"app-{index:02d}@demo-project.iam.gserviceaccount.com")  # Long made.
     down = gcp_cli.run("down", timeout=120)
     assert down.returncode == 2
     # VM 1's own account is found by listing, VM 0's went with the destroy.
@@ -611,9 +624,10 @@ def test_deleted_vm_is_shown_skipped_and_recreated(gcp_cli, tmp_path):
     # iam.tf's binding on the instance allows it; on its sibling default-0, whose binding names
     # default-0's account alone, and on a VM of the project outside the cluster it is refused.
     state.instances["other-0"] = {"zone": "us-west1-b", "labels": {}, "status": "RUNNING", "guest": {}}
-    assert vm_deletes(gcp_cli, "other-0", by="default-1") == 403
-    assert vm_deletes(gcp_cli, "default-0", by="default-1") == 403
-    assert vm_deletes(gcp_cli, "default-1", by="default-1") == 200
+    required = "Required 'compute.instances.delete' permission for 'projects/demo-project/zones/us-west1-b/instances/"
+    assert vm_deletes(gcp_cli, "other-0", by="default-1") == (403, required + "other-0'")
+    assert vm_deletes(gcp_cli, "default-0", by="default-1") == (403, required + "default-0'")
+    assert vm_deletes(gcp_cli, "default-1", by="default-1") == (200, "")  # Its scopes and its binding allow it.
     wait_for(lambda: advance(state) or "default-1" not in state.instances, 10, what="default-1 deleted")
     state.instances.pop("other-0")
     status = gcp_cli.run("status")

@@ -52,7 +52,9 @@ def test_the_world_refuses_an_insert_over_quota_as_google_does(fake_compute):
     from google.cloud import compute_v1
 
     api = api_for(fake_compute)
+    # GPU machines stop on host maintenance (tests/world/instance_rules.py), as terraform/ sets them.
     body = {"name": "big", "machine_type": "zones/us-west1-b/machineTypes/n1-standard-32",
+            "scheduling": compute_v1.Scheduling(on_host_maintenance="TERMINATE"),
             "disks": [compute_v1.AttachedDisk(boot=True, initialize_params=compute_v1.AttachedDiskInitializeParams(
                 source_image="projects/deeplearning-platform-release/global/images/"
                              "common-cu129-ubuntu-2204-nvidia-580-v20261115", disk_size_gb=100,
@@ -163,7 +165,7 @@ def test_the_world_refuses_what_google_refuses_of_accelerator_optimized_vms(fake
                 "disks": [{"initializeParams": {"diskType": f"diskTypes/{disk}", "sourceImage":
                            "projects/deeplearning-platform-release/global/images/common-cu129-ubuntu-2204-nvidia-580-v20261115"}}],
                 "networkInterfaces": [{"nicType": nic} if nic else {}],
-                "scheduling": {"provisioningModel": "SPOT" if spot else "STANDARD"},
+                "scheduling": {"provisioningModel": "SPOT" if spot else "STANDARD", "onHostMaintenance": "TERMINATE"},
                 "guestAccelerators": [{"acceleratorType": "nvidia-l4", "acceleratorCount": gpus}] if gpus else []}
 
     state = fake_compute.state

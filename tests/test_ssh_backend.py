@@ -109,8 +109,9 @@ def test_three_hosts_train_and_the_model_comes_back(ssh_cli, lab):
     model = run_dir / "output" / "model"
     assert (model / "model.keras").is_file() and (model / "saved_model.pb").is_file()  # At the root: Vertex's.
     assert run["summary"]["keras_path"] == str(model / "model.keras")
-    for index in (1, 2):
-        assert not (remote_run_root(ssh_cli, run["run_id"], index) / "output" / "model").exists()
+    for index in (1, 2):  # Their AIP_MODEL_DIR exists (the wrapper makes it before the program starts), empty.
+        model_dir = remote_run_root(ssh_cli, run["run_id"], index) / "output" / "model"
+        assert model_dir.is_dir() and not any(model_dir.iterdir())
 
     # Unchanged code and data: the second dispatch uploads nothing.
     again = ssh_cli.run("train", "--dry-run")

@@ -37,6 +37,10 @@ def product_variables(**settings) -> dict:
                                       values.operator_cidr)
 
 
+# One worker runs the module in file order on its module-scoped world (tests/scheduling.py).
+pytestmark = pytest.mark.xdist_group("terraform_agreement")
+
+
 @pytest.fixture(scope="module")
 def terraform_env(tmp_path_factory):
     root = tmp_path_factory.mktemp("providers")

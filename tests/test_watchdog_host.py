@@ -24,6 +24,9 @@ WATCHDOG = REPO / "startup" / "watchdog.py"
 IDLE_SECONDS = 3.0
 POLL = 1.0
 SCHEDULING_SLACK = 3.0  # A 2-core CI machine under load delays a 1 s sleep by seconds.
+# The watchdog in a PID namespace of its own: its jobs probe must not see the training processes
+# of other tests running on this machine (they would keep it busy).
+OWN_PIDS = ["unshare", "--pid", "--fork", "--mount-proc"]
 
 
 class RunningWatchdog:
@@ -52,7 +55,9 @@ def lab(tmp_path):
     reason = available()
     if reason:
         pytest.skip(f"test hosts: {reason}")
-    lab = HostLab(tmp_path / "lab", 1, tag="tw")
+    # A PID namespace of its own, as a VM has: the watchdog's probes must not see the training
+    # processes and SSH sessions of the tests that run beside this one.
+    lab = HostLab(tmp_path / "lab", 1, tag="tw", own_pids=True)
     yield lab
     lab.teardown()
 
@@ -66,9 +71,9 @@ def start_watchdog(lab, tmp_path):
         config.write_text(json.dumps({"idle_minutes": idle_minutes, "action": "stop", "probes": probes}))
         acted = tmp_path / "acted.log"
         dog = RunningWatchdog(
-            ["ip", "netns", "exec", lab.hosts[0].netns, sys.executable, str(WATCHDOG), "--config", str(config),
+            lab.hosts[0].inside(sys.executable, str(WATCHDOG), "--config", str(config),
              "--state-dir", str(tmp_path / "state"), "--poll-seconds", str(POLL),
-             "--action-command", f"echo \"$TFCLUSTER_IDLE_ACTION $(date +%s.%N)\" >> {acted}"],
+             "--action-command", f"echo \"$TFCLUSTER_IDLE_ACTION $(date +%s.%N)\" >> {acted}"),
             tmp_path / "state")
         dog.acted = acted
         dog.config = config
@@ -89,8 +94,16 @@ def logged_idle_seconds(dog) -> list[float]:
 
 
 def test_acts_within_idle_plus_one_poll(start_watchdog):
-    dog = start_watchdog()
-    wait_for(lambda: acted_times(dog), 30, what="the idle action")
+    # A tfcluster job of this machine that is not on the host (another test's, beside this one)
+    # is not the host's: it must not hold the watchdog off.
+    elsewhere = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                                 env={**os.environ, "TFCLUSTER_RUN_ID": "another-tests-run"})
+    try:
+        dog = start_watchdog()
+        wait_for(lambda: acted_times(dog), 30, what="the idle action")
+    finally:
+        elsewhere.kill()
+        elsewhere.wait(timeout=10)
     first_idle = logged_idle_seconds(dog)[0]
     # Never early; late by at most one poll, plus a few seconds for a loaded machine's scheduling.
     assert IDLE_SECONDS <= first_idle <= IDLE_SECONDS + POLL + SCHEDULING_SLACK
@@ -123,9 +136,9 @@ def test_open_ssh_session_holds_it_off(start_watchdog, lab):
     assert acted_times(dog)[0] >= closed_at + IDLE_SECONDS - POLL
 
 
-def test_training_process_holds_it_off_until_it_ends(start_watchdog, tmp_path):
+def test_training_process_holds_it_off_until_it_ends(start_watchdog, lab, tmp_path):
     dog = start_watchdog(probes="jobs")
-    job = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(6)"],
+    job = subprocess.Popen(lab.hosts[0].inside(sys.executable, "-c", "import time; time.sleep(6)"),
                            env={**os.environ, "TFCLUSTER_RUN_ID": "test-run"})
     try:
         wait_for(lambda: (dog.status() or {}).get("readings", {}).get("jobs") is True, 30, what="job seen busy")
@@ -166,7 +179,7 @@ def test_delete_action_calls_the_compute_api_with_the_metadata_token(tmp_path, w
         "instance/attributes/tfcluster-idle-action": "delete",
         "instance/attributes/tfcluster-idle-probes": "jobs",
     })
-    dog = RunningWatchdog([*world.prefix(), sys.executable, str(WATCHDOG), "--gce", "--state-dir",
+    dog = RunningWatchdog([*OWN_PIDS, *world.prefix(), sys.executable, str(WATCHDOG), "--gce", "--state-dir",
                            str(tmp_path / "state"), "--poll-seconds", str(POLL)], tmp_path / "state",
                           env={"GCE_METADATA_HOST": metadata.host, "SSL_CERT_FILE": str(world.ca)})
     try:
@@ -175,12 +188,12 @@ def test_delete_action_calls_the_compute_api_with_the_metadata_token(tmp_path, w
         request = deletes()[0]
         assert request["path"] == "/compute/v1/projects/demo-project/zones/us-west1-b/instances/demo-0"
         assert request["authorization"] == "Bearer ya29.fake-token-123"
-        assert compute.state.instances["demo-0"]["status"] == "STOPPING"
         status = metadata.status()  # Published for `invoke status` as a guest attribute.
         assert status["action"] == "delete" and status["probes"] == ["jobs"]
-        # The watchdog logs the operation after the API answered: poll, do not race it.
-        wait_for(lambda: "DELETE demo-project/us-west1-b/demo-0: operation operation-" in dog.log.read_text(),
-                 10, what="the logged delete operation")
+        # The watchdog waits on the delete's operation and logs it done: poll, do not race it.
+        wait_for(lambda: re.search(r"DELETE demo-project/us-west1-b/demo-0: operation operation-\S+ done",
+                                   dog.log.read_text()), 30, what="the logged delete operation, done")
+        assert "demo-0" not in compute.state.instances
     finally:
         dog.stop()
         metadata.close()
@@ -225,15 +238,27 @@ def test_a_stalled_job_is_idle_after_its_stall_limit(tmp_path):
     assert "no progress for" in json.dumps(dog.status()["readings"]["stalled"])
 
 
-def test_a_refused_delete_halts_the_vm_and_says_why(tmp_path, world, monkeypatch):
+# A delete Compute accepts and then fails: the operation ends DONE with an error (the text Compute
+# gives an internal failure).
+INTERNAL = {"httpErrorStatusCode": 500, "httpErrorMessage": "INTERNAL SERVER ERROR", "error": {"errors": [
+    {"code": "INTERNAL_ERROR", "message": "Internal error. Please try again or contact Google Support. (Code: '-42')"}]}}
+
+
+@pytest.mark.parametrize("how", ["refused", "failed"])
+def test_a_refused_or_failed_delete_halts_the_vm_and_says_why(tmp_path, world, how):
     """The VM's service account may not delete its instance (no binding: a role removed by hand, an
-    organisation that forbids it): Compute answers 403, and the watchdog halts the guest instead of
-    leaving a GPU VM billing until the hypervisor deadline. `shutdown` is this world's (PATH): it
-    records that it was asked, instead of halting the machine that runs the tests."""
+    organisation that forbids it): Compute answers 403. Or Compute takes the delete and its
+    operation ends DONE with an error: the watchdog waits on it. Either way it halts the guest
+    instead of leaving a GPU VM billing until the hypervisor deadline. `shutdown` is this world's
+    (PATH): it records that it was asked, instead of halting the machine that runs the tests."""
     compute = world.compute
-    compute.state.tokens["ya29.fake-token-123"] = "serviceAccount:demo-vm@demo-project.iam.gserviceaccount.com"
+    member, role = "serviceAccount:demo-vm@demo-project.iam.gserviceaccount.com", "projects/demo-project/roles/w"
+    compute.state.tokens["ya29.fake-token-123"] = member
+    compute.state.custom_roles[role] = {"compute.instances.delete"}
     compute.state.instances["demo-0"] = {"zone": "us-west1-b", "labels": {}, "status": "RUNNING", "guest": {},
-                                         "iam_bindings": []}
+                                         "iam_bindings": [] if how == "refused" else [{"role": role, "members": [member]}]}
+    if how == "failed":
+        compute.state.failing_deletes["demo-0"] = INTERNAL
     halted = tmp_path / "halted"
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -246,18 +271,22 @@ def test_a_refused_delete_halts_the_vm_and_says_why(tmp_path, world, monkeypatch
         "instance/name": "demo-0", "instance/attributes/tfcluster-idle-minutes": str(IDLE_SECONDS / 60),
         "instance/attributes/tfcluster-idle-action": "delete", "instance/attributes/tfcluster-idle-probes": "jobs",
     })
-    dog = RunningWatchdog([*world.prefix(), sys.executable, str(WATCHDOG), "--gce", "--state-dir",
+    dog = RunningWatchdog([*OWN_PIDS, *world.prefix(), sys.executable, str(WATCHDOG), "--gce", "--state-dir",
                            str(tmp_path / "state"), "--poll-seconds", str(POLL)], tmp_path / "state",
                           env={"GCE_METADATA_HOST": metadata.host, "SSL_CERT_FILE": str(world.ca),
                                "PATH": f"{bin_dir}:{os.environ['PATH']}"})
     try:
-        wait_for(lambda: halted.exists(), 30, what="the halt after the refused delete")
+        wait_for(lambda: halted.exists(), 30, what=f"the halt after the {how} delete")
         assert halted.read_text().split() == ["-h", "now"]
-        assert compute.state.instances["demo-0"]["status"] == "RUNNING"  # Not deleted: refused.
+        assert compute.state.instances["demo-0"]["status"] == "RUNNING"  # Not deleted.
         refused = (metadata.status() or {}).get("refused") or ""
-        assert refused.startswith("delete refused by the Compute API (403: Required 'compute.instances.delete' "
-                                  "permission for 'projects/demo-project/zones/us-west1-b/instances/demo-0'"), refused
-        assert refused.endswith("; halted instead")
+        if how == "refused":
+            assert refused.startswith("delete refused by the Compute API (403: Required 'compute.instances.delete' "
+                                      "permission for 'projects/demo-project/zones/us-west1-b/instances/demo-0'"), refused
+        else:
+            assert re.fullmatch(r"delete failed in the Compute API \(DELETE demo-project/us-west1-b/demo-0: operation "
+                                r"operation-\S+ failed: INTERNAL_ERROR: Internal error\. Please try again or contact "
+                                r"Google Support\. \(Code: '-42'\)\); halted instead", refused), refused
     finally:
         dog.stop()
         metadata.close()

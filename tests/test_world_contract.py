@@ -16,15 +16,13 @@ AR = f"https://artifactregistry.googleapis.com/v1/projects/{P}/locations/us-west
 UNKNOWN_FIELD = "Invalid JSON payload received. Unknown name \"bogus\""
 
 
-@pytest.fixture(scope="module")
-def google(tmp_path_factory):
-    """One world for the module's requests (they change nothing in it)."""
-    from tests.world.names import GoogleWorld
+# One worker runs the module in file order on its module-scoped world (tests/scheduling.py).
+pytestmark = pytest.mark.xdist_group("world_contract")
 
-    world = GoogleWorld(tmp_path_factory.mktemp("world"))
-    with world.resolving():
-        yield world
-    world.close()
+
+@pytest.fixture(scope="module")
+def google(module_world):
+    return module_world
 
 
 # Per stand-in: (verb, url, JSON body) with an unknown field, and with a value its enum lacks.
@@ -130,3 +128,97 @@ def test_the_response_check_names_what_the_world_invented():
 def test_documents_load_once_per_process():
     assert discovery.api("compute.v1") is discovery.api("compute.v1")
     assert discovery.api("compute.v1").doc["revision"] == "20261106"  # The one the lock pins.
+
+
+# ---------------------------------------------------------------- lists and operations
+
+
+def test_the_products_compute_lists_read_every_page(google, monkeypatch):
+    """A server may return fewer items than asked (AIP-158): with one item a page, the product's
+    lists (google-cloud-compute's pagers) still find every instance and every leftover."""
+    from tfcluster.backends import gcp
+
+    for key, value in google.env().items():
+        monkeypatch.setenv(key, value)
+    state = google.compute.state
+    state.page_limit = 1
+    for index in range(3):
+        state.instances[f"c-{index}"] = {"zone": "us-west1-b", "labels": {"tfcluster-cluster": "c"},
+                                         "status": "RUNNING", "guest": {}}
+    state.instances["other-0"] = {"zone": "us-west1-b", "labels": {}, "status": "RUNNING", "guest": {}}
+    state.others["disks"] = {"c-0", "c-1", "c-2"}
+    api = gcp.ComputeApi(state.project)
+    assert sorted(vm.name for vm in api.list_cluster("us-west1-b", "c")) == ["c-0", "c-1", "c-2"]
+    assert api.leftovers("us-west1-b", "c") == ["instance c-0", "instance c-1", "instance c-2",
+                                                 "disk c-0", "disk c-1", "disk c-2"]
+    pages = [r["query"].get("pageToken") for r in state.requests if r["path"].endswith("/zones/us-west1-b/instances")
+             and r["query"].get("filter") == ["labels.tfcluster-cluster=c"]]
+    assert pages[:3] == [None, ["p1"], ["p2"]], pages
+    state.page_limit = 500
+    for name in ("c-0", "c-1", "c-2", "other-0"):
+        state.instances.pop(name)
+    state.others["disks"] = set()
+
+
+@pytest.mark.parametrize("expression", ["lables.tfcluster-cluster=c", "labels.tfcluster-cluster",
+                                        "status eq RUNNING AND name eq c-0", "(name = c-0"])
+def test_an_unparseable_filter_is_googles_400(google, expression):
+    answer = requests.get(f"{COMPUTE}/zones/us-west1-b/instances", params={"filter": expression},
+                          headers={"Authorization": f"Bearer {OPERATOR_TOKEN}"}, verify=str(google.ca), timeout=30)
+    assert answer.status_code == 400, answer.text
+    assert answer.json()["error"]["message"] == (f"Invalid value for field 'filter': '{expression}'. "
+                                                 "Invalid list filter expression.")
+    assert answer.json()["error"]["errors"][0]["reason"] == "invalid"
+
+
+def test_a_change_applies_when_its_operation_is_done_and_a_second_waits(google):
+    """setMetadata takes effect at DONE, and a change asked while one runs is 400 resourceNotReady."""
+    state = google.compute.state
+    state.instances["ops-0"] = {"zone": "us-west1-b", "labels": {}, "status": "RUNNING", "guest": {},
+                                "metadata": {"a": "1"}}
+    state.other_seconds = 60.0  # Long enough to look at it running.
+    headers = {"Authorization": f"Bearer {OPERATOR_TOKEN}"}
+    url = f"{COMPUTE}/zones/us-west1-b/instances/ops-0"
+    try:
+        fingerprint = requests.get(url, headers=headers, verify=str(google.ca), timeout=30).json()["metadata"]["fingerprint"]
+        change = {"fingerprint": fingerprint, "items": [{"key": "a", "value": "2"}]}
+        first = requests.post(f"{url}/setMetadata", json=change, headers=headers, verify=str(google.ca), timeout=30)
+        assert first.status_code == 200 and first.json()["status"] == "PENDING", first.text
+        seen = requests.get(url, headers=headers, verify=str(google.ca), timeout=30).json()["metadata"]
+        assert seen["items"] == [{"key": "a", "value": "1"}] and seen["fingerprint"] == fingerprint  # Not yet.
+        second = requests.post(f"{url}/setLabels", json={"labels": {"b": "c"}, "labelFingerprint": "x"},
+                               headers=headers, verify=str(google.ca), timeout=30)
+        assert second.status_code == 400, second.text
+        assert second.json()["error"]["errors"][0]["reason"] == "resourceNotReady"
+        assert second.json()["error"]["message"] == \
+            "The resource 'projects/demo-project/zones/us-west1-b/instances/ops-0' is not ready"
+        state.operations[first.json()["name"]]["done_at"] = 0.0  # Its time has come.
+        done = requests.get(f"{COMPUTE}/zones/us-west1-b/operations/{first.json()['name']}", headers=headers,
+                            verify=str(google.ca), timeout=30).json()
+        assert done["status"] == "DONE"
+        seen = requests.get(url, headers=headers, verify=str(google.ca), timeout=30).json()["metadata"]
+        assert seen["items"] == [{"key": "a", "value": "2"}] and seen["fingerprint"] != fingerprint
+    finally:
+        state.other_seconds = 0.3
+        state.instances.pop("ops-0")
+
+
+def test_the_products_bucket_reads_read_every_page(google, monkeypatch, tmp_path):
+    """objects.list pages at the storage door (the emulator does not): with one object a page,
+    the product's download of a prefix (google-cloud-storage's iterator) finds every object."""
+    from tfcluster.backends.gcp import storage as gcs
+
+    for key, value in google.env().items():
+        monkeypatch.setenv(key, value)
+    client = gcs.client(P)
+    bucket = client.create_bucket("paged-bucket")
+    for index in range(3):
+        bucket.blob(f"runs/r/{index}.txt").upload_from_string(str(index))
+    google.storage_proxy.page_limit = 1
+    try:
+        got = gcs.download_prefix(client, "gs://paged-bucket/runs/r", tmp_path / "down")
+    finally:
+        google.storage_proxy.page_limit = 1000
+    assert sorted(path.name for path in got) == ["0.txt", "1.txt", "2.txt"]
+    assert sum(1 for method, path, _, _ in google.storage_proxy.log
+               if method == "GET" and path == "/storage/v1/b/paged-bucket/o") >= 3

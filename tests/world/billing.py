@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
-from tests.world import discovery
+from tests.world import compute_auth, discovery
 from tests.world.http import send_json
 
 COMPUTE_ID = "6F81-5844-456A"
@@ -150,6 +150,9 @@ class Catalog:
     # Every request: {"path", "query", "project", "authorization"}.
     requests: list = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # Google's identity system (the Compute stand-in's state, tests/world/compute_auth.py); None
+    # takes any bearer token (a catalog tested alone).
+    identity: object = None
 
 
 def _error(code: int, status: str, message: str, reason: str, project: str) -> tuple[int, dict]:
@@ -206,8 +209,9 @@ class CatalogServer:
                 parsed = urlparse(self.path)
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 query = parse_qs(parsed.query)
-                code, payload = discovery.serve("cloudbilling.v1", "GET", parsed.path, query, None,
-                                                lambda call: route(catalog_ref, parsed.path, query, headers))
+                code, payload = discovery.serve("cloudbilling.v1", "GET", parsed.path, query, None, lambda call: (
+                    catalog_ref.identity is not None and compute_auth.esf_refusal(catalog_ref.identity, headers, call))
+                    or route(catalog_ref, parsed.path, query, headers))
                 if catalog_ref.answer_seconds:
                     time.sleep(catalog_ref.answer_seconds)  # Models a slow server; nothing waits on it.
                 send_json(self, code, payload)

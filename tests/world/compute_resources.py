@@ -26,9 +26,11 @@ test world) gives it addresses and boots it; without one it gets 10.128.0.N and 
 from __future__ import annotations
 
 import re
+import time
 
-from tests.fake_operations import _now_iso, capacity_error, new_operation
-from tests.world import iam_api
+from tests.fake_operations import _now_iso, busy, capacity_error, new_operation
+from tests.world import compute_lists, iam_api, instance_rules
+from tests.world.instance_rules import label_refusal
 from tests.world import quotas as world_quotas
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
@@ -95,7 +97,7 @@ def _sync_others(state) -> None:
         state.others[kind] = set(state.resources.get(kind, {}))
 
 
-def route(state, method: str, path: str, body: dict | None) -> tuple[int, dict] | None:
+def route(state, method: str, path: str, body: dict | None, query: dict | None = None) -> tuple[int, dict] | None:
     """The answer to a request these collections serve, else None."""
     match = re.fullmatch(BASE + "/regions/(?P<region>[^/]+)/subnetworks", path)
     if match and method == "POST" and match["region"] not in {z.rsplit("-", 1)[0] for z in ZONES}:
@@ -103,7 +105,7 @@ def route(state, method: str, path: str, body: dict | None) -> tuple[int, dict] 
     for kind, scope in COLLECTIONS.items():
         match = re.fullmatch(BASE + f"/{scope}/{kind}(?:/(?P<name>[^/]+))?", path)
         if match:
-            return _collection(state, kind, method, match["project"], match["name"], body, path)
+            return _collection(state, kind, method, match["project"], match["name"], body, path, query or {})
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances", path)
     if match and method == "POST":
         return _insert_instance(state, match["project"], match["zone"], body)
@@ -117,16 +119,23 @@ def route(state, method: str, path: str, body: dict | None) -> tuple[int, dict] 
         if match["verb"] == "getIamPolicy":
             return 200, {"version": 1, "etag": "BwY=", "bindings": instance.setdefault("iam_bindings", [])}
         if match["verb"] == "setIamPolicy":
-            with state.lock:
+            with state.lock:  # Read back at once; enforced after IAM's delay (compute_auth.effective_bindings).
                 instance["iam_bindings"] = body["policy"].get("bindings", [])
+                instance.setdefault("iam_history", []).append((time.monotonic() + state.iam_delay_seconds,
+                                                               instance["iam_bindings"]))
             return 200, {"version": 1, "etag": "BwY=", "bindings": instance["iam_bindings"]}
         with state.lock:
-            instance["labels"] = dict(body.get("labels") or {})
-        return 200, new_operation(state, match["project"], match["zone"], "setLabels", match["name"], 0.0)
+            refused = busy(state, match["project"], match["zone"], match["name"]) or label_refusal(
+                body.get("labels") or {}, "labels")
+            if refused:
+                return refused
+            labels = dict(body.get("labels") or {})
+            return 200, new_operation(state, match["project"], match["zone"], "setLabels", match["name"], 0.0,
+                                      apply=lambda: instance.update(labels=labels))
     return None
 
 
-def _collection(state, kind, method, project, name, body, path):
+def _collection(state, kind, method, project, name, body, path, query):
     items = state.resources.setdefault(kind, {})
     if method == "POST" and name is None:
         if body["name"] in items:
@@ -138,7 +147,8 @@ def _collection(state, kind, method, project, name, body, path):
             _sync_others(state)
         return 200, _done(state, project, "insert", f"{kind}/{body['name']}")
     if method == "GET" and name is None:
-        return 200, {"kind": f"compute#{kind[:-1]}List", "items": list(items.values())}
+        schema = {"networks": "Network", "firewalls": "Firewall", "subnetworks": "Subnetwork"}[kind]
+        return compute_lists.listed(state, list(items.values()), query, schema, {"kind": f"compute#{kind[:-1]}List"})
     if name not in items:
         return _error(404, "notFound", f"The resource '{path.removeprefix('/compute/v1/')}' was not found")
     if method == "GET":
@@ -185,7 +195,7 @@ def _refusal(state, zone: str, body: dict) -> tuple[int, dict] | None:
             return _error(400, "invalid", f"Invalid value for field 'resource.guestAccelerators[{index}]."
                                           f"acceleratorType': '{accelerator.get('acceleratorType')}'. Accelerator "
                                           f"type '{kind}' does not exist in zone '{zone}'.")
-    return None
+    return instance_rules.refusal(machine, body)  # Labels, GPUs and maintenance, Spot and restarts.
 
 
 def _family_refusal(machine: str, body: dict) -> tuple[int, dict] | None:

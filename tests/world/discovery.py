@@ -345,15 +345,12 @@ def _query_problem(spec: dict, value: str) -> str | None:
     return None
 
 
-TYPE_NAMES = {"string": "TYPE_STRING", "boolean": "TYPE_BOOL", "integer": "TYPE_INT32", "number": "TYPE_DOUBLE"}
-
-
 def _type_name(spec: dict) -> str:
     """The proto scalar type Google's front end names in a type error (TYPE_UINT32, ...)."""
     fmt = spec.get("format")
     if fmt in ("int32", "uint32", "int64", "uint64", "float", "double"):
         return f"TYPE_{fmt.upper()}"
-    return TYPE_NAMES.get(spec.get("type"), "TYPE_STRING")
+    return SCALARS.get(spec.get("type"), SCALARS["string"])[0]
 
 
 def _walk(api: Api, schema: dict, value, path: list, problems: list[Problem], request_side: bool,
@@ -400,38 +397,35 @@ def _walk(api: Api, schema: dict, value, path: list, problems: list[Problem], re
                                 f"not one of {owner}.{name}'s {len(values)} values" + (
                                     "" if len(values) > 12 else f" {values}")))
         return
-    if kind == "string" and fmt in INT64:
-        if request_side:
-            ok = (isinstance(value, int) and not isinstance(value, bool)) or \
-                 (isinstance(value, str) and re.fullmatch(r"-?\d+", value))
-        else:
-            ok = isinstance(value, str) and re.fullmatch(r"-?\d+", value)
-        if not ok:
-            problems.append(Problem(path, "type", value, "TYPE_INT64" if request_side else
-                                    f"an {fmt} is a JSON string of digits"))
-        return
-    if kind == "string":
-        if not isinstance(value, str):
-            problems.append(Problem(path, "type", value, "TYPE_STRING" if request_side else "must be a JSON string"))
-        return
+    scalar = "int64" if kind == "string" and fmt in INT64 else kind
+    if scalar in SCALARS and not _scalar_ok(scalar, value, request_side):
+        request_text, response_text = SCALARS[scalar]
+        problems.append(Problem(path, "type", value, request_text if request_side else response_text.format(fmt=fmt)))
+
+
+# JSON scalar kinds: the proto type the front end names in a request's error, and what an answer
+# must be (proto3's JSON mapping, https://protobuf.dev/programming-guides/json/: int64 as a string).
+SCALARS = {"int64": ("TYPE_INT64", "an {fmt} is a JSON string of digits"),
+           "string": ("TYPE_STRING", "must be a JSON string"), "integer": ("TYPE_INT32", "must be a JSON integer"),
+           "number": ("TYPE_DOUBLE", "must be a JSON number"), "boolean": ("TYPE_BOOL", "must be true or false")}
+DIGITS = re.compile(r"-?\d+")
+
+
+def _scalar_ok(kind: str, value, request_side: bool) -> bool:
+    """A request may carry an int64 or an integer as a number or a string of digits, and a number
+    as a string; an answer says int64 as a string, the others as themselves."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    digits = isinstance(value, str) and bool(DIGITS.fullmatch(value))
+    if kind == "int64":
+        return digits or (request_side and number and isinstance(value, int))
     if kind == "integer":
-        ok = isinstance(value, int) and not isinstance(value, bool)
-        if request_side and isinstance(value, str):
-            ok = bool(re.fullmatch(r"-?\d+", value))
-        if not ok:
-            problems.append(Problem(path, "type", value, TYPE_NAMES["integer"] if request_side else
-                                    "must be a JSON integer"))
-        return
+        return (number and isinstance(value, int)) or (request_side and digits)
     if kind == "number":
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if request_side and isinstance(value, str):
-            ok = value in ("NaN", "Infinity", "-Infinity") or bool(re.fullmatch(r"-?\d+(\.\d+)?([eE][-+]?\d+)?", value))
-        if not ok:
-            problems.append(Problem(path, "type", value, TYPE_NAMES["number"] if request_side else
-                                    "must be a JSON number"))
-        return
-    if kind == "boolean" and not isinstance(value, bool):
-        problems.append(Problem(path, "type", value, "TYPE_BOOL" if request_side else "must be true or false"))
+        return number or (request_side and isinstance(value, str) and (
+            value in ("NaN", "Infinity", "-Infinity") or bool(re.fullmatch(r"-?\d+(\.\d+)?([eE][-+]?\d+)?", value))))
+    if kind == "boolean":
+        return isinstance(value, bool)
+    return isinstance(value, str)
 
 
 @lru_cache(maxsize=None)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import re
 import time
 
-from tests.world.compute_auth import token_for
+from tests.world.compute_auth import iam_shows, token_for
 
 
 def _error(code: int, status: str, message: str) -> tuple[int, dict]:
@@ -47,7 +47,7 @@ def create_account(state, project: str, account_id: str, fields: dict) -> dict:
 
 def unseen(state, email: str) -> bool:
     """A service account made less than the world's IAM delay ago (the module docstring)."""
-    return time.monotonic() < state.account_visible_at.get(email, 0.0)
+    return not iam_shows(state, email)
 
 
 def unseen_account(state, body: dict) -> tuple[int, dict] | None:
@@ -74,7 +74,7 @@ def route(state, method: str, path: str, body: dict | None, query: dict | None =
             # projects.serviceAccounts.list: every account of the project, a page at a time
             # (pageSize, default 20, at most 100; nextPageToken while more remain):
             # https://cloud.google.com/iam/docs/reference/rest/v1/projects.serviceAccounts/list.
-            listed = sorted(accounts)
+            listed = sorted(e for e in accounts if iam_shows(state, e))
             size = min(int((query or {}).get("pageSize", ["20"])[0]), 100)
             start = int((query or {}).get("pageToken", ["0"])[0] or 0)
             page = {"accounts": [accounts[e] for e in listed[start:start + size]]}
@@ -102,10 +102,16 @@ def route(state, method: str, path: str, body: dict | None, query: dict | None =
         if method == "GET" and not match["id"]:
             # projects.roles.list: the project's custom roles, deleted ones only with showDeleted
             # (https://cloud.google.com/iam/docs/reference/rest/v1/projects.roles/list).
+            # A page at a time: pageSize "default is 300, and the maximum is 1,000" (same page).
             shown = [{"name": n, "includedPermissions": sorted(p)} for n, p in sorted(roles.items())]
             if (query or {}).get("showDeleted", [""])[0] == "true":
                 shown += [{"name": n, "deleted": True} for n in sorted(state.deleted_roles)]
-            return 200, {"roles": shown}
+            size = min(int((query or {}).get("pageSize", ["300"])[0] or 300), 1000)
+            start = int((query or {}).get("pageToken", ["0"])[0] or 0)
+            page = {"roles": shown[start:start + size]}
+            if start + size < len(shown):
+                page["nextPageToken"] = str(start + size)
+            return 200, page
         name = f"projects/{match['project']}/roles/{match['id']}"
         if name in state.deleted_roles and method == "GET":
             # A deleted role stays readable, marked deleted, until it is purged

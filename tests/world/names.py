@@ -35,7 +35,6 @@ import contextlib
 import os
 import socket
 import ssl
-from collections.abc import Mapping
 from pathlib import Path
 
 from tests.fake_artifact_registry import FakeArtifactRegistry, FakeArtifactRegistryServer
@@ -79,27 +78,6 @@ def _emulator_accepts_empty_objects() -> None:
     objects._media_upload = media_upload  # objects.insert looks it up by name on each call.
 
 
-class AccountTokens(Mapping):
-    """token -> "serviceAccount:EMAIL" for the service accounts Google knows now: the live view of
-    Compute's ``state.tokens`` that Cloud Storage's front door reads (one identity system for
-    every API; the operator's token is not among them)."""
-
-    def __init__(self, tokens: dict[str, str]):
-        self.tokens = tokens
-
-    def __getitem__(self, token: str) -> str:
-        member = self.tokens[token]
-        if not member.startswith("serviceAccount:"):
-            raise KeyError(token)
-        return member
-
-    def __iter__(self):
-        return (token for token, member in list(self.tokens.items()) if member.startswith("serviceAccount:"))
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
 class GoogleWorld:
     """The stand-ins, their certificates and a service-account key, under ``root``."""
 
@@ -120,6 +98,7 @@ class GoogleWorld:
         self.compute = FakeComputeServer(compute or FakeCompute(project=project),
                                          tls=(self.compute_address, str(cert), str(key)))
         self.compute.state.jwt_keys.update(operator_key(self.credentials))
+        self.artifacts.state.identity = self.compute.state  # One identity system for every API.
         from gcp_storage_emulator.server import create_server
 
         _emulator_accepts_empty_objects()
@@ -134,7 +113,8 @@ class GoogleWorld:
         self.tls_context = context
         self.storage_proxy = IamStorageProxy(
             [(self.storage_address, 443, context), (self.storage_address, 80, None)], ("127.0.0.1", port),
-            principals=AccountTokens(self.compute.state.tokens))
+            identify=lambda token: compute_auth.identify(self.compute.state, token),
+            iam_delay=lambda: self.compute.state.iam_delay_seconds)
         self.hosts = root / "hosts"
         self.hosts.write_text("127.0.0.1 localhost\n::1 localhost\n"
                               f"{self.compute_address} {' '.join(COMPUTE_NAMES)}\n"
@@ -145,7 +125,8 @@ class GoogleWorld:
                               f"{self.project_address} {' '.join(PROJECT_NAMES)}\n"
                               f"{self.cloudquotas_address} {' '.join(CLOUDQUOTAS_NAMES)}\n"
                               f"{self.monitoring_address} {' '.join(MONITORING_NAMES)}\n")
-        self.billing = CatalogServer(Catalog(disabled_projects={project}), self.billing_address, context)
+        self.billing = CatalogServer(Catalog(disabled_projects={project}, identity=self.compute.state),
+                                     self.billing_address, context)
         self.checkip = CheckIpServer(self.checkip_address, context)
         self.project_apis = ProjectApisServer(ProjectApis(project), self.compute.state, self.billing.catalog,
                                               self.project_address, context)

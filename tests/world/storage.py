@@ -1,14 +1,19 @@
 """Cloud Storage's front door in the test world: an HTTP proxy before gcp-storage-emulator that
-checks each request's permission for the caller's identity, as Google's IAM would.
+checks each request's identity, scopes and permission, as Google's front end and IAM would.
 
-Identities are told apart by their bearer token (what a real front end resolves to a principal):
-tokens listed in ``principals`` are that member (a VM's own service account); any other token is the
-operator, who owns the project. A request without a token is refused with 401 (a private bucket:
+Identities are told apart by their bearer token, resolved as every Google API resolves it
+(tests/world/compute_auth.py, ``identify``): the operator, who owns the project, or a VM's own
+service account. A request without a token is refused with 401 (a private bucket:
 https://cloud.google.com/storage/docs/json_api/v1/status-codes#401-unauthorized, reason
-"required"). A principal's permissions are those of the roles bound to it in the policy of the
+"required"); an unknown or expired one with 401 "Invalid Credentials" (reason authError, same
+page). A token whose scopes cover none of the method's (storage.v1.json's `scopes`; for the XML
+API, the devstorage scopes of a read or a write) gets 403 "Request had insufficient authentication
+scopes." A service account's permissions are those of the roles bound to it in the policy of the
 bucket the request names (buckets.getIamPolicy / setIamPolicy, GET and PUT /storage/v1/b/B/iam,
-kept here since the emulator has no IAM): a grant on one bucket gives nothing on another. A denied
-request gets Google's 403 shape (https://cloud.google.com/storage/docs/json_api/v1/status-codes#403-forbidden).
+kept here since the emulator has no IAM), as IAM enforces it: a policy takes effect after the
+world's IAM delay (https://cloud.google.com/iam/docs/access-change-propagation), and a grant on one
+bucket gives nothing on another. A denied request gets Google's 403 shape
+(https://cloud.google.com/storage/docs/json_api/v1/status-codes#403-forbidden).
 """
 
 from __future__ import annotations
@@ -18,11 +23,13 @@ import json
 import re
 import ssl
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.world import discovery
+from tests.world.compute_auth import OPERATOR, insufficient_scopes
 from tests.world.iam import needed, permissions_of
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
@@ -75,6 +82,45 @@ def contract(method: str, target: str, body: bytes):
     return call, refused
 
 
+# The scopes that let a token use the XML API (https://cloud.google.com/storage/docs/oauth-scopes):
+# reads with any devstorage scope, writes with read_write or full_control; cloud-platform for both.
+READ_SCOPES = ["https://www.googleapis.com/auth/devstorage.read_only", "https://www.googleapis.com/auth/cloud-platform",
+               "https://www.googleapis.com/auth/cloud-platform.read-only"]
+WRITE_SCOPES = ["https://www.googleapis.com/auth/devstorage.read_write",
+                "https://www.googleapis.com/auth/devstorage.full_control", "https://www.googleapis.com/auth/cloud-platform"]
+
+
+def xml_scopes(method: str) -> list[str]:
+    return READ_SCOPES + WRITE_SCOPES if method in ("GET", "HEAD") else WRITE_SCOPES
+
+
+def whole_list(target: str) -> str:
+    """objects.list as the emulator is asked it: every item (it does not page); the door pages."""
+    from urllib.parse import urlencode
+
+    parts = urlsplit(target)
+    query = [(k, v) for k, values in parse_qs(parts.query, keep_blank_values=True).items() for v in values
+             if k not in ("pageToken", "maxResults")]
+    return parts.path + ("?" + urlencode(query) if query else "")
+
+
+def one_page(answer: dict, query: dict, limit: int) -> dict:
+    """objects.list a page at a time: "maxResults: Maximum combined number of entries in items[]
+    and prefixes[] to return in a single page of responses ... The service uses this parameter or
+    1,000 items, whichever is smaller", and nextPageToken while more remain
+    (https://cloud.google.com/storage/docs/json_api/v1/objects/list). Prefixes ride on the first page."""
+    size = min(int((query.get("maxResults") or ["1000"])[0] or 1000), 1000, limit)
+    token = (query.get("pageToken") or [""])[0]
+    start = int(token) if token.isdigit() else 0
+    items = answer.get("items") or []
+    page = {**answer, "items": items[start:start + size]}
+    if start:
+        page.pop("prefixes", None)
+    if start + size < len(items):
+        page["nextPageToken"] = str(start + size)
+    return page
+
+
 def encoded_links(answer: dict) -> dict:
     """The emulator's object links as Cloud Storage writes them: its mediaLink and selfLink carry
     the object name raw, where Google's encode it as one path segment ("/" as %2F: "the JSON API
@@ -94,12 +140,15 @@ def encoded_links(answer: dict) -> dict:
 
 class IamStorageProxy:
     def __init__(self, listens: list[tuple[str, int, ssl.SSLContext | None]], upstream: tuple[str, int],
-                 principals: Mapping[str, str]):
-        # Bearer token -> the member it is, e.g. "serviceAccount:x@p.iam.gserviceaccount.com"
-        # (any other token: the project owner).
-        self.principals = principals
-        # Bucket -> its IAM bindings [{"role", "members"}], as setIamPolicy left them.
+                 identify: Callable[[str], tuple[str, set[str]] | None], iam_delay: Callable[[], float] = lambda: 0.0):
+        # Bearer token -> (member, OAuth scopes), e.g. "serviceAccount:x@p.iam.gserviceaccount.com",
+        # or None for a token Google does not know (compute_auth.identify).
+        self.identify = identify
+        self.iam_delay = iam_delay
+        # Bucket -> its IAM bindings [{"role", "members"}], as setIamPolicy left them (read back at once).
         self.policies: dict[str, list[dict]] = {}
+        # Bucket -> [(time it takes effect, bindings)]: what IAM enforces (``granted``).
+        self.enforced: dict[str, list[tuple[float, list[dict]]]] = {}
         # (method, path, token, allowed) of every request, for the tests to read.
         self.log: list[tuple[str, str, str, bool]] = []
         # (token, object name) of every object write IAM allowed, so a test can say whose
@@ -108,6 +157,9 @@ class IamStorageProxy:
         # Permissions the project owner's token (the operator) lacks, as when a project's admin
         # grants Compute but not Storage: its requests that need one answer 403 as IAM does.
         self.owner_missing: set[str] = set()
+        # The most objects one objects.list page holds (Google's default and cap: 1000); lowered
+        # by a test that must see every page read.
+        self.page_limit = 1000
         # Object writes passed on so far, and the number after which further writes are held
         # (None: never), so a test can kill a writer mid-upload: a held write waits for
         # ``release`` and is then refused with a 503 instead of reaching the emulator, as a
@@ -159,38 +211,48 @@ class IamStorageProxy:
                 body = self._body()
                 path = urlsplit(self.path).path
                 token = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-                if not token:
+                known = proxy.identify(token) if token else None
+                if known is None:
                     proxy.log.append((self.command, path, token, False))
-                    message = "Anonymous caller does not have storage.objects.get access to the Google Cloud Storage object."
+                    message, reason = ("Invalid Credentials", "authError") if token else (
+                        "Anonymous caller does not have storage.objects.get access to the Google Cloud Storage "
+                        "object.", "required")
                     self._json(401, {"error": {"code": 401, "message": message, "errors": [
-                        {"message": message, "domain": "global", "reason": "required",
+                        {"message": message, "domain": "global", "reason": reason,
                          "locationType": "header", "location": "Authorization"}]}})
                     return
+                member, scopes = known
+                owner = member == OPERATOR
                 call, refused = contract(self.command, self.path, body)
+                if refused is None and not scopes & set(call.scopes if call else xml_scopes(self.command)):
+                    refused = insufficient_scopes(call) if call else insufficient_scopes(
+                        discovery.check("storage.v1", "GET", "/storage/v1/b/b/o/o", {}, None)[0])
                 if refused is not None:
                     proxy.log.append((self.command, path, token, False))
                     self._json(*refused)
                     return
                 iam = re.fullmatch(r"/storage/v1/b/([^/]+)/iam", path)
-                if iam and token not in proxy.principals and self.command in ("GET", "PUT"):
+                if iam and owner and self.command in ("GET", "PUT"):
                     proxy.log.append((self.command, path, token, True))
                     if self.command == "PUT":
                         proxy.policies[iam[1]] = json.loads(body).get("bindings", [])
+                        proxy.enforced.setdefault(iam[1], []).append((time.monotonic() + proxy.iam_delay(),
+                                                                      proxy.policies[iam[1]]))
                     policy = {"kind": "storage#policy", "resourceId": f"projects/_/buckets/{iam[1]}",
                               "version": 1, "etag": "CAE=", "bindings": proxy.policies.get(iam[1], [])}
                     call.api.check_response(call, 200, policy)
                     self._json(200, policy)
                     return
                 permissions = needed(self.command, path)
-                granted = proxy.granted(token, path)
-                if token not in proxy.principals:
+                granted = proxy.granted(member, path)
+                if owner:
                     granted = {p for p in (permissions or set()) if p not in proxy.owner_missing}
-                allowed = permissions is not None and permissions <= granted if token in proxy.principals \
+                allowed = permissions is not None and permissions <= granted if not owner \
                     else not (permissions or set()) & proxy.owner_missing
                 proxy.log.append((self.command, path, token, allowed))
                 if not allowed:
                     missing = sorted((permissions or {"(unknown request)"}) - granted)
-                    who = proxy.principals.get(token, "user:operator@example.com").split(":", 1)[1]
+                    who = member.split(":", 1)[1]
                     message = (f"{who} does not have {missing[0]} "
                                "access to the Google Cloud Storage bucket. Permission "
                                f"'{missing[0]}' denied on resource (or it may not exist).")
@@ -219,16 +281,21 @@ class IamStorageProxy:
                 connection = http.client.HTTPConnection(*upstream, timeout=60)
                 headers = {k: v for k, v in self.headers.items()
                            if k.lower() not in HOP_BY_HOP and k.lower() not in ("expect", "content-length")}
-                connection.request(self.command, self.path, body=body, headers=headers)
+                listing = call is not None and call.id == "storage.objects.list"
+                connection.request(self.command, whole_list(self.path) if listing else self.path, body=body,
+                                   headers=headers)
                 response = connection.getresponse()
                 data = response.read()
                 if call is not None and "json" in (response.getheader("Content-Type") or "") and data.strip():
                     answer = encoded_links(json.loads(data))
+                    if listing and response.status == 200:
+                        answer = one_page(answer, call.query, proxy.page_limit)
                     call.api.check_response(call, response.status, answer)
                     data = json.dumps(answer).encode()
                 gone = re.fullmatch(r"/storage/v1/b/([^/]+)", path)
                 if gone and self.command == "DELETE" and response.status < 300:
                     proxy.policies.pop(gone[1], None)  # A policy belongs to its bucket.
+                    proxy.enforced.pop(gone[1], None)
                 self._reply(response.status, response.getheaders(), data)
                 connection.close()
 
@@ -250,13 +317,19 @@ class IamStorageProxy:
             self.writes_passed += 1
             return True
 
-    def granted(self, token: str, path: str) -> set[str]:
-        """The permissions ``token``'s member holds on the bucket ``path`` names (JSON or XML API)."""
-        member = self.principals.get(token)
+    def granted(self, member: str, path: str) -> set[str]:
+        """The permissions ``member`` holds on the bucket ``path`` names (JSON or XML API), by the
+        policy IAM enforces now."""
         match = re.match(r"/(?:upload/|download/)?storage/v1/b/([^/]+)", path) or re.match(r"/([^/]+)/", path)
-        if member is None or match is None:
+        if match is None:
             return set()
-        roles = [b["role"] for b in self.policies.get(match[1], []) if member in b.get("members", [])]
+        if match[1] in self.enforced:
+            now = time.monotonic()
+            versions = [bindings for at, bindings in self.enforced[match[1]] if at <= now]
+            bindings = versions[-1] if versions else []
+        else:  # A policy a test wrote straight into ``policies``: in effect.
+            bindings = self.policies.get(match[1], [])
+        roles = [b["role"] for b in bindings if member in b.get("members", [])]
         return permissions_of(roles)
 
     def listen(self, address: str, port: int, context: ssl.SSLContext | None) -> None:

@@ -72,6 +72,29 @@ def not_found(error: GoogleApiError) -> bool:
     return error.status == 404
 
 
+def found_at(url: str, what: str) -> bool:
+    """GET ``url``: False on a 404 (the provider's HandleNotFoundError: gone, so terraform plans it
+    anew); any other refusal fails as "Error reading <what>: ..."."""
+    try:
+        call("GET", url)
+    except GoogleApiError as error:
+        if not_found(error):
+            return False
+        raise fail(f"reading {what}", error) from None
+    return True
+
+
+def delete_at(url: str, what: str) -> dict | None:
+    """DELETE ``url`` and return its answer (an operation, for some APIs); None when it was gone
+    already (a 404), as the provider's deletes treat it; other refusals fail."""
+    try:
+        return call("DELETE", url)
+    except GoogleApiError as error:
+        if not_found(error):
+            return None
+        raise fail(f"deleting {what}", error) from None
+
+
 def fail(action: str, error: GoogleApiError) -> ProviderFailure:
     """`Error creating Network: googleapi: Error 409: ..., alreadyExists`, as the provider words it."""
     return ProviderFailure(f"Error {action}: {error}")

@@ -13,7 +13,7 @@ Ids are the provider's import formats ("projects/{{project}}/global/networks/{{n
 from __future__ import annotations
 
 from tests.world.provider.base import Resource
-from tests.world.provider.google_api import COMPUTE, GoogleApiError, call, fail, not_found, wait_compute
+from tests.world.provider.google_api import COMPUTE, GoogleApiError, call, delete_at, fail, found_at, wait_compute
 from tests.world.provider.servicer import ProviderFailure
 
 SELF_LINK = "https://www.googleapis.com/compute/v1/"
@@ -56,22 +56,12 @@ class ComputeResource(Resource):
         return {}
 
     def read(self, state: dict) -> dict | None:
-        try:
-            call("GET", f"{COMPUTE}/{self.path(state)}/{state['name']}")
-        except GoogleApiError as error:
-            if not_found(error):
-                return None
-            raise fail(f"reading {self.label}", error) from None
-        return state
+        return state if found_at(f"{COMPUTE}/{self.path(state)}/{state['name']}", self.label) else None
 
     def delete(self, state: dict) -> None:
-        try:
-            operation = call("DELETE", f"{COMPUTE}/{self.path(state)}/{state['name']}")
-        except GoogleApiError as error:
-            if not_found(error):
-                return
-            raise fail(f"deleting {self.label}", error) from None
-        wait_compute(operation, self.project(state), f"{self.label} to delete")
+        operation = delete_at(f"{COMPUTE}/{self.path(state)}/{state['name']}", self.label)
+        if operation is not None:
+            wait_compute(operation, self.project(state), f"{self.label} to delete")
 
 
 class Network(ComputeResource):

@@ -31,8 +31,8 @@ import time
 from collections import defaultdict
 
 from tests.world.provider.base import Resource
-from tests.world.provider.google_api import (ARTIFACTS, COMPUTE, IAM, STORAGE, GoogleApiError, call, fail,
-                                             not_found)
+from tests.world.provider.google_api import (ARTIFACTS, COMPUTE, IAM, STORAGE, GoogleApiError, call, delete_at,
+                                             fail, found_at, not_found)
 from tests.world.provider.servicer import ProviderFailure
 
 _POLICY_LOCKS: defaultdict[str, threading.Lock] = defaultdict(threading.Lock)
@@ -88,20 +88,10 @@ class ServiceAccount(Resource):
                 "name": made["name"], "id": made["name"], "unique_id": made["uniqueId"]}
 
     def read(self, state):
-        try:
-            call("GET", self.url(state, state["email"]))
-        except GoogleApiError as error:
-            if not_found(error):
-                return None
-            raise fail("reading service account", error) from None
-        return state
+        return state if found_at(self.url(state, state["email"]), "service account") else None
 
     def delete(self, state):
-        try:
-            call("DELETE", self.url(state, state["email"]))
-        except GoogleApiError as error:
-            if not not_found(error):
-                raise fail("deleting service account", error) from None
+        delete_at(self.url(state, state["email"]), "service account")
 
 
 class CustomRole(Resource):
@@ -124,20 +114,10 @@ class CustomRole(Resource):
         return {**planned, "project": project, "name": made["name"], "id": made["name"], "deleted": False}
 
     def read(self, state):
-        try:
-            call("GET", f"{IAM}/{state['name']}")
-        except GoogleApiError as error:
-            if not_found(error):
-                return None
-            raise fail("reading custom role", error) from None
-        return state
+        return state if found_at(f"{IAM}/{state['name']}", "custom role") else None
 
     def delete(self, state):
-        try:
-            call("DELETE", f"{IAM}/{state['name']}")
-        except GoogleApiError as error:
-            if not not_found(error):
-                raise fail("deleting custom role", error) from None
+        delete_at(f"{IAM}/{state['name']}", "custom role")
 
 
 class PolicyMember(Resource):

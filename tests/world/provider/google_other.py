@@ -17,7 +17,7 @@ import urllib.parse
 
 from tests.world.provider.base import Resource, labels_plan
 from tests.world.provider.instance_body import ATTRIBUTION
-from tests.world.provider.google_api import ARTIFACTS, STORAGE, GoogleApiError, call, fail, not_found
+from tests.world.provider.google_api import ARTIFACTS, STORAGE, GoogleApiError, call, delete_at, fail, found_at
 from tests.world.provider.servicer import ProviderFailure
 
 
@@ -103,13 +103,7 @@ class Bucket(Resource):
                 "storage_class": planned.get("storage_class") or "STANDARD", "project_number": 1}
 
     def read(self, state):
-        try:
-            call("GET", f"{STORAGE}/b/{state['name']}")
-        except GoogleApiError as error:
-            if not_found(error):
-                return None
-            raise fail(f"reading bucket {state['name']}", error) from None
-        return state
+        return state if found_at(f"{STORAGE}/b/{state['name']}", f"bucket {state['name']}") else None
 
     def update(self, prior, planned):
         return planned  # force_destroy lives in the state only, as in the provider.
@@ -122,11 +116,7 @@ class Bucket(Resource):
                                   "`force_destroy` set to true")
         for item in listing:
             call("DELETE", f"{STORAGE}/b/{name}/o/{urllib.parse.quote(item['name'], safe='')}")
-        try:
-            call("DELETE", f"{STORAGE}/b/{name}")
-        except GoogleApiError as error:
-            if not not_found(error):
-                raise fail(f"deleting bucket {name}", error) from None
+        delete_at(f"{STORAGE}/b/{name}", f"bucket {name}")
 
 
 class Repository(Resource):
@@ -169,20 +159,10 @@ class Repository(Resource):
                 **({} if "effective_labels" in planned else labels_plan(planned, None))}
 
     def read(self, state):
-        try:
-            call("GET", f"{ARTIFACTS}/{self.name(state)}")
-        except GoogleApiError as error:
-            if not_found(error):
-                return None
-            raise fail("reading Repository", error) from None
-        return state
+        return state if found_at(f"{ARTIFACTS}/{self.name(state)}", "Repository") else None
 
     def delete(self, state):
-        try:
-            call("DELETE", f"{ARTIFACTS}/{self.name(state)}")
-        except GoogleApiError as error:
-            if not not_found(error):
-                raise fail("deleting Repository", error) from None
+        delete_at(f"{ARTIFACTS}/{self.name(state)}", "Repository")
 
     def import_(self, import_id):
         try:
