@@ -26,9 +26,7 @@ def prefixed(index: int, name: str, line: str, width: int = 9) -> Text:
 
 
 def format_metrics(metrics: dict[str, float]) -> str:
-    """Rates and losses to 4 decimals; the trainer's image counts (images, val_images, ...) whole."""
-    return "  ".join(f"{key} {value:.0f}" if key.endswith("images") else f"{key} {value:.4f}"
-                     for key, value in sorted(metrics.items()))
+    return "  ".join(f"{key} {value:.4f}" for key, value in sorted(metrics.items()))
 
 
 def duration(seconds: float | None) -> str:
