@@ -9,6 +9,9 @@
 3. Encoding: the training input pipeline (trainer/data.py, batches of 32) over raw-pixel shards
    and over JPEG shards of the same images, at 32 px (the default) and at --stored px: images per
    second, and the bytes to upload and read.
+4. One huge image (``--huge`` runs only this): the peak RSS of a process that decodes a
+   90-megapixel PNG to --stored px, with the converter's decoder (trainer/images.py) and with the
+   plain PIL path it replaced (load, convert("RGB"), resize), side by side.
 
 The --large folder repeats the --small one's files (hard links under new names): decoding costs the
 same and only the count grows. Each conversion runs in a fresh process; the numbers are printed as
@@ -66,6 +69,54 @@ print(json.dumps({"images_per_second": batches * 32 / (time.perf_counter() - sta
 """
 
 
+# Decodes one file to SIZE px in a fresh process and reports its peak RSS: "images" is the converter's
+# decoder, "plain" the PIL path it replaced (open, load, convert("RGB"), resize).
+DECODE = """
+import json, resource, sys
+from PIL import Image
+path, size, how = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+Image.MAX_IMAGE_PIXELS = None  # Past PIL's bomb check: the decoding's own cost is measured.
+if how == "images":
+    from trainer.images import load_image
+    pixels = load_image(path, size)
+else:
+    with Image.open(path) as image:
+        image.load()
+        pixels = image.convert("RGB").resize((size, size), Image.BILINEAR)
+print(json.dumps({"peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+HUGE_SIDE = 9500  # 90.25 megapixels, just above PIL's 89.5-megapixel warning.
+# A smooth RGB picture of that size (it compresses: a 7 MB file).
+MAKE_HUGE = """
+import sys
+import numpy as np
+from PIL import Image
+path, side = sys.argv[1], int(sys.argv[2])
+ramp = np.linspace(0, 255, side, dtype=np.float32)
+pixels = np.stack([np.add.outer(ramp, ramp) / 2, np.add.outer(ramp, 255 - ramp) / 2,
+                   np.broadcast_to(ramp, (side, side))], axis=-1).astype(np.uint8)
+Image.fromarray(pixels).save(path, compress_level=1)
+"""
+
+
+def huge_image(root: Path, stored: int) -> None:
+    """Peak RSS decoding one 90-megapixel PNG, the converter's decoder against the plain PIL path.
+    The PNG is made in a process of its own: a child's peak RSS counts its parent's pages from
+    before its exec, and this one's must stay small."""
+    path = root / "huge.png"
+    subprocess.run([sys.executable, "-c", MAKE_HUGE, str(path), str(HUGE_SIDE)], check=True)
+    print(f"\none {HUGE_SIDE} x {HUGE_SIDE} PNG ({HUGE_SIDE ** 2 / 1e6:.1f} megapixels, "
+          f"{path.stat().st_size / 2 ** 20:.0f} MB file) to {stored} px, each in a fresh process:\n")
+    print("| decoder | peak RSS |")
+    print("|---|---:|")
+    for how, label in (("plain", "plain PIL: load, convert(\"RGB\"), resize"), ("images", "trainer/images.py")):
+        result = subprocess.run([sys.executable, "-c", DECODE, str(path), str(stored), how], cwd=REPO,
+                                capture_output=True, text=True)
+        if result.returncode != 0:
+            raise SystemExit(result.stderr[-3000:])
+        print(f"| {label} | {json.loads(result.stdout.strip().splitlines()[-1])['peak_mb']:.0f} MB |", flush=True)
+
+
 def make_folder(root: Path, count: int, size: int) -> Path:
     """``count`` JPEG files of the shapes set, ``size`` px, 4 classes."""
     from trainer.synthetic import write_image_folder
@@ -112,9 +163,13 @@ def main() -> None:
     parser.add_argument("--large", type=int, default=20000)
     parser.add_argument("--batches", type=int, default=60, help="pipeline batches timed per row")
     parser.add_argument("--rounds", type=int, default=5, help="alternating rounds of the speed comparison")
+    parser.add_argument("--huge", action="store_true", help="only the 90-megapixel image")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-data-") as tmp:
         root = Path(tmp)
+        if args.huge:
+            huge_image(root, args.stored)
+            return
         started = time.time()
         small = make_folder(root / "small", args.small, args.size)
         large = repeat_folder(small, root / "large", args.large // args.small)
@@ -160,6 +215,7 @@ def main() -> None:
                 convert(small, out, stored, processes=2, encoding=encoding)
                 rate = pipeline(out, args.batches)
                 print(f"| {stored} | {encoding} | {shard_bytes(out) / 2 ** 20:.1f} MB | {rate:,.0f} |", flush=True)
+        huge_image(root, args.stored)
 
 
 if __name__ == "__main__":

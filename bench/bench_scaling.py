@@ -73,7 +73,7 @@ def cpu_between(samples: list[tuple[float, float]], start: float, end: float) ->
     return at(end) - at(start)
 
 
-def one_run(env: dict, state: Path, workers: int, steps: int) -> dict:
+def one_run(env: dict, state: Path, workers: int, steps: int, extra: tuple[str, ...] = ()) -> dict:
     runs = state / "runs" / "default"
     before = set(runs.glob("*")) if runs.exists() else set()
 
@@ -86,7 +86,7 @@ def one_run(env: dict, state: Path, workers: int, steps: int) -> dict:
     sampler = threading.Thread(target=sample_workers, args=(run_dir_of, stop, samples), daemon=True)
     sampler.start()
     result = subprocess.run([sys.executable, "-m", "invoke", "train", "--workers", str(workers), "--",
-                             "--epochs", "2", "--steps-per-epoch", str(steps)],
+                             "--epochs", "2", "--steps-per-epoch", str(steps), *extra],
                             cwd=REPO, env=env, capture_output=True, text=True)
     stop.set()
     sampler.join()
@@ -103,6 +103,7 @@ def one_run(env: dict, state: Path, workers: int, steps: int) -> dict:
     floor = CORES * images / cpu if cpu > 0 else None
     speed = summary["throughput"]
     return {"workers": workers, "images_per_second": speed["global_images_per_second"],
+            "wall_images_per_second": speed.get("wall_images_per_second"),
             "per_worker": statistics.mean(speed["per_worker_images_per_second"].values()),
             "median_step_ms": speed["median_step_seconds"] * 1000,
             "efficiency": (summary.get("scaling") or {}).get("efficiency"),

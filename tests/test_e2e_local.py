@@ -67,7 +67,13 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
                     if e["event"] == "strategy"][0]
         assert strategy["replicas_in_sync"] == 3 and strategy["num_workers"] == 3
         tasks.add((strategy["task_type"], strategy["task_id"]))
+        # 3 epochs read the 6 MB of records three times: each worker keeps its share in memory after
+        # the first pass (the 1-worker run's 6 steps read less than one pass: nothing to cache).
+        assert strategy["cache"] is True and strategy["precision"] == "float32"
     assert tasks == {("chief", 0), ("worker", 0), ("worker", 1)}
+    assert "precision float32 (auto: no GPU), XLA off, 1 step(s) per execution, training data cached in memory" \
+        in result.stdout
+    assert [e for e in events_of((one_dir / "worker-0.log").read_text()) if e["event"] == "strategy"][0]["cache"] is False
 
     # Only the chief's output directory holds the model, the SavedModel at its root (AIP_MODEL_DIR's,
     # as Vertex AI reads it); non-chief scratch dirs are gone.
@@ -98,8 +104,10 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
         pytest.approx(plan["effective"] * 0.5 * (1 + math.cos(math.pi * (e["epoch"] * steps - 1) / (3 * steps))),
                       rel=1e-4) for e in ends]
     # Validation is one pass over the whole held-out split each epoch: 320 images, the last batches
-    # partial and uneven (16 shards over 3 workers), each scored once.
-    assert [e["metrics"]["val_images"] for e in ends] == [320.0] * 3
+    # partial and uneven (16 shards over 3 workers), each scored once (each worker counts its own).
+    scored = [[e["held_out_images"] for e in events_of((run_dir / f"worker-{index}.log").read_text())
+               if e["event"] == "epoch_end"] for index in range(3)]
+    assert [sum(epoch) for epoch in zip(*scored)] == [320] * 3, scored
     # Throughput in both summaries, per epoch and per worker, with each worker's GPU use.
     check_run_speed(one_dir, one_run, 1)
     check_run_speed(run_dir, run, 3)

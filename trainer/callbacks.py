@@ -9,6 +9,8 @@ figures are the same whatever N.
 
 from __future__ import annotations
 
+import threading
+
 from trainer import lr
 from trainer.events import emit
 
@@ -51,12 +53,44 @@ def backup_callback(keras, backup_dir: str, every_steps: int | None, steps_per_e
     return Backup(backup_dir=backup_dir, save_freq=every_steps or "epoch", save_before_preemption=on_gpu)
 
 
-def event_callback(keras, epochs: int, steps_per_epoch: int, global_batch: int, gpu_sampler=None):
+class ImageCounter:
+    """Counts the images this worker's held-out pipeline hands to evaluation: a py_function per
+    batch, after the pipeline's last stage, no collective. Each worker reports its own count in its
+    events; together they are the images the cluster scored (an empty batch MultiWorkerMirroredStrategy
+    makes up for a worker whose share ended comes from no pipeline, and counts nothing)."""
+
+    def __init__(self):
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def counted(self, tf, dataset):
+        def add(images) -> int:
+            with self._lock:
+                self._count += int(images)
+            return 0
+
+        def mark(images, labels):
+            token = tf.py_function(add, [tf.shape(images)[0]], tf.int64)
+            with tf.control_dependencies([token]):
+                return tf.identity(images), tf.identity(labels)
+
+        return dataset.map(mark)
+
+    def take(self) -> int:
+        """The images counted since the last take."""
+        with self._lock:
+            count, self._count = self._count, 0
+        return count
+
+
+def event_callback(keras, epochs: int, steps_per_epoch: int, global_batch: int, gpu_sampler=None,
+                   held_out: ImageCounter | None = None):
     """A Keras callback that reports progress as TFCLUSTER_EVENT lines: the first step of each
     process (with the epoch and step it starts at: after a restore, where the backup left off),
     about ten steps per epoch, and each epoch's begin and end. Step events carry the global batch
-    (images per step, for throughput); epoch ends carry the rate of the epoch's last step and, with
-    a sampler, the GPU utilisation."""
+    (images per step, for throughput); epoch ends carry the rate of the epoch's last step, the
+    held-out images this worker scored in the epoch (``held_out_images``) and, with a sampler, the
+    GPU utilisation."""
     every = max(1, steps_per_epoch // 10)
 
     class _Events(keras.callbacks.Callback):
@@ -87,6 +121,8 @@ def event_callback(keras, epochs: int, steps_per_epoch: int, global_batch: int, 
         def on_epoch_end(self, epoch, logs=None):
             metrics = {key: float(value) for key, value in (logs or {}).items()}
             extra = {"gpu": gpu_sampler.take_epoch()} if gpu_sampler else {}
+            if held_out is not None:
+                extra["held_out_images"] = held_out.take()
             emit("epoch_end", epoch=epoch + 1, epochs=epochs, metrics=metrics,
                  learning_rate=lr.current_rate(self.model.optimizer), **extra)
 

@@ -44,22 +44,24 @@ def scale_and_resize(tf, images, image_size: int):
     training pipeline knows its sizes when it is built and the serving signatures check them per
     batch, so both see the same pixels for the same image.
     """
-    images = tf.cast(images, tf.float32)
+    # A product, not a division: grappler may turn x / 255 into x * (1 / 255) in one graph and not in
+    # another, one float32 ulp apart; written as the product, training and serving compute the same.
+    scaled = tf.cast(images, tf.float32) * (1.0 / 255.0)
     height, width = images.shape[1], images.shape[2]
     if height is None or width is None:  # Serving: any size, known per batch.
         shape = tf.shape(images)
-        images = tf.cond(tf.logical_and(tf.equal(shape[1], image_size), tf.equal(shape[2], image_size)),
-                         lambda: images, lambda: _resize(tf, images, image_size))
-        images.set_shape([None, image_size, image_size, None])
+        scaled = tf.cond(tf.logical_and(tf.equal(shape[1], image_size), tf.equal(shape[2], image_size)),
+                         lambda: scaled, lambda: _resize(tf, scaled, image_size))
+        scaled.set_shape([None, image_size, image_size, None])
     elif (height, width) != (image_size, image_size):
-        images = _resize(tf, images, image_size)
-    # A product, not a division: grappler may turn x / 255 into x * (1 / 255) in one graph and not in
-    # another, one float32 ulp apart; written as the product, training and serving compute the same.
-    return tf.clip_by_value(images * (1.0 / 255.0), 0.0, 1.0)
+        scaled = _resize(tf, scaled, image_size)
+    return scaled
 
 
-def _resize(tf, images, image_size: int):
-    return tf.image.resize(images, [image_size, image_size], antialias=True)
+def _resize(tf, scaled, image_size: int):
+    """Antialiased bilinear weights are positive and sum to 1: values stay in [0, 1] but for
+    rounding, which the clip removes."""
+    return tf.clip_by_value(tf.image.resize(scaled, [image_size, image_size], antialias=True), 0.0, 1.0)
 
 
 def build_serving_module(tf, model, image_size: int, classes: list[str]):

@@ -30,36 +30,22 @@ def _int_at_least(minimum: int):
     return parse
 
 
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 (got {value})")
-    return value
+def _float_where(holds, rule: str):
+    """An argparse type: a number for which ``holds`` is true, else "must be <rule>"."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+        if not holds(value):
+            raise argparse.ArgumentTypeError(f"must be {rule} (got {value})")
+        return value
+    return parse
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0 (got {value})")
-    return value
-
-
-def _fraction(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value < 1:
-        raise argparse.ArgumentTypeError(f"must be in [0, 1) (got {value})")
-    return value
-
-
+_positive_float = _float_where(lambda value: value > 0, "> 0")
+_non_negative_float = _float_where(lambda value: value >= 0, ">= 0")
+_fraction = _float_where(lambda value: 0 <= value < 1, "in [0, 1)")
 
 
 def parse_args(argv=None) -> argparse.Namespace:

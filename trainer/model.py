@@ -1,4 +1,4 @@
-"""The model the trainer builds, the precision it computes in, and the metric that counts images.
+"""The model the trainer builds, the precision it computes in, and its evaluation step.
 
 Precision (``--precision``): ``auto`` picks what the GPUs' tensor cores compute fastest, from
 their CUDA compute capability (NVIDIA's CUDA GPUs table): ``mixed_bfloat16`` from 8.0 (A100 8.0,
@@ -71,40 +71,6 @@ def build_model(keras, name: str, num_classes: int, image_size: int, weights: st
     # Softmax in float32: float16 logits lose precision under mixed precision.
     outputs = keras.layers.Dense(num_classes, activation="softmax", dtype="float32")(x)
     return keras.Model(inputs, outputs, name=f"tfcluster_{name}")
-
-
-def images_metric(keras, tf):
-    """A metric that counts the images it was given: "images" (trained) and "val_images" (scored)
-    in each epoch's logs. Its variable sums over every replica of every worker, as tf_keras
-    metrics do, so val_images is the held-out images the whole cluster scored."""
-    class Images(keras.metrics.Metric):
-        def __init__(self, name="images", **kwargs):
-            super().__init__(name=name, **kwargs)
-            self.count = self.add_weight(name="count", initializer="zeros")
-
-        def update_state(self, y_true, y_pred, sample_weight=None):
-            self.count.assign_add(tf.cast(tf.shape(y_true)[0], self.dtype))
-
-        def result(self):
-            return self.count
-
-    return Images()
-
-
-def unsaved_metric(model, metric) -> None:
-    """Leave ``metric`` out of the compile settings model.keras keeps: it counts for the logs, and a
-    saved model must load where trainer/ is not (its class would be unknown there)."""
-    compile_config = model.get_compile_config
-
-    def without():
-        config = compile_config()
-        if config and config.get("metrics"):  # Serialized already: {"class_name", "config", ...}.
-            config["metrics"] = [kept for kept in config["metrics"] if not (
-                isinstance(kept, dict) and kept.get("class_name") == type(metric).__name__
-                and kept.get("config", {}).get("name") == metric.name)]
-        return config
-
-    model.get_compile_config = without
 
 
 def skip_empty_batches(keras, tf, model) -> None:

@@ -30,13 +30,13 @@ import time
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from trainer import lr  # noqa: E402
-from trainer.callbacks import BestEpoch, backup_callback, evaluate, event_callback, validation_callback  # noqa: E402
+from trainer.callbacks import (BestEpoch, ImageCounter, backup_callback, evaluate, event_callback,  # noqa: E402
+                               validation_callback)
 from trainer.events import emit  # noqa: E402
 from trainer.flags import config_hash, parse_args  # noqa: E402,F401 (parse_args: the trainer's CLI)
 from trainer.gpu import GpuSampler  # noqa: E402
 from trainer.input_watch import InputWatch  # noqa: E402
-from trainer.model import (build_model, choose_precision, gpu_capabilities, images_metric,  # noqa: E402
-                           skip_empty_batches, unsaved_metric)
+from trainer.model import build_model, choose_precision, gpu_capabilities, skip_empty_batches  # noqa: E402
 
 
 def data_fingerprint(manifest: dict) -> str:
@@ -114,8 +114,10 @@ def main(argv=None) -> int:
     input_watch = InputWatch(keras, steps_per_execution=args.steps_per_execution, steps_per_epoch=steps_per_epoch)
     train_ds = input_watch.counted(tf, data.make_dataset(args.data_dir, "train", global_batch, image_size,
                                                          num_workers, seed=args.seed, cache=cache))
-    held_out = {split: data.make_dataset(args.data_dir, split, global_batch, image_size, num_workers,
-                                         training=False, cache=cache)
+    # The held-out images each worker scores, counted where its pipeline hands them over.
+    scored = {split: ImageCounter() for split in ("val", "test")}
+    held_out = {split: scored[split].counted(tf, data.make_dataset(args.data_dir, split, global_batch, image_size,
+                                                                   num_workers, training=False, cache=cache))
                 for split in ("val", "test") if counts[split]}
 
     # Python's, NumPy's and TensorFlow's global seeds: without them the initial weights differ on
@@ -124,11 +126,9 @@ def main(argv=None) -> int:
     with strategy.scope():
         model = build_model(keras, args.model, num_classes, image_size, args.weights,
                             args.width, args.depth, args.dropout)
-        images = images_metric(keras, tf)  # "images" and "val_images" in each epoch's logs.
         model.compile(optimizer=lr.build_optimizer(keras, lr_plan, args.weight_decay),
-                      loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy", images],
+                      loss=keras.losses.SparseCategoricalCrossentropy(), metrics=["accuracy"],
                       jit_compile=args.xla, steps_per_execution=args.steps_per_execution)
-    unsaved_metric(model, images)
     skip_empty_batches(keras, tf, model)
 
     # Non-chief workers must still write (saving runs collectives) but to a throwaway place.
@@ -138,7 +138,7 @@ def main(argv=None) -> int:
     tensorboard_dir = args.tensorboard_dir if chief else os.path.join(scratch, "tensorboard")
     gpu_sampler = GpuSampler.start_if_available()
     best = BestEpoch(keras, args.early_stopping)
-    events = event_callback(keras, args.epochs, steps_per_epoch, global_batch, gpu_sampler)
+    events = event_callback(keras, args.epochs, steps_per_epoch, global_batch, gpu_sampler, scored["val"])
     # fit validates itself, one full pass each epoch, unless it runs several steps per call (see
     # trainer/callbacks.py's evaluate): then a callback placed first does, for the ones after it.
     own_validation = args.steps_per_execution > 1 and "val" in held_out
@@ -170,26 +170,26 @@ def main(argv=None) -> int:
     final = {key: float(values[at]) for key, values in history.history.items() if values}
     best.restore(model)
     if "test" in held_out:
-        scored = evaluate(model, held_out["test"])
-        final.update({f"test_{key}": float(value) for key, value in scored.items()})
+        final.update({f"test_{key}": float(value) for key, value in evaluate(model, held_out["test"]).items()})
 
     model_dir = args.model_dir if chief else os.path.join(scratch, "model")
-    export_base = args.export_base if chief or not args.export_base else os.path.join(scratch, "versions")
     keras_path = export.save_keras(tf, model, model_dir)
     emit("export", path=keras_path if chief else None)  # Each finished save is progress (stall limit).
     # The model ready to serve: raw JPEG/PNG or uint8 in, at model_dir's root (trainer/export.py).
     saved_model_path = export.export(tf, model, model_dir, image_size, manifest["classes"])
     emit("export", path=saved_model_path if chief else None)
-    versioned = (export.export_version(tf, saved_model_path, export_base) if export_base else None)
+    # A copy of files (no collective): the chief's alone.
+    versioned = export.export_version(tf, saved_model_path, args.export_base) if chief and args.export_base else None
     if versioned:
-        emit("export", path=versioned if chief else None)
+        emit("export", path=versioned)
     if scratch:
         shutil.rmtree(scratch, ignore_errors=True)
         emit("scratch_removed", path=scratch)
 
     emit("done", chief=chief, model_dir=model_dir if chief else None, keras_path=keras_path if chief else None,
-         saved_model_path=saved_model_path if chief else None, versioned_path=versioned if chief else None,
+         saved_model_path=saved_model_path if chief else None, versioned_path=versioned,
          metrics=final, best_epoch=best.epoch, epochs_run=epochs_run, stopped_early=best.stopped_at is not None,
+         test_images=scored["test"].take(),  # This worker's share of the test split.
          signatures=export.describe_signatures(tf, saved_model_path) if chief else None,
          chance=1.0 / num_classes, classes=manifest["classes"], train_seconds=train_seconds)
     if chief:
@@ -198,8 +198,7 @@ def main(argv=None) -> int:
             print(f"validation accuracy {best.best:.3f} (chance {1.0 / num_classes:.3f}) at epoch {best.epoch}, "
                   f"the best of {epochs_run}: exported{stopped}", flush=True)
         if "test_accuracy" in final:
-            print(f"test accuracy {final['test_accuracy']:.3f} on {int(final.get('test_images', 0))} held-out images",
-                  flush=True)
+            print(f"test accuracy {final['test_accuracy']:.3f} on the {counts['test']} test images", flush=True)
     return 0
 
 
