@@ -83,7 +83,8 @@ class ProjectApisServer:
                 query = parse_qs(parsed.query)
                 code, payload = discovery.serve(
                     server_ref.document(host, parsed.path), self.command, parsed.path, query, body,
-                    lambda call: server_ref.route(host, self.command, parsed.path, query, body, dict(self.headers)))
+                    lambda call: compute_auth.scope_refusal(server_ref.compute, dict(self.headers), call)
+                    or server_ref.route(host, self.command, parsed.path, query, body, dict(self.headers)))
                 send_json(self, code, payload)
 
             do_GET = do_POST = _serve
