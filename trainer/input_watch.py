@@ -9,6 +9,11 @@ reported once as an ``input_wait`` event, which the launcher reads when it names
 (tfcluster/stall.py). It is not progress. Each process's first step is not watched: it includes
 tracing and compilation, which can take minutes on a GPU.
 
+Held-out batches are watched the same way (``counted`` on the validation split, the callback's
+``on_test_batch_begin``): a validation read that hangs stops every worker at the epoch's end, after
+its last training step, which is the step the event names. The first evaluation call is not watched
+either (it traces the test function).
+
 A peer blocked in the all-reduce can report one too: its pipeline, a full buffer ahead, hands on
 nothing while its step cannot finish. So the event also says how far the pipeline is ahead of the
 steps (``ahead``: batches handed on minus steps begun). Every worker takes the same batches per step,
@@ -40,6 +45,8 @@ class InputWatch:
         self.begun = 0  # Training steps begun in this process (a call of the step function runs up to
         # steps_per_execution of them: the epoch's last call may run fewer).
         self.calls = 0  # Calls of the step function begun (the first one traces and is not watched).
+        self.test_calls = 0  # Calls of the evaluation function begun (likewise).
+        self.watched = False  # Whether the newest call begun is watched (not a first, tracing one).
         self.began_at = 0.0  # When the newest step began (time.time()).
         self.step = 0  # The newest step's number in its epoch, as reported.
         self.reported = 0  # The newest step reported as waiting (once each).
@@ -56,6 +63,15 @@ class InputWatch:
                     watch.began_at = time.time()
                     watch.handed_at_begin = watch.handed
                     watch.step = int(batch) + 1
+                    watch.watched = watch.calls > 1
+
+            def on_test_batch_begin(self, batch, logs=None):  # The step stays the last training one.
+                with watch._lock:
+                    watch.test_calls += 1
+                    watch.begun += 1
+                    watch.began_at = time.time()
+                    watch.handed_at_begin = watch.handed
+                    watch.watched = watch.test_calls > 1
 
         self.callback = _Begun()
         self._thread = threading.Thread(target=self._run, name="tfcluster-input-watch", daemon=True)
@@ -86,7 +102,7 @@ class InputWatch:
         """(the step, seconds waited, batches handed on minus steps begun) when no batch was handed
         on since the newest step began, wait_seconds ago or more."""
         with self._lock:
-            if self.calls <= 1 or self.handed > self.handed_at_begin or self.reported == self.begun:
+            if not self.watched or self.handed > self.handed_at_begin or self.reported == self.begun:
                 return None
             waited = now - self.began_at
             if waited < self.wait_seconds:

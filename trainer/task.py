@@ -114,11 +114,14 @@ def main(argv=None) -> int:
     input_watch = InputWatch(keras, steps_per_execution=args.steps_per_execution, steps_per_epoch=steps_per_epoch)
     train_ds = input_watch.counted(tf, data.make_dataset(args.data_dir, "train", global_batch, image_size,
                                                          num_workers, seed=args.seed, cache=cache))
-    # The held-out images each worker scores, counted where its pipeline hands them over.
+    # The held-out images each worker scores, counted where its pipeline hands them over; the
+    # validation batches are watched as the training ones are (a hung read at an epoch's end).
     scored = {split: ImageCounter() for split in ("val", "test")}
     held_out = {split: scored[split].counted(tf, data.make_dataset(args.data_dir, split, global_batch, image_size,
                                                                    num_workers, training=False, cache=cache))
                 for split in ("val", "test") if counts[split]}
+    if "val" in held_out:
+        held_out["val"] = input_watch.counted(tf, held_out["val"])
 
     # Python's, NumPy's and TensorFlow's global seeds: without them the initial weights differ on
     # every run (measured on the shapes set after 3 epochs: validation accuracy 0.44 to 0.62).
@@ -143,7 +146,7 @@ def main(argv=None) -> int:
     # trainer/callbacks.py's evaluate): then a callback placed first does, for the ones after it.
     own_validation = args.steps_per_execution > 1 and "val" in held_out
     callbacks = [
-        *([validation_callback(keras, held_out["val"], [events])] if own_validation else []),
+        *([validation_callback(keras, held_out["val"], [events, input_watch.callback])] if own_validation else []),
         # Every worker passes the same backup dir; tf_keras lets only the chief keep it.
         backup_callback(keras, args.checkpoint_dir, args.backup_every_steps, steps_per_epoch,
                         on_gpu=bool(tf.config.list_physical_devices("GPU"))),
