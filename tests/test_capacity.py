@@ -5,6 +5,7 @@ reservations.py, tfcluster/provisioning.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import subprocess
@@ -497,6 +498,16 @@ def test_a_wait_ends_on_ctrl_c_and_nothing_is_left(tmp_path):
     assert waits == ["Flex-start capacity for 3 x a3-highgpu-1g in us-west1-b", ""]  # Pending, then not.
     # The refused try's VMs removed, then the zone's again on Ctrl-C (each with the ledger brought up to date).
     assert calls.count(("apply",)) == 1 and calls.count(("sync", "delete")) == 2, calls
+    # --capacity-wait 0: one try, no wait, no pending record.
+    waits.clear()
+    once = Maker(Terraform(), SimpleNamespace(list_cluster=lambda zone, name: []), {"zone": WEST,
+                 "bucket_location": "US-WEST1", "registry_location": "us-west1"},
+                 dataclasses.replace(settings, capacity_wait_minutes=0.0), said.append, record=lambda zone: None,
+                 sync=lambda zone, own: None, waiting=lambda *pending: waits.append(pending), sleep=interrupted)
+    with pytest.raises(ClusterError, match=r"^no Flex-start capacity for 3 x a3-highgpu-1g in us-west1-b "
+                                           r"\(--capacity-wait 0: asked once\); no VM is left"):
+        once.make([Step(WEST, Choice("flex-start"))])
+    assert waits == []
 
 
 def test_down_ends_a_waiting_up_and_waits_for_it(tmp_path):

@@ -203,6 +203,10 @@ class Maker:
         until = self.clock() + minutes * 60
         what = (f"Flex-start capacity for {settings.workers} x {settings.machine_type} in "
                 f"{', '.join(step.zone for step in flex)}")
+        if minutes <= 0:  # --capacity-wait 0: each zone was asked once.
+            raise ClusterError(f"no {what} (--capacity-wait 0: asked once); no VM is left. Run `invoke up` again "
+                               "later, give --capacity-wait minutes to wait, add zones, or allow other provisioning "
+                               "(--capacity auto, --spot); `invoke down` removes the bucket and network")
         self.announce(f"waiting for {what}, up to {minutes:g} min (--capacity-wait); Ctrl-C or `invoke down` "
                       "cancels it, and no VM is left")
         delay = float(settings.capacity_wait_seconds)
