@@ -11,8 +11,10 @@ tracing and compilation, which can take minutes on a GPU.
 
 Held-out batches are watched the same way (``counted`` on the validation split, the callback's
 ``on_test_batch_begin``): a validation read that hangs stops every worker at the epoch's end, after
-its last training step, which is the step the event names. The first evaluation call is not watched
-either (it traces the test function).
+its last training step, which is the step the event names. Every evaluation call is watched, the
+first too: the first validation read of a run is one that can hang, the test function traces in
+far less than ``wait_seconds`` (no gradients), and a wait reported in error names a worker only if
+the run then stalls.
 
 A peer blocked in the all-reduce can report one too: its pipeline, a full buffer ahead, hands on
 nothing while its step cannot finish. So the event also says how far the pipeline is ahead of the
@@ -45,7 +47,6 @@ class InputWatch:
         self.begun = 0  # Training steps begun in this process (a call of the step function runs up to
         # steps_per_execution of them: the epoch's last call may run fewer).
         self.calls = 0  # Calls of the step function begun (the first one traces and is not watched).
-        self.test_calls = 0  # Calls of the evaluation function begun (likewise).
         self.watched = False  # Whether the newest call begun is watched (not a first, tracing one).
         self.began_at = 0.0  # When the newest step began (time.time()).
         self.step = 0  # The newest step's number in its epoch, as reported.
@@ -67,11 +68,10 @@ class InputWatch:
 
             def on_test_batch_begin(self, batch, logs=None):  # The step stays the last training one.
                 with watch._lock:
-                    watch.test_calls += 1
                     watch.begun += 1
                     watch.began_at = time.time()
                     watch.handed_at_begin = watch.handed
-                    watch.watched = watch.test_calls > 1
+                    watch.watched = True
 
         self.callback = _Begun()
         self._thread = threading.Thread(target=self._run, name="tfcluster-input-watch", daemon=True)
