@@ -112,6 +112,19 @@ def test_an_on_demand_job_has_no_spot_strategy():
     assert jobspec.job_body(spot=False, **args)["jobSpec"]["scheduling"] == {"timeout": "60s",
                                                                                "restartJobOnWorkerRestart": True}
     assert jobspec.job_body(spot=True, **args)["jobSpec"]["scheduling"]["strategy"] == "SPOT"
+    # --provisioning flex-start: Dynamic Workload Scheduler, waiting up to --capacity-wait, the timeout within
+    # its 7 days, and Vertex AI's 0 (wait without end) never sent (schedule-jobs-dws). The body is one
+    # aiplatform.v1's customJobs.create takes.
+    flex = jobspec.job_body(spot=False, flex_start_wait_minutes=45, **{**args, "timeout_seconds": 30 * 24 * 3600})
+    assert flex["jobSpec"]["scheduling"] == {"timeout": f"{7 * 24 * 3600}s", "restartJobOnWorkerRestart": True,
+                                             "strategy": "FLEX_START", "maxWaitDuration": "2700s"}
+    once = jobspec.job_body(spot=False, flex_start_wait_minutes=0, **args)["jobSpec"]["scheduling"]
+    assert once["maxWaitDuration"] == "60s" and once["timeout"] == "60s"
+    from tests.world import discovery
+
+    call, refused = discovery.check("aiplatform.v1", "POST", "/v1/projects/demo-project/locations/us-west1/customJobs",
+                                    {}, flex)
+    assert refused is None and call is not None, refused
     assert [pool["replicaCount"] for pool in jobspec.job_body(spot=False, **args)["jobSpec"]["workerPoolSpecs"]] == ["1"]
     assert preflight.quota_metric("t4", False) == "aiplatform.googleapis.com/custom_model_training_nvidia_t4_gpus"
     on_demand, spot = (money.replica_rates("n1-standard-8", "t4", 1, flag) for flag in (False, True))

@@ -44,11 +44,12 @@ FLEX_PAGE = "https://cloud.google.com/compute/docs/instances/about-flex-start-vm
 # The flags' help (tfcluster/cli.py: `up` and `check`).
 UP_HELP = {
     "spot": "gcp: SPOT VMs (cheaper; may be stopped by Google); --provisioning spot",
-    "provisioning": "gcp: standard (default), spot, or flex-start (waits for capacity, runs at most 7 days, "
+    "provisioning": "gcp, vertex: standard (default), spot, or flex-start (waits for capacity, runs at most 7 days, "
                     "discounted; A2, A3 and G2 types)",
     "reservation": "gcp: the reservation on-demand VMs consume: any (default), none, or its name",
     "capacity": "gcp: auto tries, per zone, a matching reservation, Spot (with --spot), on-demand, then Flex-start",
-    "capacity_wait": "gcp: minutes to wait for Flex-start capacity (default 30; 0 asks once per zone)"}
+    "capacity_wait": "gcp, vertex: minutes to wait for Flex-start capacity (default 30; 0 asks once per zone, "
+                     "a minute on vertex)"}
 CHECK_HELP = {"provisioning": "gcp: check for standard, spot or flex-start VMs",
               "reservation": "gcp: check this reservation (exists in the zone, matches, has room)"}
 

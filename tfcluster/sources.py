@@ -61,9 +61,9 @@ BACKEND_FLAGS = {
     "hosts": ("ssh",), "ssh_user": ("ssh",), "ssh_key": ("ssh",), "known_hosts": ("ssh",),
     "trust_new_hosts": ("ssh",), "tf_port": ("ssh", "gcp"), "oracle_port": ("ssh", "gcp"),
     "idle_minutes": ("ssh", "gcp"), "idle_action": ("ssh", "gcp"),
-    **dict.fromkeys(("operator_cidr", "budget", "boot_image", "provisioning", "reservation", "capacity",
-                     "capacity_wait"), ("gcp",)),
-    **dict.fromkeys(("project", "zone", "gpu", "gpu_count", "machine_type", "spot", "max_run_hours"), ("gcp", "vertex")),
+    **dict.fromkeys(("operator_cidr", "budget", "boot_image", "reservation", "capacity"), ("gcp",)),
+    **dict.fromkeys(("project", "zone", "gpu", "gpu_count", "machine_type", "spot", "max_run_hours", "provisioning",
+                     "capacity_wait"), ("gcp", "vertex")),
     "region": ("vertex",),
 }
 

@@ -24,6 +24,7 @@ from tfcluster.backends.local import PROJECT_ROOT, LocalHost
 from tfcluster.backends.vertex import jobspec, money, preflight, stage
 from tfcluster.backends.vertex.api import ENDED, Jobs, Logs
 from tfcluster.backends.vertex.job import VertexJob
+from tfcluster import provisioning
 from tfcluster.errors import ClusterError, ConfigError
 from tfcluster.state import ClusterState, HostRecord
 
@@ -116,7 +117,10 @@ class VertexBackend(Backend):
         (terraform.workdir / "vertex.json").write_text(json.dumps({
             "region": region, "service_account": outputs["jobs_service_account"],
             "machine_type": settings.machine_type, "gpu": settings.gpu, "gpu_count": settings.gpu_count,
-            "spot": settings.spot, "boot_disk_gb": settings.boot_disk_gb, "max_run_hours": settings.max_run_hours},
+            "spot": settings.spot, "boot_disk_gb": settings.boot_disk_gb, "max_run_hours": settings.max_run_hours,
+            # --provisioning flex-start: each job waits up to these minutes for its GPUs (jobspec.py).
+            "flex_start_wait_minutes": (settings.capacity_wait_minutes
+                                        if settings.provisioning == provisioning.FLEX_START else None)},
             indent=2, sort_keys=True))
         records = [HostRecord(name=f"worker-{i}", address=jobspec.task_of(i), tf_port=TF_PORT)
                    for i in range(settings.workers)]
@@ -237,7 +241,8 @@ class VertexBackend(Backend):
                                     image=spec.image, bundles=bundles, argv=spec.argv, env=env, machine=machine,
                                     bucket=cluster.bucket, service_account=config["service_account"],
                                     timeout_seconds=int(timeout), spot=config["spot"],
-                                    boot_disk_gb=config["boot_disk_gb"])
+                                    boot_disk_gb=config["boot_disk_gb"],
+                                    flex_start_wait_minutes=config.get("flex_start_wait_minutes"))
 
         folder = self._store.run_dir(run_id)
 

@@ -14,6 +14,12 @@ From the CustomJob reference (aiplatform.v1) and https://cloud.google.com/vertex
 - scheduling: timeout (the --budget's time at the cluster's rate, or max_run_hours), strategy SPOT
   with --spot, and restartJobOnWorkerRestart always, since MultiWorkerMirroredStrategy cannot
   lose a worker: when one restarts (a Spot preemption), every replica starts again;
+- with --provisioning flex-start, strategy FLEX_START (Dynamic Workload Scheduler) and
+  maxWaitDuration, the --capacity-wait minutes; from
+  https://cloud.google.com/vertex-ai/docs/training/schedule-jobs-dws: L4, A100 or H100 GPUs (the
+  config's Flex-start rule: G2, A2, A3), a timeout of 7 days or less (capped here), one machine
+  configuration for every pool (always here), and a maxWaitDuration of 0 waits without end, so
+  --capacity-wait 0 (ask once, on gcp) becomes one minute: a job never waits forever unasked;
 - serviceAccount: the cluster's jobs account (terraform/vertex.tf).
 Labels follow Google's syntax (lowercase letters, digits, _ and -, at most 63 characters).
 """
@@ -26,6 +32,8 @@ import re
 # checks every GPU of the table against the document).
 ACCELERATORS = {"t4": "NVIDIA_TESLA_T4", "v100": "NVIDIA_TESLA_V100", "l4": "NVIDIA_L4", "a100": "NVIDIA_TESLA_A100",
                 "a100-80gb": "NVIDIA_A100_80GB", "h100": "NVIDIA_H100_80GB"}
+# A Flex-start job's longest timeout (schedule-jobs-dws: "7 days or less").
+FLEX_START_MAX_TIMEOUT = 7 * 24 * 3600
 # What every replica runs: fetch the code and tfcluster's worker support (two tar.gz in the bucket,
 # named by content) with the job account's token,
 # then run the program as a child, forwarding SIGTERM and SIGINT (the bootstrap is PID 1 of its
@@ -87,7 +95,7 @@ def machine_spec(machine_type: str, gpu: str, gpu_count: int) -> dict:
 
 def job_body(*, cluster: str, run_id: str, attempt: int, workers: int, image: str, bundles: list[str], argv: list[str],
              env: dict[str, str], machine: dict, bucket: str, service_account: str, timeout_seconds: int,
-             spot: bool, boot_disk_gb: int) -> dict:
+             spot: bool, boot_disk_gb: int, flex_start_wait_minutes: float | None = None) -> dict:
     """The CustomJob of one attempt (see the module's text)."""
     container = {"imageUri": image, "command": ["python3", "-c", BOOTSTRAP, *bundles, "--", *argv],
                  "env": [{"name": key, "value": value} for key, value in sorted(env.items())]}
@@ -96,9 +104,14 @@ def job_body(*, cluster: str, run_id: str, attempt: int, workers: int, image: st
     pools = [{**pool, "replicaCount": "1"}]
     if workers > 1:
         pools.append({**pool, "replicaCount": str(workers - 1)})
+    if flex_start_wait_minutes is not None:
+        timeout_seconds = min(timeout_seconds, FLEX_START_MAX_TIMEOUT)
     scheduling = {"timeout": f"{max(1, int(timeout_seconds))}s", "restartJobOnWorkerRestart": True}
     if spot:
         scheduling["strategy"] = "SPOT"
+    elif flex_start_wait_minutes is not None:
+        scheduling["strategy"] = "FLEX_START"
+        scheduling["maxWaitDuration"] = f"{max(60, round(flex_start_wait_minutes * 60))}s"
     return {"displayName": f"tfcluster {cluster} {run_id} attempt {attempt}",
             "labels": {"tfcluster-cluster": label(cluster), "tfcluster-run": label(run_id),
                        "tfcluster-attempt": str(attempt)},
