@@ -132,7 +132,9 @@ def test_killed_tuner_restarts_and_gets_its_trial_again(cli):
 
 def test_launcher_gone_status_shows_trials_and_stop_ends_the_search(cli):
     assert cli.run("up", "--workers", "2").returncode == 0
-    launcher = cli.popen("tune", "--max-trials", "8", "--", "--epochs", "3", "--steps-per-epoch", "30")
+    # Trials long enough that none ends between the second trial's start and `status`, however
+    # loaded the machine (with 30 steps an epoch, one did under CI's 4 workers); `stop` ends them.
+    launcher = cli.popen("tune", "--max-trials", "8", "--", "--epochs", "3", "--steps-per-epoch", "3000")
     run_dir = wait_for(lambda: cli.runs() and cli.runs()[-1], 60, what="run folder")
     log = run_dir / "oracle.log"
     wait_for(lambda: log.exists() and sum(e["event"] == "trial_start" for e in events_of(log.read_text())) == 2,
