@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -21,9 +22,30 @@ pytestmark = pytest.mark.skipif(available() is not None, reason=f"test hosts: {a
 TF_PORT = 23456
 
 
+# What root's ~/.bashrc (`eval "$(pyenv init -)"`) wrote to stderr on a CI machine when two logins
+# rehashed pyenv at once (https://github.com/pyenv/pyenv/issues/3482): before every command, exit 0.
+PYENV_RACE = ["rm: cannot remove '/root/.pyenv/shims/tmp.blmqdLd5Bi': No such file or directory",
+              "pyenv: cannot rehash: /root/.pyenv/shims isn't writable"]
+
+
+def noisy_login(folder: Path) -> dict[str, str]:
+    """/etc files for a lab whose root login's shell writes PYENV_RACE to stderr, then runs bash."""
+    shell = folder / "noisy-login-shell"
+    shell.parent.mkdir(parents=True, exist_ok=True)
+    shell.write_text("#!/bin/sh\nprintf '%s\\n' " + " ".join(shlex.quote(line) for line in PYENV_RACE)
+                     + " >&2\nexec /bin/bash \"$@\"\n")
+    shell.chmod(0o755)
+    passwd = [f"root:x:0:0:root:/root:{shell}" if line.startswith("root:") else line
+              for line in Path("/etc/passwd").read_text().splitlines()]
+    return {"passwd": "\n".join(passwd) + "\n"}
+
+
 @pytest.fixture
-def lab(tmp_path):
-    lab = HostLab(tmp_path / "lab", 3)
+def lab(tmp_path, request):
+    """Three hosts; `@pytest.mark.parametrize("lab", ["noisy login"], indirect=True)`: their login's
+    shell writes to stderr before every command (noisy_login)."""
+    etc = noisy_login(tmp_path / "login") if getattr(request, "param", None) == "noisy login" else None
+    lab = HostLab(tmp_path / "lab", 3, etc=etc)
     yield lab
     for host in lab.hosts:
         host.restore_link()
@@ -122,6 +144,27 @@ def test_three_hosts_train_and_the_model_comes_back(ssh_cli, lab):
     assert down.returncode == 0, down.stderr
     assert not (ssh_cli.remote / "default").exists()
     assert worker_processes(lab) == {h.address: [] for h in lab.hosts}
+
+
+@pytest.mark.parametrize("lab", ["noisy login"], indirect=True)
+def test_a_login_whose_shell_writes_to_stderr_trains_and_goes_down(ssh_cli, lab):
+    """Hosts whose login prints to stderr before every command (a user's ~/.bashrc, pyenv racing):
+    only stdout is read as data, so `down` does not take those words for containers still there."""
+    said = lab.hosts[0].exec("ssh", "-i", str(lab.client_key), "-o", "BatchMode=yes", "-o", f"UserKnownHostsFile={lab.known_hosts}",
+                             f"root@{lab.hosts[0].address}", "true")
+    assert said.returncode == 0 and said.stderr.splitlines()[-2:] == PYENV_RACE, said.stderr  # The world is noisy.
+    # `down` asks Docker on every host (the hosts share this machine's daemon): it must answer, or
+    # the listing is empty whatever the login writes.
+    assert lab.hosts[0].exec("docker", "version").returncode == 0, "the Docker daemon must run (.ci/run starts it)"
+    assert ssh_cli.run("up").returncode == 0
+    trained = ssh_cli.run("train", "--", "--epochs", "1")
+    assert trained.returncode == 0, trained.stdout + trained.stderr
+    status = ssh_cli.run("status")
+    assert status.returncode == 0 and "pyenv" not in status.stdout + status.stderr
+    down = ssh_cli.run("down", timeout=120)
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert "no worker process is left, nor any container" in down.stdout
+    assert ssh_cli.cluster() is None and worker_processes(lab) == {h.address: [] for h in lab.hosts}
 
 
 SLEEPER = """

@@ -17,6 +17,24 @@ from tfcluster.errors import ClusterError
 from tfcluster.state import ClusterState, HostRecord
 
 
+@dataclass(frozen=True)
+class CommandResult:
+    """What a short command on a host did. Only stdout is data: a login's shell start-up may write
+    to stderr before any command runs (pyenv's rehash racing another login prints "pyenv: cannot
+    rehash: ... isn't writable", https://github.com/pyenv/pyenv/issues/3482), so stderr only ever
+    goes into a message."""
+
+    # Its exit code: 127 when the program is not installed there, 124 when it did not finish in time.
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        """Both streams, for a message."""
+        return self.stdout + self.stderr
+
+
 @dataclass
 class JobFiles:
     """A worker wrapper's status files and liveness, as read from its host."""
@@ -62,9 +80,8 @@ class WorkerHost(Protocol):
     def job_status(self, pid_path: str, pgid_path: str, exit_path: str) -> JobFiles:
         """The status files of one worker attempt and whether its processes live."""
 
-    def run_command(self, argv: list[str], timeout: float = 60) -> tuple[int, str]:
-        """(exit code, stdout+stderr) of a short command on the host (e.g. docker); 127 when
-        the program is not installed there."""
+    def run_command(self, argv: list[str], timeout: float = 60) -> CommandResult:
+        """What a short command on the host (e.g. docker) did."""
 
 
 @dataclass

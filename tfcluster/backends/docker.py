@@ -37,20 +37,19 @@ def _last_line(output: str, default: str = "no output") -> str:
 
 def check_docker(host: WorkerHost) -> None:
     """A working Docker daemon the login may use; on a GPU machine, also the NVIDIA runtime."""
-    code, out = host.run_command(["docker", "version", "--format", "{{.Server.Version}}"], timeout=30)
-    if code == 127:
+    version = host.run_command(["docker", "version", "--format", "{{.Server.Version}}"], timeout=30)
+    if version.code == 127:
         raise ClusterError("Docker is not installed; install it (apt-get install docker.io, or Docker's "
                            "docker-ce) and start the daemon, or train without --image")
-    if code != 0:
-        if "permission denied" in out.lower():
+    if version.code != 0:
+        if "permission denied" in version.output.lower():
             raise ClusterError("the login may not use Docker (permission denied on /var/run/docker.sock); "
                                "add it to the docker group: sudo usermod -aG docker $USER")
-        raise ClusterError(f"the Docker daemon does not answer ({_last_line(out)}); start it: "
+        raise ClusterError(f"the Docker daemon does not answer ({_last_line(version.output)}); start it: "
                            "sudo systemctl start docker")
-    code, _ = host.run_command(["sh", "-c", "ls /dev/nvidia[0-9]*"], timeout=30)
-    if code == 0:
-        code, out = host.run_command(["docker", "info", "--format", "{{json .Runtimes}}"], timeout=30)
-        runtimes = json.loads(out) if code == 0 and out.strip().startswith("{") else {}
+    if host.run_command(["sh", "-c", "ls /dev/nvidia[0-9]*"], timeout=30).code == 0:
+        info = host.run_command(["docker", "info", "--format", "{{json .Runtimes}}"], timeout=30)
+        runtimes = json.loads(info.stdout) if info.code == 0 and info.stdout.strip().startswith("{") else {}
         if "nvidia" not in runtimes:
             raise ClusterError("this host has an NVIDIA GPU but Docker has no NVIDIA runtime, so "
                                "`--gpus all` fails; install nvidia-container-toolkit, then run "
@@ -58,17 +57,18 @@ def check_docker(host: WorkerHost) -> None:
 
 
 def image_id(host: WorkerHost, image: str) -> str | None:
-    code, out = host.run_command(["docker", "image", "inspect", "--format", "{{.Id}}", image], timeout=30)
-    return out.strip() if code == 0 and out.strip().startswith("sha256:") else None
+    inspected = host.run_command(["docker", "image", "inspect", "--format", "{{.Id}}", image], timeout=30)
+    identity = inspected.stdout.strip()
+    return identity if inspected.code == 0 and identity.startswith("sha256:") else None
 
 
 def ensure_image(host: WorkerHost, image: str) -> str:
     """The image is on the host, pulled if needed; returns "present" or "pulled"."""
     if image_id(host, image):
         return "present"
-    code, out = host.run_command(["docker", "pull", "--quiet", image], timeout=PULL_TIMEOUT)
-    if code != 0:
-        raise ClusterError(f"image {image} is not on this host and cannot be pulled ({_last_line(out)}); "
+    pulled = host.run_command(["docker", "pull", "--quiet", image], timeout=PULL_TIMEOUT)
+    if pulled.code != 0:
+        raise ClusterError(f"image {image} is not on this host and cannot be pulled ({_last_line(pulled.output)}); "
                            "build it there, or push it to a registry the host can reach "
                            "(`invoke image build --tag ... --registry ...`)")
     return "pulled"
@@ -87,16 +87,16 @@ def check_python(host: WorkerHost, image: str, modules: list[str], cluster_id: s
     """python3 in the image imports what the program needs (no network, removed afterwards;
     labelled with the cluster id like every container of the cluster, so `down` finds it if the
     launcher died meanwhile)."""
-    code, out = host.run_command(
+    ran = host.run_command(
         ["docker", "run", "--rm", "--network", "none", "--label", f"{container.LABEL_RUN}=preflight",
          "--label", f"{container.LABEL_CLUSTER}={cluster_id}", "--entrypoint", container.IMAGE_PYTHON, image, "-c", f"import {', '.join(modules)}"], timeout=300)
-    if code == 0:
+    if ran.code == 0:
         return
-    if code == 127 or "executable file not found" in out:
+    if ran.code == 127 or "executable file not found" in ran.output:
         raise ClusterError(f"image {image} has no {container.IMAGE_PYTHON} on its PATH; build it FROM a "
                            "TensorFlow image (e.g. tensorflow/tensorflow:2.21.0-gpu)")
     raise ClusterError(f"{container.IMAGE_PYTHON} in image {image} cannot import {', '.join(modules)} "
-                       f"({_last_line(out)}); build it FROM tensorflow/tensorflow:2.21.0-gpu or "
+                       f"({_last_line(ran.output)}); build it FROM tensorflow/tensorflow:2.21.0-gpu or "
                        f"`pip install {' '.join(m.replace('_', '-') for m in modules)}` in it")
 
 
@@ -113,7 +113,7 @@ def preflight(hosts: list[WorkerHost], image: str, modules: list[str], cluster_i
         ensure_image(host, image)
         identity = image_id(host, image) or ""
         marker = _check_marker(identity, modules) if identity else ""
-        if marker and host.run_command(["sh", "-c", f'test -f "{marker}"'], timeout=30)[0] == 0:
+        if marker and host.run_command(["sh", "-c", f'test -f "{marker}"'], timeout=30).code == 0:
             return  # This very image passed on this machine before.
         check_python(host, image, modules, cluster_id)
         if marker:
@@ -131,24 +131,26 @@ def pre_pull(hosts: list[WorkerHost], image: str) -> list[str]:
     return in_parallel(distinct_hosts(hosts), pull, _label, f"pulling {image}")
 
 
-def cluster_containers(hosts: list[WorkerHost], cluster_id: str) -> dict[str, list[str]]:
-    """Per machine: names of the containers labelled with the cluster id. A host without Docker,
-    or whose daemon does not answer, runs no container."""
-    def find(host: WorkerHost) -> list[str]:
-        code, out = host.run_command(container.list_argv(cluster_id), timeout=30)
-        return out.split() if code == 0 else []
+def _containers_on(host: WorkerHost, cluster_id: str) -> list[str]:
+    """Names of the cluster's containers on one machine (none where Docker is absent or does not answer)."""
+    listed = host.run_command(container.list_argv(cluster_id), timeout=30)
+    return listed.stdout.split() if listed.code == 0 else []
 
+
+def cluster_containers(hosts: list[WorkerHost], cluster_id: str) -> dict[str, list[str]]:
+    """Per machine: names of the containers labelled with the cluster id."""
     machines = distinct_hosts(hosts)
-    return dict(zip([_label(h) for h in machines], in_parallel(machines, find, _label, "listing containers")))
+    found = in_parallel(machines, lambda host: _containers_on(host, cluster_id), _label, "listing containers")
+    return dict(zip([_label(h) for h in machines], found))
 
 
 def remove_cluster_containers(hosts: list[WorkerHost], cluster_id: str) -> None:
     def remove(host: WorkerHost) -> None:
-        code, out = host.run_command(container.list_argv(cluster_id), timeout=30)
-        if code == 0 and out.split():
-            code, out = host.run_command(container.remove_argv(out.split()), timeout=120)
-            if code != 0 and "No such container" not in out:
-                raise ClusterError(f"docker rm failed: {_last_line(out)}")
+        names = _containers_on(host, cluster_id)
+        if names:
+            removed = host.run_command(container.remove_argv(names), timeout=120)
+            if removed.code != 0 and "No such container" not in removed.output:
+                raise ClusterError(f"docker rm failed: {_last_line(removed.output)}")
 
     in_parallel(distinct_hosts(hosts), remove, _label, "removing containers")
 

@@ -10,7 +10,7 @@ import subprocess
 from pathlib import Path
 
 import trainer
-from tfcluster.backends.base import Backend, JobFiles, Payload, Staged
+from tfcluster.backends.base import Backend, CommandResult, JobFiles, Payload, Staged
 from tfcluster.config import Settings
 from tfcluster.ports import LOOPBACK, free_ports, port_range
 from tfcluster.errors import ClusterError
@@ -123,15 +123,14 @@ class LocalHost:
                         pid_alive=pid is not None and _live(pid),
                         group_alive=pgid is not None and bool(_live_group_members(pgid)))
 
-    def run_command(self, argv: list[str], timeout: float = 60) -> tuple[int, str]:
+    def run_command(self, argv: list[str], timeout: float = 60) -> CommandResult:
         try:
-            result = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                    timeout=timeout, stdin=subprocess.DEVNULL)
+            result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
         except FileNotFoundError:
-            return 127, f"{argv[0]}: not found"
+            return CommandResult(127, "", f"{argv[0]}: not found")
         except subprocess.TimeoutExpired:
-            return 124, f"{shlex.join(argv)} did not finish within {timeout:g} s"
-        return result.returncode, result.stdout
+            return CommandResult(124, "", f"{shlex.join(argv)} did not finish within {timeout:g} s")
+        return CommandResult(result.returncode, result.stdout, result.stderr)
 
     def port_in_use(self, port: int) -> bool:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -49,11 +49,11 @@ def log_in(hosts, image: str) -> None:
         return
 
     def login(host) -> None:
-        code, out = host.run_command(login_command(registry), timeout=60)
-        if code == 0:
+        signed_in = host.run_command(login_command(registry), timeout=60)
+        if signed_in.code == 0:
             return
-        last = next((line.strip() for line in reversed(out.splitlines()) if line.strip()), "no output")
-        if code == 3:
+        last = next((line.strip() for line in reversed(signed_in.output.splitlines()) if line.strip()), "no output")
+        if signed_in.code == 3:
             raise ClusterError(f"cannot get the VM's access token from the metadata server ({last}); the VM "
                                "needs its service account (terraform/instances.tf service_account)")
         raise ClusterError(f"docker login to {registry} with the VM's service account failed ({last})")

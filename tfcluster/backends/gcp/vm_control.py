@@ -72,12 +72,12 @@ def maintenance_notices(hosts) -> dict[int, str]:
     A VM that cannot be asked counts as announcing nothing: the failure is then reported as it is."""
     def ask(host) -> str | None:
         try:
-            code, out = host.run_command(["curl", "-fsS", "-m", "5", "-H", "Metadata-Flavor: Google",
-                                          MAINTENANCE_EVENT_URL], timeout=20)
+            asked = host.run_command(["curl", "-fsS", "-m", "5", "-H", "Metadata-Flavor: Google",
+                                      MAINTENANCE_EVENT_URL], timeout=20)
         except Exception:  # noqa: BLE001 - unreachable or refused: no notice known
             return None
-        event = out.strip()
-        return event if code == 0 and event.startswith("TERMINATE") else None
+        event = asked.stdout.strip()
+        return event if asked.code == 0 and event.startswith("TERMINATE") else None
 
     events = in_parallel(list(hosts), ask, lambda host: host.record.name, "asking for maintenance notices")
     return {index: event for index, event in enumerate(events) if event}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import shlex
 
-from tfcluster.backends.base import JobFiles
+from tfcluster.backends.base import CommandResult, JobFiles
 from tfcluster.backends.ssh.connection import TRANSIENT, SshConnection
 from tfcluster.errors import ClusterError
 from tfcluster.state import HostRecord
@@ -115,9 +115,8 @@ class SshHost:
         return JobFiles(exit_code=exit_code, pid=pid, pgid=pgid,
                         pid_alive=fields[3] == "1", group_alive=fields[4] == "1")
 
-    def run_command(self, argv: list[str], timeout: float = 60) -> tuple[int, str]:
-        code, out, err = self.connection.run(shlex.join(argv) + " </dev/null", timeout=timeout)
-        return code, out + err
+    def run_command(self, argv: list[str], timeout: float = 60) -> CommandResult:
+        return CommandResult(*self.connection.run(shlex.join(argv) + " </dev/null", timeout=timeout))
 
     def port_in_use(self, port: int) -> bool:
         probe = ("import socket,sys\ns=socket.socket()\ns.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1)\n"
