@@ -28,11 +28,10 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from tests.world import compute_auth, discovery
-from tests.world.http import send_json
+from tests.world.http import QuietHandler, TlsServer, send_json
 
 COMPUTE_ID = "6F81-5844-456A"
 AMERICAS = ["us-central1", "us-east1", "us-west1"]
@@ -212,13 +211,13 @@ def route(catalog: Catalog, path: str, query: dict, headers: dict) -> tuple[int,
     return 404, {"error": {"code": 404, "status": "NOT_FOUND", "message": f"stand-in: no route for {path}"}}
 
 
-class CatalogServer:
+class CatalogServer(TlsServer):
     """The catalog over HTTPS on ``address``:443, where cloudbilling.googleapis.com points."""
 
     def __init__(self, catalog: Catalog, address: str, context):
         catalog_ref = catalog
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):
                 parsed = urlparse(self.path)
                 headers = {k.lower(): v for k, v in self.headers.items()}
@@ -230,15 +229,5 @@ class CatalogServer:
                     time.sleep(catalog_ref.answer_seconds)  # Models a slow server; nothing waits on it.
                 send_json(self, code, payload)
 
-            def log_message(self, *args):
-                pass
-
         self.catalog = catalog
-        self.server = ThreadingHTTPServer((address, 443), Handler)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(address, context, Handler)

@@ -12,13 +12,12 @@ an outage does; the product then tries the next one.
 
 from __future__ import annotations
 
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from tests.world.http import QuietHandler, TlsServer
 
 CHECKIP_NAMES = ("checkip.amazonaws.com", "api.ipify.org")
 
 
-class CheckIpServer:
+class CheckIpServer(TlsServer):
     def __init__(self, address: str, context):
         # The operator's address as the internet sees it, or None for the connection's source.
         self.public: str | None = None
@@ -28,7 +27,7 @@ class CheckIpServer:
         self.asked: list[str] = []
         server_ref = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_GET(self):
                 host = self.headers.get("Host", "").split(":")[0]
                 server_ref.asked.append(host)
@@ -42,13 +41,4 @@ class CheckIpServer:
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer((address, 443), Handler)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(address, context, Handler)

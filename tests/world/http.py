@@ -1,9 +1,11 @@
-"""What every stand-in server shares: Google's JSON answers."""
+"""What every stand-in server shares: HTTPS on the world's names, and Google's JSON answers."""
 
 from __future__ import annotations
 
 import json
-from http.server import BaseHTTPRequestHandler
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlparse
 
 
 def send_json(handler: BaseHTTPRequestHandler, code: int, payload) -> None:
@@ -26,25 +28,20 @@ def json_body(handler: BaseHTTPRequestHandler) -> tuple[object, tuple[int, dict]
                                       "message": "Invalid JSON payload received."}})
 
 
-class JsonGetServer:
-    """A GET-only stand-in over HTTPS on ``address``:443: ``handle(path, query, headers)`` gives
-    (status, payload) for each request (query parsed, blank values kept)."""
+class QuietHandler(BaseHTTPRequestHandler):
+    """A stand-in's request handler: no access log on the test's stderr."""
 
-    def __init__(self, address: str, context, handle):
-        import threading
-        from http.server import ThreadingHTTPServer
-        from urllib.parse import parse_qs, urlparse
+    def log_message(self, *args):
+        pass
 
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                parsed = urlparse(self.path)
-                code, payload = handle(parsed.path, parse_qs(parsed.query, keep_blank_values=True), dict(self.headers))
-                send_json(self, code, payload)
 
-            def log_message(self, *args):
-                pass
+class TlsServer:
+    """``handler`` (a QuietHandler class) served over HTTPS on ``address``:443 with ``context``
+    (the world's CA signs the names that resolve to ``address``), in a thread until close()."""
 
-        self.server = ThreadingHTTPServer((address, 443), Handler)
+    def __init__(self, address: str, context, handler: type[BaseHTTPRequestHandler]):
+        self.server = ThreadingHTTPServer((address, 443), handler)
+        self.server.daemon_threads = True
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
@@ -53,17 +50,27 @@ class JsonGetServer:
         self.server.server_close()
 
 
-class JsonServer:
-    """A REST stand-in over HTTPS on ``address``:443 for GET, POST, PATCH and DELETE:
-    ``handle(method, path, query, body, headers)`` gives (status, payload) for each request (body: its
-    JSON, None when it has none; headers lowercased). A body that is not JSON gets Google's 400."""
+class JsonGetServer(TlsServer):
+    """A GET-only stand-in: ``handle(path, query, headers)`` gives (status, payload) for each
+    request (query parsed, blank values kept)."""
 
     def __init__(self, address: str, context, handle):
-        import threading
-        from http.server import ThreadingHTTPServer
-        from urllib.parse import parse_qs, urlparse
+        class Handler(QuietHandler):
+            def do_GET(self):
+                parsed = urlparse(self.path)
+                code, payload = handle(parsed.path, parse_qs(parsed.query, keep_blank_values=True), dict(self.headers))
+                send_json(self, code, payload)
 
-        class Handler(BaseHTTPRequestHandler):
+        super().__init__(address, context, Handler)
+
+
+class JsonServer(TlsServer):
+    """A REST stand-in for GET, POST, PATCH and DELETE: ``handle(method, path, query, body, headers)``
+    gives (status, payload) for each request (body: its JSON, None when it has none; headers
+    lowercased). A body that is not JSON gets Google's 400."""
+
+    def __init__(self, address: str, context, handle):
+        class Handler(QuietHandler):
             def _serve(self):
                 parsed = urlparse(self.path)
                 body, bad = json_body(self)
@@ -73,17 +80,7 @@ class JsonServer:
 
             do_GET = do_POST = do_PATCH = do_DELETE = _serve
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer((address, 443), Handler)
-        self.server.daemon_threads = True
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        super().__init__(address, context, Handler)
 
 
 def google_error(service: str, code: int, status: str, message: str, reason: str = "") -> tuple[int, dict]:

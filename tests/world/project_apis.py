@@ -31,11 +31,10 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 from tests.world import compute_auth, discovery
-from tests.world.http import send_json
+from tests.world.http import QuietHandler, TlsServer, send_json
 
 PROJECT_NAMES = ("serviceusage.googleapis.com", "cloudresourcemanager.googleapis.com", "orgpolicy.googleapis.com")
 
@@ -67,14 +66,14 @@ def _disabled(service: str, project: str) -> tuple[int, dict]:
                   f"overview?project={project} then retry.", "SERVICE_DISABLED", service)
 
 
-class ProjectApisServer:
+class ProjectApisServer(TlsServer):
     """The three APIs on ``address``:443, told apart by the Host header."""
 
     def __init__(self, apis: ProjectApis, compute, billing, address: str, context):
         self.apis, self.compute, self.billing = apis, compute, billing
         server_ref = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def _serve(self):
                 parsed = urlparse(self.path)
                 length = int(self.headers.get("Content-Length") or 0)
@@ -89,12 +88,7 @@ class ProjectApisServer:
 
             do_GET = do_POST = _serve
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer((address, 443), Handler)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        super().__init__(address, context, Handler)
 
     @staticmethod
     def document(host: str, path: str) -> str:
@@ -170,7 +164,3 @@ class ProjectApisServer:
             elif rule.get("values"):
                 policy["listPolicy"] = {k: v for k, v in rule["values"].items() if k in ("allowedValues", "deniedValues")}
         return 200, policy
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
