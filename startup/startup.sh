@@ -47,8 +47,18 @@ for pub in /etc/ssh/ssh_host_*_key.pub; do
 done
 
 # 1. The idle watchdog, delivered through metadata, restarted by systemd if it ever exits.
-md instance/attributes/tfcluster-watchdog > "$ROOT/watchdog.py.new" || fail "metadata tfcluster-watchdog is missing"
-mv "$ROOT/watchdog.py.new" "$ROOT/watchdog.py"
+# The value is the package as JSON, {"file.py": source} (terraform/main.tf watchdog_package).
+md instance/attributes/tfcluster-watchdog > "$ROOT/watchdog.json" || fail "metadata tfcluster-watchdog is missing"
+rm -rf "$ROOT/tfcluster_watchdog.new"
+python3 - "$ROOT/watchdog.json" "$ROOT/tfcluster_watchdog.new" <<'PY' || fail "python3 could not unpack the idle watchdog from metadata tfcluster-watchdog"
+import json, pathlib, sys
+files, folder = json.loads(pathlib.Path(sys.argv[1]).read_text()), pathlib.Path(sys.argv[2])
+assert "__main__.py" in files and all("/" not in name for name in files)
+folder.mkdir()
+for name, source in files.items():
+    (folder / name).write_text(source)
+PY
+rm -rf "$ROOT/tfcluster_watchdog" && mv "$ROOT/tfcluster_watchdog.new" "$ROOT/tfcluster_watchdog"
 cat > /etc/systemd/system/tfcluster-watchdog.service <<UNIT
 [Unit]
 Description=tfcluster idle watchdog (stops or deletes this VM when idle)
@@ -56,7 +66,7 @@ After=network-online.target
 Wants=network-online.target
 
 [Service]
-ExecStart=/usr/bin/python3 $ROOT/watchdog.py --gce --state-dir /var/lib/tfcluster --boot-marker $MARKER
+ExecStart=/usr/bin/python3 $ROOT/tfcluster_watchdog --gce --state-dir /var/lib/tfcluster --boot-marker $MARKER
 Restart=always
 RestartSec=5
 

@@ -39,7 +39,7 @@ resource "google_project_iam_custom_role" "watchdog" {
   role_id     = "tfclusterWatchdog_${replace(var.cluster_name, "-", "_")}_${random_id.suffix.hex}"
   title       = "tfcluster idle watchdog (${var.cluster_name})"
   description = "Lets a tfcluster VM delete itself (idle action delete); granted per instance, never project-wide."
-  # Only what startup/watchdog.py calls: instances.delete. Its stop action halts the guest from
+  # Only what startup/tfcluster_watchdog calls: instances.delete. Its stop action halts the guest from
   # inside (shutdown -h), which needs no permission.
   permissions = ["compute.instances.delete"]
 }

@@ -91,7 +91,7 @@ resource "google_compute_instance" "worker" {
     "tfcluster-idle-action"        = var.idle_action
     "tfcluster-idle-probes"        = "jobs_and_ssh"
     "tfcluster-boot-grace-minutes" = tostring(var.boot_grace_minutes)
-    "tfcluster-watchdog"           = local.watchdog_script
+    "tfcluster-watchdog"           = local.watchdog_package
     "tfcluster-boot-nonce"         = var.boot_nonce
     "tfcluster-docker"             = var.docker ? "true" : "false"
     "startup-script"               = local.startup_script

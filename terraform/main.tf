@@ -28,8 +28,10 @@ locals {
   # Types with bundled Local SSD (A3 High, A2 Ultra): a stop at the deadline must discard it.
   local_ssd = try(local.gpu_table.machine_types[var.machine_type].local_ssd_gb, 0) > 0
 
-  startup_script  = file(var.startup_script != "" ? var.startup_script : "${path.module}/../startup/startup.sh")
-  watchdog_script = file(var.watchdog_script != "" ? var.watchdog_script : "${path.module}/../startup/watchdog.py")
+  startup_script = file(var.startup_script != "" ? var.startup_script : "${path.module}/../startup/startup.sh")
+  # The watchdog package as one metadata value, {"file.py": source}: startup.sh writes the files out.
+  watchdog_folder  = var.watchdog_source != "" ? var.watchdog_source : "${path.module}/../startup/tfcluster_watchdog"
+  watchdog_package = jsonencode({ for name in fileset(local.watchdog_folder, "*.py") : name => file("${local.watchdog_folder}/${name}") })
 }
 
 # Custom role IDs stay reserved for weeks after deletion, so each cluster gets a fresh suffix.

@@ -322,13 +322,13 @@ variable "startup_script" {
   }
 }
 
-variable "watchdog_script" {
-  description = "Path of the idle watchdog (startup/watchdog.py), delivered through metadata and installed by the startup script."
+variable "watchdog_source" {
+  description = "Folder of the idle watchdog package (startup/tfcluster_watchdog), delivered through metadata as one JSON value and installed by the startup script."
   type        = string
   default     = ""
   validation {
-    condition     = var.watchdog_script == "" || endswith(var.watchdog_script, ".py")
-    error_message = "watchdog_script must be a path to a .py file, or empty for startup/watchdog.py."
+    condition     = var.watchdog_source == "" || endswith(var.watchdog_source, "tfcluster_watchdog")
+    error_message = "watchdog_source must be the path of a tfcluster_watchdog folder, or empty for startup/tfcluster_watchdog."
   }
 }
 

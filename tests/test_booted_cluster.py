@@ -40,7 +40,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("debootstrap")
 TF_VERSION = "2.21.0"
 SCRIPTS = Path(__file__).parent / "scripts"
 # Run on a VM: instances.delete of the instance named by argv[1], as the watchdog makes it
-# (startup/watchdog.py), with the token this VM's metadata server hands it; prints its account's
+# (startup/tfcluster_watchdog/gce.py), with the token this VM's metadata server hands it; prints its account's
 # e-mail and Compute's answer.
 DELETE_AS_THIS_VM = """
 import json, sys, urllib.error, urllib.request

@@ -200,7 +200,7 @@ def terraform_log(cli, cluster: str = "default") -> list[list[str]]:
 
 
 def vm_deletes(cli, name: str, by: str) -> tuple[int, str]:
-    """instances.delete of ``name`` as the watchdog on VM ``by`` makes it (startup/watchdog.py):
+    """instances.delete of ``name`` as the watchdog on VM ``by`` makes it (startup/tfcluster_watchdog/gce.py):
     with the token of ``by``'s own service account, as its metadata server hands it. The status
     and Google's message (empty for a success), so a refusal shows in Google's words."""
     import ssl

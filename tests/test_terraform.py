@@ -150,12 +150,12 @@ def test_service_account_has_no_primitive_roles():
         assert role not in text
     assert not resources("google_project_iam_member") and not resources("google_project_iam_binding")
     role = resources("google_project_iam_custom_role")["watchdog"]
-    # Exactly what the watchdog calls: the Compute API requests in startup/watchdog.py, each
+    # Exactly what the watchdog calls: the Compute API requests in startup/tfcluster_watchdog, each
     # mapped to its permission (https://cloud.google.com/compute/docs/reference/rest/v1/instances/delete
     # needs compute.instances.delete). Its stop action is a guest halt and needs none.
     import re
 
-    source = (REPO / "startup" / "watchdog.py").read_text()
+    source = "".join(path.read_text() for path in (REPO / "startup" / "tfcluster_watchdog").glob("*.py"))
     calls = set(re.findall(r'method="(GET|POST|DELETE)"', source))
     assert "/instances/{name}" in source and calls == {"DELETE"}
     assert role["permissions"] == ["compute.instances.delete"]

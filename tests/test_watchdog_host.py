@@ -20,7 +20,8 @@ from tests.conftest import REPO, wait_for
 from tests.fake_metadata import FakeMetadataServer
 from tests.hostlab import HostLab, available
 
-WATCHDOG = REPO / "startup" / "watchdog.py"
+# The package, run as the VM runs it: python3 <folder>/tfcluster_watchdog.
+WATCHDOG = REPO / "startup" / "tfcluster_watchdog"
 IDLE_SECONDS = 3.0
 POLL = 1.0
 SCHEDULING_SLACK = 3.0  # A 2-core CI machine under load delays a 1 s sleep by seconds.

@@ -16,6 +16,7 @@ Containers are removed by ID at close(), always.
 from __future__ import annotations
 
 import functools
+import json
 import http.server
 import os
 import re
@@ -183,7 +184,9 @@ class VmLab:
         self.machines: list[Machine] = []
         # The real scripts, as terraform's file() reads them into the metadata.
         self.startup_script = (REPO / "startup/startup.sh").read_text()
-        self.watchdog = (REPO / "startup/watchdog.py").read_text()
+        # terraform/main.tf's watchdog_package: {"file.py": source} as jsonencode writes it.
+        self.watchdog = json.dumps({path.name: path.read_text()
+                                    for path in sorted((REPO / "startup/tfcluster_watchdog").glob("*.py"))})
 
     def metadata_values(self, name: str, nonce: str, idle_minutes: float, extra: dict[str, str],
                         planned: dict[str, str] | None = None) -> dict[str, str]:

@@ -87,7 +87,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
             "docker": bool(settings.image),
             "vertex": False,  # The VMs are the cluster (the vertex backend sets it, with workers = 0).
             "startup_script": str(STARTUP_DIR / "startup.sh"),
-            "watchdog_script": str(STARTUP_DIR / "watchdog.py"),
+            "watchdog_source": str(STARTUP_DIR / "tfcluster_watchdog"),
         }
 
     def check(self, settings) -> list[Finding]:
@@ -248,7 +248,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
 
     def set_stall_minutes(self, cluster, stall_minutes: float | None) -> None:
         """tfcluster-stall-minutes in every VM's metadata ("" for the default rule); each watchdog
-        reads it on its next poll (startup/watchdog.py Gce.settings)."""
+        reads it on its next poll (startup/tfcluster_watchdog/gce.py Gce.settings)."""
         with translated(cluster.project, "train"):
             vm_control.set_stall_minutes(self._api(cluster), cluster, stall_minutes)
 

@@ -13,11 +13,11 @@ import json
 from tfcluster.backends.group import in_parallel
 from tfcluster.state import ClusterState
 
-# The metadata key the VM watchdog reads for `train --then stop|down` (startup/watchdog.py then_stop).
+# The metadata key the VM watchdog reads for `train --then stop|down` (startup/tfcluster_watchdog/settings.py then_stop).
 THEN_STOP_KEY = "tfcluster-then-stop"
-# The metadata key the VM watchdog reads for the run's --stall-minutes (startup/watchdog.py stall_minutes).
+# The metadata key the VM watchdog reads for the run's --stall-minutes (startup/tfcluster_watchdog/settings.py stall_minutes).
 STALL_KEY = "tfcluster-stall-minutes"
-# The metadata key the VM watchdog reads for the run's budget end time (startup/watchdog.py budget_end).
+# The metadata key the VM watchdog reads for the run's budget end time (startup/tfcluster_watchdog/settings.py budget_end).
 BUDGET_END_KEY = "tfcluster-budget-end"
 # What a VM's metadata server says of host maintenance ahead of it ("NONE" when nothing is announced).
 MAINTENANCE_EVENT_URL = "http://metadata.google.internal/computeMetadata/v1/instance/maintenance-event"

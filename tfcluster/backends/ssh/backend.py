@@ -292,8 +292,9 @@ class SshBackend(Backend):
     def install_watchdog(self, cluster, idle_minutes: int, action: str) -> None:
         from tfcluster.backends.local import PROJECT_ROOT
 
-        source = (PROJECT_ROOT / watchdog.WATCHDOG_SOURCE).read_bytes()
-        watchdog.install(self.hosts(cluster), cluster.cluster_id, source, idle_minutes, action)
+        package = PROJECT_ROOT / watchdog.WATCHDOG_SOURCE
+        sources = {path.name: path.read_bytes() for path in sorted(package.glob("*.py"))}
+        watchdog.install(self.hosts(cluster), cluster.cluster_id, sources, idle_minutes, action)
 
     def set_idle(self, cluster, idle_minutes: int, action: str) -> None:
         watchdog.change_settings(self.hosts(cluster), idle_minutes, action)

@@ -1,6 +1,6 @@
 """The idle watchdog on your own hosts: install it, change its settings, read its status, stop it.
 
-The watchdog itself is startup/watchdog.py (standard library only); here it runs under a
+The watchdog itself is the package startup/tfcluster_watchdog (standard library only); here it runs under a
 small shell restart loop, since own hosts may lack systemd. Its action there is `shutdown -h`.
 """
 
@@ -13,7 +13,9 @@ from tfcluster.backends.group import in_parallel
 from tfcluster.backends.ssh.host import SshHost
 from tfcluster.errors import ClusterError, ConfigError
 
-WATCHDOG_SOURCE = "startup/watchdog.py"
+# The package, run as `python3 <folder>/tfcluster_watchdog` (its __main__.py).
+PACKAGE = "tfcluster_watchdog"
+WATCHDOG_SOURCE = f"startup/{PACKAGE}"
 
 
 def _label(host: SshHost) -> str:
@@ -25,19 +27,21 @@ def watchdog_dir(host: SshHost) -> str:
     return f"{host.record.remote_root}/watchdog/{host.record.name}"
 
 
-def install(hosts: list[SshHost], cluster_id: str, source: bytes, idle_minutes: int, action: str) -> None:
-    """Ship the watchdog to every host and keep it running under a restart loop."""
+def install(hosts: list[SshHost], cluster_id: str, sources: dict[str, bytes], idle_minutes: int, action: str) -> None:
+    """Ship the watchdog package (``sources``: file name -> content) to every host and keep it
+    running under a restart loop."""
     if action != "stop":
         raise ConfigError("idle_action delete needs the gcp backend (it deletes the VM through the "
                           "Compute API); on your own hosts use stop")
 
     def install_one(host: SshHost) -> None:
         folder = watchdog_dir(host)
-        host.write_file(f"{folder}/watchdog.py", source, 0o755)
+        for name, source in sources.items():
+            host.write_file(f"{folder}/{PACKAGE}/{name}", source, 0o644)
         write_settings(host, idle_minutes, action)
         q = shlex.quote
         loop = (f"export TFCLUSTER_WATCHDOG={q(cluster_id)}; while :; do "
-                f"{q(host.python)} {q(folder + '/watchdog.py')} --config {q(folder + '/config.json')} "
+                f"{q(host.python)} {q(folder + '/' + PACKAGE)} --config {q(folder + '/config.json')} "
                 f"--state-dir {q(folder + '/state')} --poll-seconds 30; sleep 5; done")
         code, out = host.connection.shell(
             f"if [ -f {q(folder + '/supervisor.pid')} ] && kill -0 $(cat {q(folder + '/supervisor.pid')}) "
@@ -76,7 +80,7 @@ def set_stall_minutes(hosts: list[SshHost], stall_minutes: float | None) -> None
 def change_settings(hosts: list[SshHost], idle_minutes: int, action: str) -> None:
     """Change the watchdog's settings on every host; it reads them on its next poll."""
     def update(host: SshHost) -> None:
-        if host.file_size(f"{watchdog_dir(host)}/watchdog.py") == 0:
+        if host.file_size(f"{watchdog_dir(host)}/{PACKAGE}/__main__.py") == 0:
             raise ClusterError("no idle watchdog here; install it with `invoke down` and "
                                "`invoke up --idle-minutes N`")
         write_settings(host, idle_minutes, action)

@@ -84,7 +84,7 @@ class VertexBackend(Backend):
                 "bucket_retention_days": settings.bucket_retention_days,
                 "bucket_force_destroy": settings.bucket_force_destroy,
                 # main.tf reads them whether or not a VM boots with them.
-                "startup_script": str(STARTUP_DIR / "startup.sh"), "watchdog_script": str(STARTUP_DIR / "watchdog.py")}
+                "startup_script": str(STARTUP_DIR / "startup.sh"), "watchdog_source": str(STARTUP_DIR / "tfcluster_watchdog")}
 
     def up(self, settings, existing):
         if existing is not None:
