@@ -34,6 +34,13 @@ class CommandResult:
         """Both streams, for a message."""
         return self.stdout + self.stderr
 
+    @property
+    def last_line(self) -> str:
+        """The last line it printed on either stream (where a failing tool puts its reason), for a
+        one-line error."""
+        lines = [line.strip() for line in self.output.splitlines() if line.strip()]
+        return lines[-1] if lines else "no output"
+
 
 @dataclass
 class JobFiles:

@@ -30,11 +30,6 @@ def _label(host: WorkerHost) -> str:
     return f"{host.record.name} ({host.record.ssh_address or host.record.address})"
 
 
-def _last_line(output: str, default: str = "no output") -> str:
-    lines = [line.strip() for line in output.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else default
-
-
 def check_docker(host: WorkerHost) -> None:
     """A working Docker daemon the login may use; on a GPU machine, also the NVIDIA runtime."""
     version = host.run_command(["docker", "version", "--format", "{{.Server.Version}}"], timeout=30)
@@ -45,7 +40,7 @@ def check_docker(host: WorkerHost) -> None:
         if "permission denied" in version.output.lower():
             raise ClusterError("the login may not use Docker (permission denied on /var/run/docker.sock); "
                                "add it to the docker group: sudo usermod -aG docker $USER")
-        raise ClusterError(f"the Docker daemon does not answer ({_last_line(version.output)}); start it: "
+        raise ClusterError(f"the Docker daemon does not answer ({version.last_line}); start it: "
                            "sudo systemctl start docker")
     if host.run_command(["sh", "-c", "ls /dev/nvidia[0-9]*"], timeout=30).code == 0:
         info = host.run_command(["docker", "info", "--format", "{{json .Runtimes}}"], timeout=30)
@@ -68,7 +63,7 @@ def ensure_image(host: WorkerHost, image: str) -> str:
         return "present"
     pulled = host.run_command(["docker", "pull", "--quiet", image], timeout=PULL_TIMEOUT)
     if pulled.code != 0:
-        raise ClusterError(f"image {image} is not on this host and cannot be pulled ({_last_line(pulled.output)}); "
+        raise ClusterError(f"image {image} is not on this host and cannot be pulled ({pulled.last_line}); "
                            "build it there, or push it to a registry the host can reach "
                            "(`invoke image build --tag ... --registry ...`)")
     return "pulled"
@@ -96,7 +91,7 @@ def check_python(host: WorkerHost, image: str, modules: list[str], cluster_id: s
         raise ClusterError(f"image {image} has no {container.IMAGE_PYTHON} on its PATH; build it FROM a "
                            "TensorFlow image (e.g. tensorflow/tensorflow:2.21.0-gpu)")
     raise ClusterError(f"{container.IMAGE_PYTHON} in image {image} cannot import {', '.join(modules)} "
-                       f"({_last_line(ran.output)}); build it FROM tensorflow/tensorflow:2.21.0-gpu or "
+                       f"({ran.last_line}); build it FROM tensorflow/tensorflow:2.21.0-gpu or "
                        f"`pip install {' '.join(m.replace('_', '-') for m in modules)}` in it")
 
 
@@ -150,7 +145,7 @@ def remove_cluster_containers(hosts: list[WorkerHost], cluster_id: str) -> None:
         if names:
             removed = host.run_command(container.remove_argv(names), timeout=120)
             if removed.code != 0 and "No such container" not in removed.output:
-                raise ClusterError(f"docker rm failed: {_last_line(removed.output)}")
+                raise ClusterError(f"docker rm failed: {removed.last_line}")
 
     in_parallel(distinct_hosts(hosts), remove, _label, "removing containers")
 

@@ -52,11 +52,10 @@ def log_in(hosts, image: str) -> None:
         signed_in = host.run_command(login_command(registry), timeout=60)
         if signed_in.code == 0:
             return
-        last = next((line.strip() for line in reversed(signed_in.output.splitlines()) if line.strip()), "no output")
         if signed_in.code == 3:
-            raise ClusterError(f"cannot get the VM's access token from the metadata server ({last}); the VM "
-                               "needs its service account (terraform/instances.tf service_account)")
-        raise ClusterError(f"docker login to {registry} with the VM's service account failed ({last})")
+            raise ClusterError(f"cannot get the VM's access token from the metadata server ({signed_in.last_line}); "
+                               "the VM needs its service account (terraform/instances.tf service_account)")
+        raise ClusterError(f"docker login to {registry} with the VM's service account failed ({signed_in.last_line})")
 
     in_parallel(distinct_hosts(hosts), login, lambda h: f"{h.record.name} ({h.record.ssh_address or h.record.address})",
                 f"signing in to {registry}")
