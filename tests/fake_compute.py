@@ -133,6 +133,9 @@ class FakeCompute:
     jwt_keys: dict = field(default_factory=dict)
     # Access tokens oauth2.googleapis.com/token issued: token -> (principal, scopes, expiry time).
     issued: dict = field(default_factory=dict)
+    # Those of them a user's refresh token got (`gcloud auth application-default login`): a user's
+    # credentials, which carry no quota project of their own (tests/world/facts.py, QUOTA_PROJECT).
+    user_tokens: set = field(default_factory=set)
     # Seconds an issued token lives (expires_in); Google's is an hour.
     token_lifetime: float = 3600.0
     # IAM (tests/world/iam_api.py): email -> service account; custom role name -> permissions;
@@ -496,6 +499,8 @@ class FakeComputeServer:
                     scopes = set(grant.get("scope", [""])[0].split()) or compute_auth.asserted_scopes(
                         grant.get("assertion", [""])[0]) or {compute_auth.CLOUD_PLATFORM}
                     code, payload = 200, compute_auth.issue_token(state_ref, compute_auth.OPERATOR, scopes)
+                    if grant.get("refresh_token"):
+                        state_ref.user_tokens.add(payload["access_token"])
                     # A user's refresh token (`gcloud auth application-default login`) that expired or
                     # was revoked: 400 invalid_grant, "Token has been expired or revoked."
                     # (https://developers.google.com/identity/protocols/oauth2#expiration; google-auth

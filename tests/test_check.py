@@ -259,28 +259,39 @@ def hold_h100s(world, count: int) -> None:
 
 def test_h100_quota_is_read_from_cloud_quotas_and_its_usage_from_monitoring(world):
     wanted = h100_project(world, 16)
-    assert quota_line(**wanted).startswith("✓ quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in us-central1-a: "
-                                           "7 quotas have room (CPUS-PER-VM-FAMILY-per-project-region")
+    # A project that has never run an H100: Monitoring holds no family series (tests/world/facts.py,
+    # USAGE_POINTS_ARE_RARE). No data is not 0: the GPU and vCPU family quotas are ?, never ✓.
+    line = quota_line(**wanted)
+    assert line.startswith("? quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in us-central1-a: cannot tell: "), line
+    assert ("quota GPUS-PER-GPU-FAMILY-per-project-region (gpu_family:NVIDIA_H100, region:us-central1) has a limit of "
+            "16 GPUs and the cluster needs 16; how much is in use cannot be read (Cloud Monitoring holds no point of "
+            "compute.googleapis.com/quota/gpus_per_gpu_family/usage for gpu_family:NVIDIA_H100 in us-central1 in "
+            "the last 25 hours; it writes one when usage changes)") in line
     asked = [path for path, _ in world.cloudquotas.quotas.requests]
     assert asked == [f"/v1/projects/demo-project/locations/global/services/compute.googleapis.com/quotaInfos/{q}"
                      for q in (VM_FAMILY, GPU_FAMILY)]
+    # Compute's own family series, on its Location resource (facts.FAMILY_USAGE_SERIES), not consumer_quota's.
+    filters = [query["filter"][0] for _, query in world.monitoring.monitoring.requests]
+    assert filters == [f'metric.type = "compute.googleapis.com/quota/{m}/usage" AND resource.type = '
+                       '"compute.googleapis.com/Location"' for m in ("cpus_per_vm_family", "gpus_per_gpu_family")]
     # Nothing from regions.get names a metric Google does not have there.
     assert not any("H100_GPUS" == r["path"] for r in world.compute.state.requests)
 
-    # Another VM holds 8 of the 16 H100s (Cloud Monitoring's allocation usage) and 208 vCPUs: one line names
-    # every quota that falls short, each as the console filters it.
+    # Another VM holds 8 of the 16 H100s (the Location series, named by the dimension) and 208 vCPUs: one line
+    # names every quota that falls short, each as the console filters it.
     hold_h100s(world, 8)
     line = quota_line(**wanted)
     assert line.startswith("✗ quota: quota CPUS-PER-VM-FAMILY-per-project-region (vm_family:A3, region:us-central1) "
-                           "has 208 vCPUs free (limit 416, in use 208); the cluster needs 416; ")
+                           "has 208 vCPUs free (limit 416, in use 208); the cluster needs 416; "), line
     assert ("; quota GPUS-PER-GPU-FAMILY-per-project-region (gpu_family:NVIDIA_H100, region:us-central1) has 8 GPUs "
             "free (limit 16, in use 8); the cluster needs 16; ") in line
     assert re.findall(r"quota ([A-Z-]+-per-project(?:-region)?)", line) == [
         VM_FAMILY, "CPUS-ALL-REGIONS-per-project", GPU_FAMILY, "GPUS-ALL-REGIONS-per-project"]
     assert line.endswith("; request more in the console (IAM & Admin > Quotas & System Limits: filter by each quota "
                          "ID and its dimensions)")
-    # Series that do not name their family are every family's together: "up to 8 in use" cannot say short.
-    world.monitoring.monitoring.family_labels = False
+    # The other way Google's pages leave open: the series carry the family under a name that is not the
+    # dimension's. They are every family's together: "up to 8 in use" cannot say short, nor ✓.
+    world.monitoring.monitoring.family_label = "unnamed"
     world.compute.state.project_quotas.update({"CPUS_ALL_REGIONS": (1024.0, 0.0), "GPUS_ALL_REGIONS": (32.0, 0.0)})
     line = quota_line(**wanted)
     assert line.startswith("? quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in us-central1-a: cannot tell: "), line
@@ -306,8 +317,46 @@ def test_h100_quota_is_read_from_cloud_quotas_and_its_usage_from_monitoring(worl
     world.monitoring.monitoring.refused = False
     h100_project(world, 0)
     assert quota_line(**wanted).startswith(
-        "✗ quota: quota GPUS-PER-GPU-FAMILY-per-project-region (gpu_family:NVIDIA_H100, region:us-central1) has 0 GPUs "
-        "free (limit 0, in use 0); the cluster needs 16; request more")
+        "✗ quota: quota GPUS-PER-GPU-FAMILY-per-project-region (gpu_family:NVIDIA_H100, region:us-central1) has a "
+        "limit of 0 GPUs and the cluster needs 16; how much is in use cannot be read (Cloud Monitoring holds no point")
+    # A grant with room, seen in use: ✓ (either way the label is named, the series tell enough).
+    h100_project(world, 32)
+    world.compute.state.family_quotas[VM_FAMILY][0] = ({"region": "us-central1", "vm_family": "A3"}, 832)
+    world.compute.state.project_quotas.update({"CPUS_ALL_REGIONS": (1024.0, 0.0), "GPUS_ALL_REGIONS": (32.0, 0.0)})
+    hold_h100s(world, 8)
+    for label in ("dimension", "unnamed"):
+        world.monitoring.monitoring.family_label = label
+        assert quota_line(**wanted).startswith("✓ quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in "
+                                               "us-central1-a: 7 quotas have room"), label
+
+
+def test_user_credentials_read_cloud_quotas_and_monitoring_with_the_clusters_quota_project(world, tmp_path,
+                                                                                           monkeypatch):
+    """Cloud Quotas is client-based: user credentials without a quota project are refused (facts.QUOTA_PROJECT);
+    Monitoring is run both ways (facts.QUOTA_PROJECT_APIS). The product names the cluster's project."""
+    adc = tmp_path / "application_default_credentials.json"
+    adc.write_text(json.dumps({"type": "authorized_user", "client_id": "764086051850-x.apps.googleusercontent.com",
+                               "client_secret": "d-FL95Q19q7MQmFpd7hHD0Ty", "refresh_token": "1//user-refresh"}))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(adc))
+    wanted = h100_project(world, 16)
+    hold_h100s(world, 4)
+    world.compute.state.project_quotas.update({"CPUS_ALL_REGIONS": (1024.0, 0.0), "GPUS_ALL_REGIONS": (32.0, 0.0)})
+    world.compute.state.family_quotas[VM_FAMILY][0] = ({"region": "us-central1", "vm_family": "A3"}, 832)
+    world.compute.state.family_quotas[GPU_FAMILY][0] = ({"region": "us-central1", "gpu_family": "NVIDIA_H100"}, 32)
+    for required in (False, True):
+        world.monitoring.monitoring.quota_project_required = required
+        line = quota_line(**wanted)
+        assert line.startswith("✓ quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in us-central1-a: 7 quotas have "
+                               "room"), line
+
+
+def test_an_n1_t4_cluster_does_not_need_cloud_quotas_or_monitoring(world):
+    """Every quota of an N1/T4 cluster is in regions.get: the family quotas' APIs being off cannot stop it;
+    an H100 cluster still needs them."""
+    world.project_apis.apis.disabled |= {"cloudquotas.googleapis.com", "monitoring.googleapis.com"}
+    assert lines()["APIs"].startswith("✓ APIs: 5 enabled"), lines()["APIs"]
+    assert lines(**h100_project(world, 16))["APIs"].startswith(
+        "✗ APIs: the APIs cloudquotas.googleapis.com, monitoring.googleapis.com are off")
 
 
 def test_a_new_projects_defaults_refuse_four_t4_vms_naming_every_shortfall_in_one_line(world):

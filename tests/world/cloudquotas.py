@@ -19,6 +19,9 @@ own types are the contract (google-cloud-quotas 0.6.3):
   .applicableLocations), "The ID component following locations/ must be global".
 - The values are the world's quota table (tests/world/quotas.py): every Compute metric as
   METRIC-per-project-region (or -per-project), and the family quotas.
+- Cloud Quotas is a client-based API (tests/world/facts.py, QUOTA_PROJECT): user credentials without a
+  quota project (no x-goog-user-project header) are refused 403 in Google's words; a service account's
+  own project is its quota project.
 - Errors in Google's JSON shape (https://cloud.google.com/apis/design/errors): no token 401
   UNAUTHENTICATED; the API off 403 SERVICE_DISABLED; ``refused`` 403 PERMISSION_DENIED
   ("Permission 'cloudquotas.quotas.get' denied on resource ..."); an unknown quota ID 404 NOT_FOUND.
@@ -31,7 +34,7 @@ import json
 import re
 from dataclasses import dataclass, field
 
-from tests.world import compute_auth, discovery
+from tests.world import compute_auth, discovery, facts
 from tests.world import quotas as table
 from tests.world.discovery import SYSTEM_PARAMETERS
 from tests.world.http import JsonGetServer, google_error
@@ -41,6 +44,15 @@ SERVICE = "compute.googleapis.com"
 
 
 _error = functools.partial(google_error, "cloudquotas.googleapis.com")
+
+
+def quota_project_refusal(state, headers: dict, api: str) -> tuple[int, dict] | None:
+    """Google's 403 when a user's credentials name no quota project (facts.QUOTA_PROJECT: a service
+    account's own project is its quota project); None otherwise."""
+    if compute_auth.bearer(headers) not in state.user_tokens or headers.get("x-goog-user-project"):
+        return None
+    return google_error(api, 403, "PERMISSION_DENIED", facts.NO_QUOTA_PROJECT_MESSAGE.format(api=api),
+                        "SERVICE_DISABLED")
 
 
 def _request_fields(message) -> set[str]:
@@ -127,6 +139,9 @@ class CloudQuotasServer:
 
         self.quotas.requests.append((path, query))
         _, refused = compute_auth.principal(self.compute, headers)
+        if refused:
+            return refused
+        refused = quota_project_refusal(self.compute, headers, "cloudquotas.googleapis.com")
         if refused:
             return refused
         if not self.enabled("cloudquotas.googleapis.com"):

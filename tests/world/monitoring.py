@@ -1,5 +1,5 @@
 """A Cloud Monitoring stand-in behind monitoring.googleapis.com: projects.timeSeries.list, for the
-quota usage series tfcluster reads (serviceruntime.googleapis.com/quota/allocation/usage).
+family quota usage series tfcluster reads.
 
 Under Google's discovery document monitoring.v3.json (tests/world/discovery.py): the method's path
 (v3/{+name}/timeSeries, GET), its query parameters (each known, enums valid: aggregation.*, filter,
@@ -10,17 +10,20 @@ metric {type, labels}, resource {type, labels}, metricKind, valueType, points[] 
 outside it fails the test that saw it.
 
 Behaviour (https://cloud.google.com/monitoring/api/ref_v3/rest/v3/projects.timeSeries/list,
-https://cloud.google.com/monitoring/api/v3/filters, https://cloud.google.com/monitoring/api/metrics_gcp):
+https://cloud.google.com/monitoring/api/v3/filters):
 - The filter selects one metric type, ANDed with equalities on resource.type, resource.labels.KEY,
   metric.labels.KEY (also the singular `label`); anything else this stand-in cannot read is 400
   INVALID_ARGUMENT, as Google answers a filter it cannot parse. interval.endTime is required.
-- serviceruntime.googleapis.com/quota/allocation/usage on consumer_quota (labels project_id,
-  service, location; metric label quota_metric): a GAUGE INT64 point per quota in use, repeated at
-  least every 24 hours while unchanged. The world reports the family quotas its instances hold
-  (tests/world/quotas.py), with the family as a metric label (``family_labels``; off: series of the
-  region without it, every family together), and its Compute metrics in use.
+- Which series exist is a fact on no discovery document (tests/world/facts.py, FAMILY_USAGE_SERIES):
+  Compute's compute.googleapis.com/quota/<quota>/usage on compute.googleapis.com/Location (labels
+  resource_container, location), a GAUGE INT64 point per family in use. The family's label name is
+  in doubt: ``family_label`` "dimension" names it as the Cloud Quotas dimension (gpu_family,
+  vm_family); "unnamed" carries it under a name the product does not know. ``family_series`` False:
+  no such series at all (USAGE_POINTS_ARE_RARE: a real project may show none in the window).
 - No token 401; the API off 403 SERVICE_DISABLED; ``refused`` 403 PERMISSION_DENIED ("Permission
-  monitoring.timeSeries.list denied (or the resource may not exist).").
+  monitoring.timeSeries.list denied (or the resource may not exist)."); ``quota_project_required``
+  and user credentials without x-goog-user-project: 403 as Google answers (facts.QUOTA_PROJECT_APIS:
+  the world runs Monitoring both ways).
 """
 
 from __future__ import annotations
@@ -30,12 +33,13 @@ import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 
-from tests.world import compute_auth, discovery
+from tests.world import compute_auth, discovery, facts
 from tests.world import quotas as table
+from tests.world.cloudquotas import quota_project_refusal
 from tests.world.http import JsonGetServer, google_error
 
 MONITORING_NAMES = ("monitoring.googleapis.com",)
-USAGE = "serviceruntime.googleapis.com/quota/allocation/usage"
+USAGE = facts.FAMILY_USAGE_METRICS[table.GPU_FAMILY][0]
 TERM = re.compile(r'\s*(?P<key>[a-z_.]+(?:\."?[a-zA-Z0-9_]+"?)?)\s*=\s*"(?P<value>[^"]*)"\s*')
 
 
@@ -60,8 +64,12 @@ class Monitoring:
 
     # The caller lacks monitoring.timeSeries.list (roles/monitoring.viewer).
     refused: bool = False
-    # Usage series name their family (gpu_family / vm_family) as a metric label.
-    family_labels: bool = True
+    # How the family usage series name their family (facts.FAMILY_USAGE_SERIES.alternatives).
+    family_label: str = facts.FAMILY_USAGE_SERIES.alternatives[0]
+    # The series exist at all (facts.USAGE_POINTS_ARE_RARE.alternatives: "present" / "absent").
+    family_series: bool = True
+    # User credentials must send x-goog-user-project (facts.QUOTA_PROJECT_APIS: in doubt for Monitoring).
+    quota_project_required: bool = False
     requests: list = field(default_factory=list)
 
 
@@ -73,27 +81,19 @@ class MonitoringServer:
         self.close = self.http.close
 
     def series(self, project: str, end: str) -> list[dict]:
-        """Every quota usage series the world has now."""
-        state = self.compute
-
-        def one(quota_metric: str, location: str, labels: dict, value: float) -> dict:
-            return {"metric": {"type": USAGE, "labels": {"quota_metric": quota_metric, **labels}},
-                    "resource": {"type": "consumer_quota", "labels": {"project_id": project, "service":
-                                                                      "compute.googleapis.com", "location": location}},
-                    "metricKind": "GAUGE", "valueType": "INT64",
-                    "points": [{"interval": {"startTime": end, "endTime": end}, "value": {"int64Value": str(int(value))}}]}
-
+        """Every family usage series the world has now (facts.FAMILY_USAGE_SERIES)."""
+        if not self.monitoring.family_series:
+            return []
         found = []
-        for quota_id, region, family, value in table.family_usage(state):
-            metric, label = table.FAMILY_METRICS[quota_id]
-            found.append(one(metric, region, {label: family} if self.monitoring.family_labels else {}, value))
-        for region in table.regions(state):
-            for metric, (_, usage) in table.region_quotas(state, region).items():
-                if usage:
-                    found.append(one(f"compute.googleapis.com/{metric.lower()}", region, {}, usage))
-        for metric, (_, usage) in table.project_quotas(state).items():
-            if usage:
-                found.append(one(f"compute.googleapis.com/{metric.lower()}", "global", {}, usage))
+        for quota_id, region, family, value in table.family_usage(self.compute):
+            metric, dimension = facts.FAMILY_USAGE_METRICS[quota_id]
+            label = dimension if self.monitoring.family_label == "dimension" else "family_name"
+            found.append({"metric": {"type": metric, "labels": {label: family}},
+                          "resource": {"type": facts.LOCATION_RESOURCE,
+                                       "labels": {"resource_container": project, "location": region}},
+                          "metricKind": "GAUGE", "valueType": "INT64",
+                          "points": [{"interval": {"startTime": end, "endTime": end},
+                                      "value": {"int64Value": str(int(value))}}]})
         return found
 
     def route(self, path: str, query: dict, headers: dict) -> tuple[int, dict]:
@@ -101,6 +101,10 @@ class MonitoringServer:
         _, refused = compute_auth.principal(self.compute, headers)
         if refused:
             return refused
+        if self.monitoring.quota_project_required:
+            refused = quota_project_refusal(self.compute, headers, "monitoring.googleapis.com")
+            if refused:
+                return refused
         match = re.fullmatch(r"/v3/projects/(?P<project>[^/]+)/timeSeries", path)
         if match is None:
             return _error(404, "NOT_FOUND", f"The requested URL {path} was not found on this server.")

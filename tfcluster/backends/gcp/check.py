@@ -321,6 +321,14 @@ def prices_finding(project: str) -> Finding:
                                         f"cloudbilling.googleapis.com --project {project}`")
 
 
+def takes_family_quota(settings, gpu: str) -> bool:
+    """Whether the cluster takes a quota only Cloud Quotas and Monitoring report (quota.py)."""
+    from tfcluster.backends.gcp.quota import cluster_needs
+
+    needs = cluster_needs(settings.machine_type, gpu, settings.gpu_count, settings.workers)
+    return any(not need.quota.metric for need in needs)
+
+
 def run(settings, made: dict | None = None) -> Report:
     """Every check, in the order a user fixes them. ``made``: zone -> VMs of this cluster already
     there (a resumed `up`)."""
@@ -341,7 +349,7 @@ def run(settings, made: dict | None = None) -> Report:
                                                       "organisation policies, quota, boot image"))
     else:
         google = Google(credentials)
-        apis = services_finding(google, settings.project)
+        apis = services_finding(google, settings.project, rules.services_for(takes_family_quota(settings, gpu)))
         findings += [apis, permissions_finding(google, settings.project), *constraint_findings(google, target)]
         quota_line, judged = quota_finding(settings, gpu, zones, made)
         findings += [quota_line, prices_finding(settings.project)]

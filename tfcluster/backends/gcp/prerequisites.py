@@ -18,9 +18,18 @@ SERVICES = {
     "iam.googleapis.com": "the VMs' service accounts and the watchdog's custom role",
     "artifactregistry.googleapis.com": "the cluster's image registry",
     "cloudresourcemanager.googleapis.com": "permission checks and the provider's project lookups",
+}
+# Needed only by a cluster that takes a family quota (H100, G2 and A3: quota.py): an N1/T4 cluster's quotas
+# are all in regions.get, so these being off must not stop its `up`.
+FAMILY_QUOTA_SERVICES = {
     "cloudquotas.googleapis.com": "the quotas Compute's regions.get does not report (H100, G2 and A3 families)",
     "monitoring.googleapis.com": "how much of those quotas is in use",
 }
+
+
+def services_for(family_quotas: bool) -> dict:
+    """The APIs a cluster needs: every one, or without the family quotas' when it takes none."""
+    return {**SERVICES, **(FAMILY_QUOTA_SERVICES if family_quotas else {})}
 
 # The predefined roles the permission hint names (tfcluster/backends/gcp/errors.py), and what each
 # holds of what follows; checked against https://cloud.google.com/iam/docs/understanding-roles.

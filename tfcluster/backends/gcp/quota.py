@@ -13,12 +13,13 @@ Where each quota lives:
   limits only (DimensionsInfo.details.value, google/cloud/cloudquotas_v1/types/resources.py); the most
   specific dimensionsInfo applies: location and service-specific dimensions, then location only, then
   service-specific only, then none (the same page, "Dimension precedence"). -1 is no limit.
-- Their usage is Cloud Monitoring's serviceruntime.googleapis.com/quota/allocation/usage (monitored
-  resource consumer_quota, labels quota_metric and the resource's location; "If no changes are received
-  in quota usage, the last values are repeated at least every 24 hours",
-  https://cloud.google.com/monitoring/api/metrics_gcp#gcp-serviceruntime): no point in the last 25
-  hours is nothing in use. A series that carries the family as a label counts for that family; series
-  of the region without one are every family's together, a bound that can only say "fits".
+- Their usage is Compute's resource-specific quota metric in Cloud Monitoring,
+  compute.googleapis.com/quota/{gpus_per_gpu_family,cpus_per_vm_family}/usage on the monitored
+  resource compute.googleapis.com/Location (https://cloud.google.com/monitoring/alerts/using-quota-metrics;
+  Compute's consumerDestinations). A series that carries the family under the dimension's name counts
+  for that family; series of the region without it are every family's together, a bound that can only
+  say "fits"; no point in the last 25 hours ("the last values are repeated at least every 24 hours",
+  https://cloud.google.com/monitoring/api/metrics_gcp) is unknown (?), never nothing in use.
 - The console's Quotas & System Limits page filters by quota ID and by "dimension_name:value"
   (configure-dimensions, "View dimensions"). A Compute metric's quota ID is its name in hyphens with
   -per-project-region, or -per-project for a project-wide one (CPUS-per-project-region,
@@ -57,7 +58,7 @@ class Quota:
     dimensions: tuple = ()
     # Per region (True) or per project.
     regional: bool = True
-    # Cloud Monitoring's quota_metric label for its usage (Cloud Quotas-only quotas).
+    # Cloud Monitoring's metric type of its usage (Cloud Quotas-only quotas), on compute.googleapis.com/Location.
     usage_metric: str = ""
 
     def named(self, region: str = "") -> str:
@@ -72,12 +73,12 @@ def compute_quota(metric: str, regional: bool = True) -> Quota:
 
 def gpu_family_quota(family: str) -> Quota:
     return Quota("GPUS-PER-GPU-FAMILY-per-project-region", dimensions=(("gpu_family", family),),
-                 usage_metric="compute.googleapis.com/gpus_per_gpu_family")
+                 usage_metric="compute.googleapis.com/quota/gpus_per_gpu_family/usage")
 
 
 def vm_family_quota(family: str) -> Quota:
     return Quota("CPUS-PER-VM-FAMILY-per-project-region", dimensions=(("vm_family", family),),
-                 usage_metric="compute.googleapis.com/cpus_per_vm_family")
+                 usage_metric="compute.googleapis.com/quota/cpus_per_vm_family/usage")
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,14 @@
 """Where a cluster's quotas are read, and the zones judged with them (what a cluster takes and how
 a shortfall reads are quota.py's): Compute's regions.get and projects.get for the metrics of its
-Quota.metric enum, Cloud Quotas QuotaInfos for the GPU-family and VM-family limits, and Cloud
-Monitoring's quota allocation usage for theirs; quota.py's docstring cites where each lives.
-Each is read once per command; an unreadable one is a ?, naming what would let it be read."""
+Quota.metric enum, Cloud Quotas QuotaInfos for the GPU-family and VM-family limits, and Compute's
+family usage series in Cloud Monitoring for theirs; quota.py's docstring cites where each lives.
+Each is read once per command; an unreadable one is a ?, naming what would let it be read, and so
+is a usage of which Monitoring holds no point: no data is never 0.
+
+Cloud Quotas is a client-based API: user credentials need a quota project ("Requests can fail if you
+make a request to a client-based API and the quota project cannot be identified",
+https://cloud.google.com/docs/quotas/set-quota-project). Both it and Monitoring are called with the
+cluster's project as the quota project (x-goog-user-project), as Billing already is (pricing.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +21,12 @@ from tfcluster.backends.gcp.quota import (TIME_LIMITED_HOURS, Judgement, Need, Q
 from tfcluster.errors import ConfigError
 
 SERVICE = "compute.googleapis.com"
-USAGE_METRIC = "serviceruntime.googleapis.com/quota/allocation/usage"
-# Monitoring repeats an unchanged usage at least every 24 hours: a day and an hour covers one.
+# Compute's resource-specific quota metrics live on this monitored resource (labels resource_container,
+# location): https://cloud.google.com/monitoring/alerts/using-quota-metrics, and Compute's
+# monitoring.consumerDestinations as `gcloud services list --format=json` prints them.
+USAGE_RESOURCE = "compute.googleapis.com/Location"
+# "If no changes are received in quota usage, the last values are repeated at least every 24 hours"
+# (https://cloud.google.com/monitoring/api/metrics_gcp): a day and an hour covers one repeat.
 USAGE_WINDOW_SECONDS = 25 * 3600
 QUOTA_VIEWER = "roles/cloudquotas.viewer"
 MONITORING_VIEWER = "roles/monitoring.viewer"
@@ -93,8 +103,15 @@ class QuotaSource:
         return self.infos[quota_id]
 
     def _credentials(self):
+        """The Compute client's own credentials, with the cluster's project as their quota project
+        (module docstring): user credentials are refused by Cloud Quotas without one."""
         if self.credentials is None:
-            self.credentials = self.api.client_kwargs["credentials"]  # The Compute client's own.
+            from google.auth.credentials import CredentialsWithQuotaProject
+
+            found = self.api.client_kwargs["credentials"]
+            if isinstance(found, CredentialsWithQuotaProject):
+                found = found.with_quota_project(self.project)
+            self.credentials = found
         return self.credentials
 
     def _usage_series(self, usage_metric: str):
@@ -116,8 +133,7 @@ class QuotaSource:
 
         now = time.time()
         stamp = lambda t: datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
-        params = {"filter": (f'metric.type = "{USAGE_METRIC}" AND resource.type = "consumer_quota" AND '
-                             f'resource.labels.service = "{SERVICE}" AND metric.labels.quota_metric = "{usage_metric}"'),
+        params = {"filter": f'metric.type = "{usage_metric}" AND resource.type = "{USAGE_RESOURCE}"',
                   "interval.startTime": stamp(now - USAGE_WINDOW_SECONDS), "interval.endTime": stamp(now),
                   "view": "FULL"}
         session = AuthorizedSession(self._credentials())
@@ -161,13 +177,7 @@ class QuotaSource:
         series = self._usage_series(quota.usage_metric)
         if isinstance(series, Unreadable):
             return Reading(quota, region, limit, None, str(series))
-        here = [(labels, value) for location, labels, value in series if location == region]
-        keys = [key for key, _ in quota.dimensions]
-        labelled = [(labels, value) for labels, value in here if all(key in labels for key in keys)]
-        if labelled or not here:
-            usage = sum(value for labels, value in labelled if all(labels[k] == v for k, v in quota.dimensions))
-            return Reading(quota, region, limit, float(usage))
-        return Reading(quota, region, limit, float(sum(value for _, value in here)), usage_is_bound=True)
+        return _usage_reading(quota, region, limit, series)
 
     def reading_for(self, need: Need, region: str, spot: bool, deleted_within_hours: int | None) -> Reading:
         """The reading of the quota that answers for the need (its PREEMPTIBLE_ form where the VMs use it)."""
@@ -185,6 +195,25 @@ class QuotaSource:
 
     def judge(self, needs: list[Need], region: str, spot: bool, deleted_within_hours: int | None = None) -> Verdict:
         return Verdict([Judgement(need, self.reading_for(need, region, spot, deleted_within_hours)) for need in needs])
+
+
+def _usage_reading(quota: Quota, region: str, limit: float, series: list) -> Reading:
+    """The family's usage from the region's series: those that name the family by the quota's
+    dimension count for it; series that name no family are every family's together, a bound that
+    can only say "fits"; no point of the family at all is unknown (Monitoring writes a point when
+    usage changes, and repeats it rarely: an absent point is not 0)."""
+    here = [(labels, value) for location, labels, value in series if location == region]
+    keys = [key for key, _ in quota.dimensions]
+    family = ", ".join(f"{k}:{v}" for k, v in quota.dimensions)
+    missing = (f"Cloud Monitoring holds no point of {quota.usage_metric} for {family} in {region} in the last "
+               f"{USAGE_WINDOW_SECONDS // 3600} hours; it writes one when usage changes")
+    labelled = [(labels, value) for labels, value in here if all(key in labels for key in keys)]
+    if labelled:
+        mine = [value for labels, value in labelled if all(labels[k] == v for k, v in quota.dimensions)]
+        return Reading(quota, region, limit, float(sum(mine))) if mine else Reading(quota, region, limit, None, missing)
+    if here:
+        return Reading(quota, region, limit, float(sum(value for _, value in here)), usage_is_bound=True)
+    return Reading(quota, region, limit, None, missing)
 
 
 def _refused(service: str, role: str, error) -> str:
