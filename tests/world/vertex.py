@@ -26,7 +26,9 @@ Every request and answer goes through Google's discovery document, aiplatform.v1
   limits: aiplatform.googleapis.com/custom_model_training_nvidia_l4_gpus"
   (GoogleCloudPlatform/stable-diffusion-on-gcp#12; the k80 and cpus forms in
   GoogleCloudPlatform/vertex-ai-samples#700 and #3479); Spot jobs draw on the
-  custom_model_training_preemptible_* metrics (https://cloud.google.com/vertex-ai/docs/quotas#training).
+  custom_model_training_preemptible_* metrics (https://cloud.google.com/vertex-ai/docs/quotas#training),
+  and so do Flex-start jobs (tests/world/facts.py, VERTEX_FLEX_START_QUOTA); every replica's vCPUs count
+  on custom_model_training_cpus or its preemptible_ form (vertex-ai-samples#700, #3479).
 - **The replicas' environment** (https://cloud.google.com/vertex-ai/docs/training/distributed-training
   and CustomJobSpec.baseOutputDirectory in the document): worker pool 0 is the primary replica,
   pool 1 the workers, 2 parameter servers, 3 evaluators; CLUSTER_SPEC {"cluster": {"workerpool0":
@@ -72,6 +74,7 @@ from dataclasses import dataclass, field
 from tests.world import compute_auth, discovery
 from tests.world.cloud_logging import FilterError, parse_filter, rfc3339
 from tests.world.http import JsonServer
+from tests.world import facts
 from tests.world.vertex_replicas import NET, TF_PORT, Replica
 
 VERTEX_REGIONS = ("us-central1", "us-east1", "us-east4", "us-west1", "europe-west4", "asia-east1")
@@ -91,6 +94,10 @@ SPOT_RESTARTS = 6
 
 def quota_metric(accelerator: str, spot: bool) -> str:
     return f"custom_model_training_{'preemptible_' if spot else ''}{QUOTA_WORDS[accelerator]}_gpus"
+
+
+def cpu_quota_metric(preemptible: bool) -> str:
+    return f"custom_model_training_{'preemptible_' if preemptible else ''}cpus"
 
 
 @dataclass
@@ -116,15 +123,28 @@ class Job:
     def spot(self) -> bool:
         return (self.record["jobSpec"].get("scheduling") or {}).get("strategy") == "SPOT"
 
+    @property
+    def preemptible(self) -> bool:
+        """Its strategy draws the preemptible quota (facts.VERTEX_STRATEGY_QUOTA: SPOT and FLEX_START)."""
+        strategy = (self.record["jobSpec"].get("scheduling") or {}).get("strategy") or "STANDARD"
+        return bool(facts.VERTEX_STRATEGY_QUOTA.get(strategy))
+
     def usage(self) -> dict[str, int]:
-        """Quota metric -> accelerators (and vCPUs are not counted: no test needs them)."""
+        """Quota metric -> accelerators, and vCPUs on the CPU metric."""
+        from tests.world.quotas import _shape
+
         found: dict[str, int] = {}
         for pool in self.record["jobSpec"]["workerPoolSpecs"]:
             machine = (pool or {}).get("machineSpec") or {}
             kind, count = machine.get("acceleratorType"), int(machine.get("acceleratorCount") or 0)
+            replicas = int((pool or {}).get("replicaCount") or 0)
             if kind in QUOTA_WORDS and count:
-                metric = quota_metric(kind, self.spot)
-                found[metric] = found.get(metric, 0) + count * int((pool or {}).get("replicaCount") or 0)
+                metric = quota_metric(kind, self.preemptible)
+                found[metric] = found.get(metric, 0) + count * replicas
+            vcpus = _shape(machine.get("machineType") or "", [])[0]
+            if vcpus:
+                metric = cpu_quota_metric(self.preemptible)
+                found[metric] = found.get(metric, 0) + vcpus * replicas
         return found
 
 
@@ -133,9 +153,11 @@ class VertexState:
     project: str
     project_number: str
     jobs: dict = field(default_factory=dict)
-    # (region, quota metric) -> limit; absent: ``default_quota``.
+    # (region, quota metric) -> limit; absent: ``default_quota`` (GPUs) or ``default_cpu_quota`` (vCPUs).
     quota: dict = field(default_factory=dict)
     default_quota: int = 16
+    # The world's choice; a test that depends on the CPU quota sets its own.
+    default_cpu_quota: int = 64
     # Seconds a job spends PENDING before its replicas start (Vertex AI provisions machines then).
     provision_seconds: float = 0.3
     # Seconds between a replica's SIGTERM and its SIGKILL when the service stops it (a replica's
@@ -146,26 +168,26 @@ class VertexState:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def limit(self, region: str, metric: str) -> int:
-        return self.quota.get((region, metric), self.default_quota)
+        default = self.default_cpu_quota if metric.endswith("_cpus") else self.default_quota
+        return self.quota.get((region, metric), default)
 
     def quota_infos(self, project: str) -> list[dict]:
         """Vertex AI's training quotas as the Cloud Quotas API lists them (tests/world/cloudquotas.py):
-        one QuotaInfo per accelerator metric, on-demand and preemptible, a limit per region (the quota ID's
-        wording is this stand-in's; the metric is the one Vertex AI's 429 names)."""
+        one QuotaInfo per accelerator metric and the vCPU one, on-demand and preemptible, a limit per
+        region (the quota ID's wording is this stand-in's; the metric is the one Vertex AI's 429 names)."""
         infos = []
-        for word in sorted(QUOTA_WORDS.values()):
-            for spot in (False, True):
-                metric = f"custom_model_training_{'preemptible_' if spot else ''}{word}_gpus"
-                quota_id = "".join(part.capitalize() for part in metric.split("_")) + "PerProjectPerRegion"
-                infos.append({
-                    "name": f"projects/{project}/locations/global/services/aiplatform.googleapis.com/quotaInfos/{quota_id}",
-                    "quotaId": quota_id, "metric": f"aiplatform.googleapis.com/{metric}",
-                    "service": "aiplatform.googleapis.com", "isPrecise": True, "containerType": 1,
-                    "dimensions": ["region"],
-                    "dimensionsInfos": [{"dimensions": {"region": region}, "applicableLocations": [region],
-                                         **({"details": {"value": str(self.limit(region, metric))}}
-                                            if self.limit(region, metric) else {})}
-                                        for region in VERTEX_REGIONS]})
+        metrics = [quota_metric(kind, spot) for kind in sorted(QUOTA_WORDS) for spot in (False, True)]
+        for metric in metrics + [cpu_quota_metric(False), cpu_quota_metric(True)]:
+            quota_id = "".join(part.capitalize() for part in metric.split("_")) + "PerProjectPerRegion"
+            infos.append({
+                "name": f"projects/{project}/locations/global/services/aiplatform.googleapis.com/quotaInfos/{quota_id}",
+                "quotaId": quota_id, "metric": f"aiplatform.googleapis.com/{metric}",
+                "service": "aiplatform.googleapis.com", "isPrecise": True, "containerType": 1,
+                "dimensions": ["region"],
+                "dimensionsInfos": [{"dimensions": {"region": region}, "applicableLocations": [region],
+                                     **({"details": {"value": str(self.limit(region, metric))}}
+                                        if self.limit(region, metric) else {})}
+                                    for region in VERTEX_REGIONS]})
         return infos
 
     def in_use(self, region: str, metric: str, besides: str = "") -> int:

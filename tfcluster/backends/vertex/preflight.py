@@ -13,7 +13,12 @@ before a Vertex AI job can run, asked of Google.
   (https://cloud.google.com/vertex-ai/docs/quotas#training; the metric Vertex AI's 429 names,
   GoogleCloudPlatform/stable-diffusion-on-gcp#12). The Cloud Quotas API lists its QuotaInfos for
   service aiplatform.googleapis.com (ListQuotaInfos, the metric and a limit per region); it holds
-  limits, not usage.
+  limits, not usage. Flex-start jobs draw on the preemptible ones too ("Make sure you have sufficient
+  Vertex AI preemptible quota before launching your job",
+  https://cloud.google.com/vertex-ai/docs/predictions/use-flex-start-vms). Every replica's vCPUs also
+  count on custom_model_training_cpus (its preemptible_ form for Spot and Flex-start): "The following
+  quota metrics exceed quota limits: aiplatform.googleapis.com/custom_model_training_preemptible_cpus"
+  is the 429 a project whose limit is 1 gets (GoogleCloudPlatform/vertex-ai-samples#700, #3479).
 - Offered: Vertex AI trains on Compute Engine's machines, so an accelerator no zone of the region
   offers (acceleratorTypes.aggregatedList, as `invoke offers` reads it) cannot train there either.
 """
@@ -22,6 +27,7 @@ from __future__ import annotations
 
 from tfcluster import gpus
 from tfcluster.backends.base import Finding
+from tfcluster.provisioning import FLEX_START
 from tfcluster.backends.gcp.check import (Google, Refused, credentials_finding, permissions_finding,
                                           services_finding, terraform_finding)
 from tfcluster.backends.gcp.compute import region_of
@@ -61,6 +67,16 @@ def quota_metric(gpu: str, spot: bool) -> str:
     return f"aiplatform.googleapis.com/custom_model_training_{'preemptible_' if spot else ''}{QUOTA_WORDS[gpu]}_gpus"
 
 
+def cpu_quota_metric(preemptible: bool) -> str:
+    return f"aiplatform.googleapis.com/custom_model_training_{'preemptible_' if preemptible else ''}cpus"
+
+
+def draws_preemptible(settings) -> bool:
+    """Whether the job's scheduling strategy draws the preemptible training quota: SPOT, and FLEX_START
+    (module docstring)."""
+    return bool(settings.spot) or settings.provisioning == FLEX_START
+
+
 def quota_limits(google: Google, project: str, metric: str) -> dict[str, float]:
     """Region -> the limit Cloud Quotas lists for ``metric`` (a region with a row but no value: 0)."""
     found, token = {}, ""
@@ -80,24 +96,39 @@ def quota_limits(google: Google, project: str, metric: str) -> dict[str, float]:
 
 
 def quota_finding(google: Google, settings, region: str) -> Finding:
-    if not settings.gpu_count:
-        return Finding("quota", True, "no accelerator asked for (gpu_count 0): only Vertex AI's CPU quota applies")
-    metric = quota_metric(settings.gpu, settings.spot)
-    need = settings.workers * settings.gpu_count
+    """The region's training quotas the job draws on (its GPUs' and its vCPUs'), against what it needs."""
+    preemptible = draws_preemptible(settings)
     try:
-        limit = quota_limits(google, settings.project, metric).get(region)
-    except Refused as error:
-        return Finding("quota", None, f"cannot read {metric} in {region} ({error.why()}); enable "
-                                      "cloudquotas.googleapis.com or ask for roles/cloudquotas.viewer")
-    if limit is None:
-        return Finding("quota", None, f"Cloud Quotas lists no {metric} for {region}")
-    if limit < need:
-        return Finding("quota", False, f"{metric} is {limit:g} in {region}, and a job of {settings.workers} replicas "
-                                       f"with {settings.gpu_count} GPU(s) each needs {need}: request more (IAM & Admin "
-                                       "> Quotas, service Vertex AI API), or use another region or GPU "
-                                       "(`invoke offers --backend vertex`)")
-    return Finding("quota", True, f"{metric} is {limit:g} in {region}; a job of {settings.workers} replicas needs {need} "
-                                  "(Cloud Quotas holds the limit, not what other jobs use now)")
+        vcpus = gpus.shape_of(settings.machine_type)[0]
+    except KeyError:
+        vcpus = 0
+    wanted = ([(quota_metric(settings.gpu, preemptible), settings.workers * settings.gpu_count, "GPU(s)")]
+              if settings.gpu_count else [])
+    if vcpus:
+        wanted.append((cpu_quota_metric(preemptible), settings.workers * vcpus, "vCPUs"))
+    if not wanted:
+        return Finding("quota", None, f"tfcluster does not know {settings.machine_type}'s vCPUs: Vertex AI's "
+                                      f"{cpu_quota_metric(preemptible)} cannot be judged")
+    short, unknown, held = [], [], []
+    for metric, need, unit in wanted:
+        try:
+            limit = quota_limits(google, settings.project, metric).get(region)
+        except Refused as error:
+            return Finding("quota", None, f"cannot read {metric} in {region} ({error.why()}); enable "
+                                          "cloudquotas.googleapis.com or ask for roles/cloudquotas.viewer")
+        if limit is None:
+            unknown.append(f"Cloud Quotas lists no {metric} for {region}")
+        elif 0 <= limit < need:
+            short.append(f"{metric} is {limit:g} in {region}, and a job of {settings.workers} replicas needs {need:g} "
+                         f"{unit}")
+        else:
+            held.append(f"{metric} is {limit:g} in {region}; a job of {settings.workers} replicas needs {need:g} {unit}")
+    if short:
+        return Finding("quota", False, "; ".join(short) + ": request more (IAM & Admin > Quotas, service Vertex AI "
+                                       "API), or use another region or GPU (`invoke offers --backend vertex`)")
+    if unknown:
+        return Finding("quota", None, "; ".join(unknown + held))
+    return Finding("quota", True, "; ".join(held) + " (Cloud Quotas holds the limit, not what other jobs use now)")
 
 
 def offered_finding(settings, region: str) -> Finding:
@@ -149,7 +180,7 @@ def offers(settings) -> list[str]:
     regions = sorted({region_of(zone) for zone in zones})
     google = Google(default_credentials())
     try:
-        limits = quota_limits(google, settings.project, quota_metric(model.name, settings.spot))
+        limits = quota_limits(google, settings.project, quota_metric(model.name, draws_preemptible(settings)))
     except Refused as error:
         limits, unread = {}, error.why()
     else:
@@ -165,6 +196,6 @@ def offers(settings) -> list[str]:
                     f"{'?' if limit is None else f'{limit:g}':>8}")
     return [f"{model.name} on Vertex AI: {len(regions)} region(s) offer {ACCELERATORS[model.name]}; one replica is "
             f"{settings.machine_type} with {settings.gpu_count} GPU(s); quota: the region's "
-            f"{quota_metric(model.name, settings.spot)} limit" + (f" (unreadable: {unread})" if unread else ""),
+            f"{quota_metric(model.name, draws_preemptible(settings))} limit" + (f" (unreadable: {unread})" if unread else ""),
             *rows, f"prices: Vertex AI training, {table['region']} list prices of {table['date']} for every region "
                    f"(other regions differ by up to ~20%): {table['source'][:200]}..."]
