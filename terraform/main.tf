@@ -24,7 +24,7 @@ locals {
   automatic_restart = local.provisioning_model == "STANDARD"
   # Spot VMs cannot consume reservations, and Google's Flex-start requests consume none
   # (https://cloud.google.com/compute/docs/instances/reservations-consume; .../ai-hypercomputer/docs/create/create-vm).
-  reservation_affinity = local.provisioning_model == "STANDARD" ? var.reservation_affinity : "NO_RESERVATION"
+  reservation_affinity = contains(["STANDARD", "RESERVATION_BOUND"], local.provisioning_model) ? var.reservation_affinity : "NO_RESERVATION"
   # Types with bundled Local SSD (A3 High, A2 Ultra): a stop at the deadline must discard it.
   local_ssd = try(local.gpu_table.machine_types[var.machine_type].local_ssd_gb, 0) > 0
 

@@ -131,12 +131,12 @@ variable "spot" {
 }
 
 variable "provisioning_model" {
-  description = "STANDARD, SPOT (as spot = true) or FLEX_START (Dynamic Workload Scheduler: discounted, runs at most 7 days, accelerator-optimized types only)."
+  description = "STANDARD, SPOT (as spot = true), FLEX_START (Dynamic Workload Scheduler: discounted, runs at most 7 days, accelerator-optimized types only) or RESERVATION_BOUND (on-demand VMs on a DENSE reservation, named by reservation_name)."
   type        = string
   default     = "STANDARD"
   validation {
-    condition     = contains(["STANDARD", "SPOT", "FLEX_START"], var.provisioning_model) && !(var.spot && var.provisioning_model == "FLEX_START")
-    error_message = "provisioning_model must be STANDARD, SPOT or FLEX_START, and not FLEX_START with spot = true."
+    condition     = contains(["STANDARD", "SPOT", "FLEX_START", "RESERVATION_BOUND"], var.provisioning_model) && !(var.spot && contains(["FLEX_START", "RESERVATION_BOUND"], var.provisioning_model))
+    error_message = "provisioning_model must be STANDARD, SPOT, FLEX_START or RESERVATION_BOUND (VMs on a DENSE reservation), and not FLEX_START or RESERVATION_BOUND with spot = true."
   }
 }
 

@@ -581,3 +581,47 @@ def test_each_provisioning_model_is_priced_at_its_own_rate(world, tmp_path):
     assert "on reservation r1: no cost beyond it for the VMs" in ledger.Ledger(tmp_path, "reserved").figures(
         now=2 * hour).words()
     assert "Flex-start saved $5.50 against on-demand" in ledger.Ledger(tmp_path, "flex").figures(now=2 * hour).words()
+
+
+def test_a_dense_reservation_takes_reservation_bound_vms_and_the_product_makes_them_so(world):
+    """DENSE reservations (tests/world/facts.py, DENSE_RESERVATIONS): Compute refuses a STANDARD VM on one
+    in its words; the ladder, `--reservation NAME` and `check` read deploymentType and ask for
+    RESERVATION_BOUND; a refusal in those words moves the ladder on rather than aborting."""
+    from google.api_core import exceptions
+
+    from tfcluster import config
+    from tfcluster.backends.gcp import capacity, reservations
+    from tfcluster.backends.gcp.compute import ComputeApi
+
+    state = world.compute.state
+    _grant_h100_quota(state)
+    state.capacity.reservations = {(ZONE, "block"): Reservation("block", ZONE, "a3-highgpu-8g", 2, specific_required=True,
+                                                                deployment_type="DENSE")}
+    named = {"consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
+             "values": ["block"]}
+    scheduling = {"onHostMaintenance": "TERMINATE", "automaticRestart": False}
+    with pytest.raises(exceptions.BadRequest, match="Instances consuming DENSE reservations must use "
+                                                    "provisioningModel RESERVATION_BOUND"):
+        _insert(_body("std-0", machine="a3-highgpu-8g", reservationAffinity=named,
+                      scheduling={**scheduling, "provisioningModel": "STANDARD"}))
+    _insert(_body("bound-0", machine="a3-highgpu-8g", reservationAffinity=named,
+                  scheduling={**scheduling, "provisioningModel": "RESERVATION_BOUND"})).result(timeout=20)
+    assert state.instances["bound-0"]["reservation"] == (ZONE, "block")
+
+    api = ComputeApi("demo-project")
+    settings = config.load({"backend": "gcp", "project": "demo-project", "gpu": "h100", "gpu_count": 8,
+                            "machine_type": "a3-highgpu-8g", "workers": 1, "capacity": "auto"}, zone=ZONE)
+    first = capacity.steps(settings, api, lambda line: None)[0]
+    assert first.name() == "zone us-central1-a, reservation block (1 of 2 free)"
+    assert capacity.model_variables(first.choice) == {"spot": False, "provisioning_model": "RESERVATION_BOUND",
+                                                      "reservation_affinity": "SPECIFIC_RESERVATION",
+                                                      "reservation_name": "block"}
+    by_name = config.load({"backend": "gcp", "project": "demo-project", "gpu": "h100", "gpu_count": 8,
+                           "machine_type": "a3-highgpu-8g", "workers": 1, "reservation": "block"}, zone=ZONE)
+    [step] = capacity.steps(by_name, api, lambda line: None)
+    assert step.choice.compute_model == "RESERVATION_BOUND"
+    assert reservations.check_finding(by_name, "nvidia-h100-80gb", [ZONE]).line() == (
+        "✓ reservation block: in us-central1-a, a3-highgpu-8g, 1 of 2 free; DENSE: its VMs are made "
+        "RESERVATION_BOUND, as Compute requires")
+    assert capacity.refusal("Error: Error creating instance: googleapi: Error 400: Instances consuming DENSE "
+                            "reservations must use provisioningModel RESERVATION_BOUND, invalid")

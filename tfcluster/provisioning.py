@@ -16,6 +16,10 @@ Google's rules these follow (read 2026-11-26):
   "You can't consume a reservation to create ... Spot VMs or preemptible instances"
   (https://cloud.google.com/compute/docs/instances/reservations-consume), and Google's Flex-start
   requests set NO_RESERVATION (https://cloud.google.com/ai-hypercomputer/docs/create/create-vm).
+- A DENSE reservation (Reservation.deploymentType, the blocks A3 capacity comes in) is consumed only
+  by RESERVATION_BOUND VMs: Compute refuses others with "Instances consuming DENSE reservations must
+  use provisioningModel RESERVATION_BOUND" (skypilot-org/skypilot#9771, fixed by #9779 reading
+  deploymentType). On-demand VMs on one are made RESERVATION_BOUND.
 """
 
 from __future__ import annotations
@@ -62,10 +66,12 @@ class Choice:
     model: str
     # any, none, or a reservation's name (consumed by standard VMs only).
     reservation: str = ANY
+    # The reservation is DENSE: its on-demand VMs are RESERVATION_BOUND (module docstring).
+    bound: bool = False
 
     @property
     def compute_model(self) -> str:
-        return COMPUTE_MODEL[self.model]
+        return "RESERVATION_BOUND" if self.bound and self.model == STANDARD else COMPUTE_MODEL[self.model]
 
     @property
     def preemptible_quota(self) -> bool:
@@ -83,7 +89,8 @@ class Choice:
     def describe(self) -> str:
         """For a line: "Flex-start", "on-demand on reservation r1", "Spot"."""
         kind, name = self.affinity()
-        return WORDS[self.model] + (f" on reservation {name}" if name else "")
+        return WORDS[self.model] + (f" on reservation {name}" if name else "") + (
+            " (DENSE: RESERVATION_BOUND)" if self.bound else "")
 
 
 def flex_start_machine(machine_type: str) -> bool:

@@ -49,6 +49,8 @@ Behaviours and their sources:
   - "You can't consume a reservation to create ... Spot VMs or preemptible instances"
     (reservations-consume, Limitations); Google's Flex-start requests set NO_RESERVATION (create-vm
     page above); a SPOT or FLEX_START VM that names a reservation is refused;
+  - a DENSE reservation (deploymentType, tests/world/facts.py DENSE_RESERVATIONS) takes only
+    RESERVATION_BOUND VMs: any other is refused in Compute's words, and ANY_RESERVATION skips it;
   - refusals, in Compute's words where they were found: a reservation consumed automatically
     cannot be targeted by name ("Specified reservations [projects/P/reservations/NAME] can not be
     targeted as specificReservationRequired is not set", skypilot-org/skypilot#3327); a name not in
@@ -75,9 +77,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from tests.fake_operations import capacity_error, new_operation
+from tests.world import facts
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
-MODELS = ("STANDARD", "SPOT", "FLEX_START")
+MODELS = ("STANDARD", "SPOT", "FLEX_START", "RESERVATION_BOUND")
 NAME_KEY = "compute.googleapis.com/reservation-name"
 # Flex-start's wait and run duration bounds, in seconds (module docstring).
 PENDING_FROM = 90
@@ -98,6 +101,8 @@ class Reservation:
     # Only VMs that name it may consume it.
     specific_required: bool = False
     status: str = "READY"
+    # Reservation.deploymentType (facts.RESERVATION_KINDS): a DENSE one takes RESERVATION_BOUND VMs only.
+    deployment_type: str = "DEPLOYMENT_TYPE_UNSPECIFIED"
     # Instance names that consume it now.
     in_use: set = field(default_factory=set)
     created: str = "2026-11-20T08:00:00.000-08:00"
@@ -155,7 +160,7 @@ def pick_reservation(state, project: str, zone: str, body: dict) -> tuple[Reserv
     kind = affinity.get("consumeReservationType") or "ANY_RESERVATION"
     model = model_of(body)
     if kind == "SPECIFIC_RESERVATION":
-        if model != "STANDARD":
+        if model not in ("STANDARD", "RESERVATION_BOUND"):
             return None, _error(400, "invalid", f"Invalid value for field 'resource.reservationAffinity': VMs with "
                                                 f"provisioning model {model} must use ReservationAffinity of "
                                                 "NO_RESERVATION.")
@@ -174,6 +179,8 @@ def pick_reservation(state, project: str, zone: str, body: dict) -> tuple[Reserv
         if found.status != "READY":
             return None, _error(400, "invalid", f"Cannot consume reservation {name}: it requires reservation to be "
                                                 f"in READY state (it is {found.status}).")
+        if found.deployment_type == "DENSE" and model != "RESERVATION_BOUND":
+            return None, _error(400, "invalid", facts.DENSE_RESERVATIONS.quote)
         why = matches(found, zone, body)
         if why:
             return None, _error(400, "invalid", f"Specified reservation {name} does not match the instance's "
@@ -186,7 +193,7 @@ def pick_reservation(state, project: str, zone: str, body: dict) -> tuple[Reserv
         return None, None
     for (where, _), candidate in sorted(capacity.reservations.items()):
         if where == zone and not candidate.specific_required and _has_room(candidate) \
-                and matches(candidate, zone, body) is None:
+                and candidate.deployment_type != "DENSE" and matches(candidate, zone, body) is None:
             return candidate, None
     return None, None
 
@@ -351,7 +358,8 @@ def reservation_json(state, reservation: Reservation) -> dict:
             "selfLink": f"{link}/reservations/{reservation.name}", "creationTimestamp": reservation.created,
             "specificReservation": {"count": str(reservation.count), "inUseCount": str(len(reservation.in_use)),
                                     "instanceProperties": properties},
-            "specificReservationRequired": reservation.specific_required, "status": reservation.status}
+            "specificReservationRequired": reservation.specific_required, "status": reservation.status,
+            **({"deploymentType": reservation.deployment_type} if reservation.deployment_type == "DENSE" else {})}
 
 
 def _permission(state, permission: str, path: str) -> tuple[int, dict] | None:

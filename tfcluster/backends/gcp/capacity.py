@@ -50,6 +50,7 @@ from tfcluster.provisioning import (ANY, AUTO, FLEX_START, NONE, SPOT, STANDARD,
 
 # Compute's words when a reservation will not take a VM (tests/world/capacity.py cites each).
 RESERVATION_WORDS = ("Could not find the given reservation", "specificReservationRequired is not set",
+                     "must use provisioningModel RESERVATION_BOUND",
                      "must use ReservationAffinity of", "requires reservation to be in READY state",
                      "does not match the instance's properties", "has no available resources")
 BACKOFF_LIMIT_SECONDS = 300.0
@@ -81,7 +82,8 @@ def steps(settings, api, announce: Callable[[str], None]) -> list[Step]:
     """The steps `up` tries, in order: the one model in each zone, or the ladder (module docstring)."""
     zones = list(settings.zones) or [settings.zone]
     if settings.capacity != AUTO:
-        return [Step(zone, Choice(settings.provisioning, settings.reservation)) for zone in zones]
+        return [Step(zone, Choice(settings.provisioning, settings.reservation,
+                                  _dense(api, zone, settings.reservation))) for zone in zones]
     model = gpus.gpu(settings.gpu)
     shape = (model.machine_types or {}).get(settings.machine_type)
     standard_ok = not (shape and shape.spot_only)
@@ -97,10 +99,10 @@ def steps(settings, api, announce: Callable[[str], None]) -> list[Step]:
                          "skipped")
                 held = None
             if held is not None:
-                name, why = reservations.usable(held, settings.reservation, settings.machine_type, accelerators,
-                                                settings.workers)
+                name, why, dense = reservations.usable(held, settings.reservation, settings.machine_type,
+                                                       accelerators, settings.workers)
                 if name:
-                    found.append(Step(zone, Choice(STANDARD, name), why))
+                    found.append(Step(zone, Choice(STANDARD, name, dense), why))
                 else:
                     announce(f"zone {zone}, reservation: {why}; skipped")
         if settings.spot:
@@ -112,6 +114,17 @@ def steps(settings, api, announce: Callable[[str], None]) -> list[Step]:
         if flex_start_machine(settings.machine_type):
             found.append(Step(zone, Choice(FLEX_START)))
     return found
+
+
+def _dense(api, zone: str, reservation: str) -> bool:
+    """Whether --reservation NAME is a DENSE reservation in ``zone`` (its VMs are then RESERVATION_BOUND);
+    False when there is none, or it cannot be read (Compute's refusal then says why)."""
+    if reservation in (ANY, NONE):
+        return False
+    try:
+        return any(held.dense for held in reservations.read(api, zone, reservation))
+    except Exception:  # noqa: BLE001 - unreadable: the insert's own refusal names the reservation.
+        return False
 
 
 def refusal(stderr: str) -> str | None:

@@ -11,6 +11,8 @@ Google's rules (https://cloud.google.com/compute/docs/instances/reservations-ove
   `specificReservationRequired`; one that sets it is consumed only by VMs that name it
   (SPECIFIC_RESERVATION), and one that does not cannot be named ("Specified reservations [...] can not
   be targeted as specificReservationRequired is not set", skypilot-org/skypilot#3327);
+- a DENSE one (deploymentType) only by RESERVATION_BOUND VMs ("Instances consuming DENSE reservations
+  must use provisioningModel RESERVATION_BOUND", skypilot-org/skypilot#9771): tfcluster makes them so;
 - only a READY reservation is consumed ("it requires reservation to be in READY state",
   kubernetes/autoscaler#6006);
 - Spot VMs cannot consume reservations (reservations-consume, Limitations);
@@ -43,6 +45,8 @@ class Held:
     # Only VMs that name it consume it.
     specific_required: bool
     status: str
+    # deploymentType DENSE: consumed only by RESERVATION_BOUND VMs.
+    dense: bool = False
 
     @property
     def free(self) -> int:
@@ -68,7 +72,7 @@ def held_of(reservation, zone: str) -> Held:
                                           for a in properties.guest_accelerators)),
                 count=int(specific.count or 0), in_use=int(specific.in_use_count or 0),
                 specific_required=bool(reservation.specific_reservation_required),
-                status=reservation.status or "READY")
+                status=reservation.status or "READY", dense=reservation.deployment_type == "DENSE")
 
 
 def vm_accelerators(machine_type: str, accelerator: str, gpu_count: int) -> tuple:
@@ -90,20 +94,21 @@ def read(api, zone: str, name: str | None = None) -> list[Held]:
     return [held_of(item, zone) for item in client.list(project=api.project, zone=zone)]
 
 
-def usable(found: list[Held], wanted: str, machine_type: str, accelerators: tuple, workers: int) -> tuple[str, str]:
-    """(the reservation to ask for: a name, ANY or NONE; the line saying why) among a zone's ``found``:
-    the named one (``wanted``) or, for ANY, the first matching one with room for every VM."""
+def usable(found: list[Held], wanted: str, machine_type: str, accelerators: tuple,
+           workers: int) -> tuple[str, str, bool]:
+    """(the reservation to ask for: a name, ANY or NONE; the line saying why; whether it is DENSE) among a
+    zone's ``found``: the named one (``wanted``) or, for ANY, the first matching one with room for every VM."""
     if wanted == NONE:
-        return NONE, "--reservation none"
+        return NONE, "--reservation none", False
     fits = [r for r in found if (wanted == ANY or r.name == wanted) and r.mismatch(machine_type, accelerators) is None]
     roomy = [r for r in fits if r.free >= workers]
     if not roomy:
         near = (f"{fits[0].name} has {fits[0].free} of {fits[0].count} free, the cluster needs {workers}" if fits else
                 "; ".join(f"{r.name}: {r.mismatch(machine_type, accelerators)}" for r in found) or "the zone has none")
-        return "", f"no matching reservation with room ({near})"
+        return "", f"no matching reservation with room ({near})", False
     best = roomy[0]
     name = best.name if best.specific_required else ANY
-    return name, f"reservation {best.name} ({best.free} of {best.count} free)"
+    return name, f"reservation {best.name} ({best.free} of {best.count} free)", best.dense
 
 
 def finding(api, zone: str, name: str, machine_type: str, accelerators: tuple, workers: int) -> Finding:
@@ -127,7 +132,8 @@ def finding(api, zone: str, name: str, machine_type: str, accelerators: tuple, w
     if held.free < workers:
         return Finding(subject, False, f"{held.free} of its {held.count} VMs are free, the cluster needs {workers}: "
                                        "free some (delete VMs that consume it) or use fewer --workers")
-    return Finding(subject, True, f"in {zone}, {held.machine_type}, {held.free} of {held.count} free")
+    return Finding(subject, True, f"in {zone}, {held.machine_type}, {held.free} of {held.count} free"
+                   + ("; DENSE: its VMs are made RESERVATION_BOUND, as Compute requires" if held.dense else ""))
 
 
 def consumed(vm) -> str:
