@@ -4,8 +4,10 @@ terraform {
 
   required_providers {
     google = {
-      source  = "hashicorp/google"
-      version = ">= 6.0.0, < 8.0.0"
+      source = "hashicorp/google"
+      # 7.41.0 is the first release whose google_compute_instance takes provisioning_model FLEX_START and
+      # RESERVATION_BOUND (CHANGELOG 7.41.0; GoogleCloudPlatform/magic-modules#17417).
+      version = ">= 7.41.0, < 8.0.0"
     }
     random = {
       source  = "hashicorp/random"

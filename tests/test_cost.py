@@ -437,3 +437,20 @@ def test_without_the_catalog_a_budget_holds_spot_to_on_demand_and_refuses_other_
     live = cost.quote("demo-project", "us-west1-b", "n1-standard-8", "nvidia-tesla-t4", 1, 100, 2, spot=True,
                       cache_dir=tmp_path)
     assert live.live and budget.budget_rate(live) == live.spot.total
+
+
+def test_the_provider_floor_has_reservation_bound_and_a_resumed_up_keeps_its_first_deadline():
+    """Item 14: max_run_duration is ForceNew (hashicorp/terraform-provider-google#26148), so a resumed `up`
+    keeps the first budget_run_seconds rather than the day's rate; FLEX_START and RESERVATION_BOUND came
+    in hashicorp/google 7.41.0 (its CHANGELOG; magic-modules#17417), the floor versions.tf pins."""
+    import re
+
+    from tfcluster.backends.gcp import budget
+    from tfcluster.backends.gcp.terraform import MODULE_DIR
+
+    text = (MODULE_DIR / "versions.tf").read_text()
+    floor = re.search(r'source\s*=\s*"hashicorp/google".*?version\s*=\s*">=\s*([0-9.]+)', text, re.S)[1]
+    assert tuple(int(part) for part in floor.split(".")) >= (7, 41, 0), floor
+    assert budget.kept_run_seconds({"budget_run_seconds": 5400}, 3600) == 5400  # The first `up`'s deadline.
+    assert budget.kept_run_seconds({"budget_run_seconds": 0}, 3600) == 3600  # No budget then: today's.
+    assert budget.kept_run_seconds({}, 3600) == 3600  # A new cluster.

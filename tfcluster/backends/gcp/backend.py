@@ -157,6 +157,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         previous = terraform.variables() if tfvars.exists() else {}
         variables["boot_nonce"] = previous.get("boot_nonce") or variables["boot_nonce"]
         variables["image"] = previous.get("image") or image
+        variables["budget_run_seconds"] = budget.kept_run_seconds(previous, variables["budget_run_seconds"])
         failover.pin_locations(variables, previous, settings.bucket_location)
         terraform.prepare(variables)
         adopt_kept_repository(terraform, settings.project, variables["registry_location"], settings.cluster,

@@ -60,6 +60,14 @@ def describe(budget: float | None, seconds: int, max_run_hours: int) -> str:
     return f"{seconds / 3600:.2f} h (what --budget ${budget:.2f} buys; max_run_hours {max_run_hours})"
 
 
+def kept_run_seconds(previous: dict, computed: int) -> int:
+    """The deadline a resumed `up` writes: the first one (``previous`` tfvars), not one from the day's rate.
+    scheduling.max_run_duration is ForceNew in the provider (resource_compute_instance.go; issue
+    hashicorp/terraform-provider-google#26148): a new value would replace every VM the first `up` made."""
+    first = int(previous.get("budget_run_seconds") or 0)
+    return first if first > 0 else computed
+
+
 def restart_seconds(settings, terraform, prices, spent) -> int:
     """The deadline restart.py writes before each start: max_run_hours, or what the cluster's budget
     still buys after ``spent()`` (the cost ledger's total since the first `up`: every start and stop
