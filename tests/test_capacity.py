@@ -625,3 +625,24 @@ def test_a_dense_reservation_takes_reservation_bound_vms_and_the_product_makes_t
         "RESERVATION_BOUND, as Compute requires")
     assert capacity.refusal("Error: Error creating instance: googleapi: Error 400: Instances consuming DENSE "
                             "reservations must use provisioningModel RESERVATION_BOUND, invalid")
+
+
+def test_g2_flex_start_bills_on_demand_and_the_catalog_sells_no_dws_sku_for_it(world, tmp_path):
+    """"For A4, A3, A2, and H4D machine types, you obtain vCPUs, memory, and any attached GPUs at a discounted
+    price" (tests/world/facts.py, FLEX_START_DISCOUNT): a G2 (L4) Flex-start VM is quoted, booked and budgeted at
+    on-demand, from the catalog and from the table; the world's catalog has no G2 or L4 DWS SKU."""
+    from tfcluster.backends.gcp import cost
+
+    skus = [s["description"] for s in world.billing.catalog.skus]
+    assert not [d for d in skus if "DWS" in d and ("G2" in d or "L4" in d)]
+    assert [d for d in skus if d.startswith("DWS Defined Duration A3 Core")]
+    world.billing.catalog.disabled_projects.clear()
+    for cache in ("live", None):
+        if cache is None:  # The table, as without the catalog.
+            world.billing.catalog.disabled_projects.add("demo-project")
+        quoted = cost.quote("demo-project", "us-central1-a", "g2-standard-8", "nvidia-l4", 1, 100, 2, False,
+                            tmp_path / str(cache), flex_start=True)
+        assert quoted.in_use.total == pytest.approx(quoted.on_demand.total), cache
+        assert quoted.for_budget.total == pytest.approx(quoted.on_demand.total), cache
+        assert [line for line in quoted.lines() if line.startswith("cost: Flex-start (in use)")][0].endswith(
+            ", 0% less"), quoted.lines()

@@ -53,15 +53,13 @@ def test_offers_lists_every_zone_cheapest_first_with_the_regions_quota(offers_cl
     # g2-standard-8 (8 vCPUs, 32 GB) + 1 L4 at tests/world/billing.py's prices, + the external IPv4 address
     # ($0.005 an hour, $0.0025 on Spot: prices.json): the Netherlands are cheaper than the Americas; Taiwan
     # has no SKU in the catalog, so no price, and comes last.
-    # Flex-start: the catalog's DWS Defined Duration SKUs in the Americas (half the on-demand prices there);
-    # the Netherlands have none, so the table's 45% off its on-demand rates. A reservation holding 3 g2-standard-8
-    # VMs, 1 in use, in us-west1-b: 2 free there.
-    assert rows(listed.stdout) == [["europe-west4-a", "$0.71", "$0.25", "$0.39", "5", "0"],
-                                   ["us-central1-a", "$0.87", "$0.33", "$0.44", "2", "0"],
-                                   ["us-west1-b", "$0.87", "$0.33", "$0.44", "3", "2"],
+    # Flex-start: G2's bills on-demand (tests/world/facts.py, FLEX_START_DISCOUNT; the catalog sells no G2 or L4
+    # DWS SKU). A reservation holding 3 g2-standard-8 VMs, 1 in use, in us-west1-b: 2 free there.
+    assert rows(listed.stdout) == [["europe-west4-a", "$0.71", "$0.25", "$0.71", "5", "0"],
+                                   ["us-central1-a", "$0.87", "$0.33", "$0.87", "2", "0"],
+                                   ["us-west1-b", "$0.87", "$0.33", "$0.87", "3", "2"],
                                    ["asia-east1-a", "?", "?", "?", "1", "0"]]
-    assert "prices: Cloud Billing Catalog, read now; Flex-start 45% off on-demand where the catalog has no price" \
-        in listed.stdout
+    assert "prices: Cloud Billing Catalog, read now\n" in listed.stdout  # No table price stood in for Flex-start.
     # One aggregatedList of each and one regions.list, not a call per zone or region.
     paths = [r["path"].split("/demo-project", 1)[1] for r in world.compute.state.requests[mark:]]
     assert paths == ["/aggregated/acceleratorTypes", "/regions", "/aggregated/reservations"], paths
@@ -104,9 +102,10 @@ def test_offers_falls_back_to_the_table_and_refuses_in_one_line(offers_cli):
     assert alone.stdout.splitlines() == [
         f"l4: one VM is g2-standard-8 with 1 x nvidia-l4: ${vm + 0.005:.2f}/h on-demand, "
         f"${vm * (1 - table['spot_discount']) + 0.0025:.2f}/h Spot, "
-        f"${vm * (1 - table['flex_start']['discount']) + 0.005:.2f}/h Flex-start",
+        f"${vm + 0.005:.2f}/h Flex-start",
         f"prices of {table['families']['date']}: tfcluster's table (us-central1 list prices, Spot as a flat 70% off, "
-        f"Flex-start as a flat 45% off; G2 and its GPU: {table['families']['note']}, {table['families']['date']}); "
+        f"Flex-start at on-demand (G2 is not discounted); G2 and its GPU: {table['families']['note']}, "
+        f"{table['families']['date']}); "
         "no project given, so no zones "
         "and no quota: `invoke offers --project P` lists the zones that offer it, priced for their region, with "
         "your quota"]

@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlparse
 
-from tests.world import compute_auth, discovery
+from tests.world import compute_auth, discovery, facts
 from tests.world.http import QuietHandler, TlsServer, send_json
 
 COMPUTE_ID = "6F81-5844-456A"
@@ -100,6 +100,9 @@ FAMILY_PRICES = {  # family SKU words -> (core, RAM, Spot core, Spot RAM) in the
     "A3 Instance": (0.030, 0.0030, 0.010, 0.0010)}
 # The A100 80GB card's SKU is "Nvidia Tesla A100 80GB GPU running in ..." as public catalog readers see
 # it (price readers match "nvidia tesla a100 80gb gpu running in americas"; 40GB is "Nvidia Tesla A100 GPU").
+# The series each card comes in (the GPU machine-type tables: L4 on G2, A100 on A2, H100 on A3).
+GPU_SERIES = {"Nvidia L4 GPU": "g2", "Nvidia Tesla A100 GPU": "a2", "Nvidia Tesla A100 80GB GPU": "a2",
+              "Nvidia H100 80GB GPU": "a3"}
 GPU_PRICES = {"Nvidia L4 GPU": (0.57, 0.22), "Nvidia Tesla A100 GPU": (3.00, 1.10),
               "Nvidia Tesla A100 80GB GPU": (4.00, 1.50), "Nvidia H100 80GB GPU": (10.00, 3.60)}
 
@@ -120,14 +123,19 @@ def family_skus() -> list[dict]:
     # Flex-start VMs (Dynamic Workload Scheduler) bill as their own OnDemand SKUs, "DWS Defined Duration A3
     # Core running in Americas" and "Nvidia H100 80GB GPU attached to DWS Defined Duration VMs running in
     # Americas" (as catalog readers quote them), discounted "up to 53%" (ai-hypercomputer consumption models).
-    # Here 50% off the Americas' on-demand prices above, so a test can tell them from the table's 45%.
+    # Here 50% off the Americas' on-demand prices above, so a test can tell them from the table's 45%. Only
+    # the series Google discounts have them (tests/world/facts.py, FLEX_START_DISCOUNT): none for G2 or L4.
     for index, (words, (core, ram, _, _)) in enumerate(FAMILY_PRICES.items()):
         family = words.split()[0]
+        if family.lower() not in facts.FLEX_START_DISCOUNTED_SERIES:
+            continue
         found += [sku(f"DW{index}-1", f"DWS Defined Duration {family} Core running in Americas", "CPU", "OnDemand",
                       AMERICAS, core / 2),
                   sku(f"DW{index}-2", f"DWS Defined Duration {family} Ram running in Americas", "RAM", "OnDemand",
                       AMERICAS, ram / 2, "GiBy.h")]
     for index, (words, (price, _)) in enumerate(GPU_PRICES.items()):
+        if GPU_SERIES[words] not in facts.FLEX_START_DISCOUNTED_SERIES:
+            continue
         found.append(sku(f"DG{index}-1", f"{words} attached to DWS Defined Duration VMs running in Americas", "GPU",
                          "OnDemand", AMERICAS, price / 2))
     netherlands = ["europe-west4"]

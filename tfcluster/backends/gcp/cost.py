@@ -22,8 +22,9 @@ from pathlib import Path
 
 from tfcluster import gpus as gpu_table
 from tfcluster.backends.gcp.compute import region_of
-from tfcluster.backends.gcp.pricing import (CatalogUnavailable, Rates, flex_needs, flex_rates, missing, needs,
-                                            rates_from, read_skus)
+from tfcluster.backends.gcp.pricing import (FLEX_DISCOUNTED, CatalogUnavailable, Rates, flex_needs, flex_rates,
+                                            missing, needs, rates_from, read_skus)
+from tfcluster.provisioning import flex_start_machine
 
 PRICES = Path(__file__).resolve().parents[2] / "prices.json"
 TABLE_REGION = "us-central1"  # The region of prices.json's list prices.
@@ -154,11 +155,17 @@ def table_rates(table: dict) -> tuple[Rates, Rates]:
 
 
 def table_flex(on_demand: Rates, table: dict) -> Rates:
-    """Flex-start from the table: its flat discount off on-demand (prices.json flex_start, with its source)."""
+    """Flex-start from the table: its flat discount off on-demand (prices.json flex_start, with its source)
+    for the series Google discounts (pricing.FLEX_DISCOUNTED); the others' (G2, L4) at on-demand."""
     factor = 1 - table["flex_start"]["discount"]
+
+    def off(family: str) -> float:
+        return factor if family in FLEX_DISCOUNTED else 1.0
+
     return Rates(vcpu_hour=0.0, memory_gib_hour=0.0,
-                 gpu_hour={name: price * factor for name, price in on_demand.gpu_hour.items()},
-                 family_hour={name: [v * factor, m * factor] for name, (v, m) in on_demand.family_hour.items()})
+                 gpu_hour={name: price * off(getattr(gpu_table.BY_ACCELERATOR.get(name), "family", ""))
+                           for name, price in on_demand.gpu_hour.items()},
+                 family_hour={name: [v * off(name), m * off(name)] for name, (v, m) in on_demand.family_hour.items()})
 
 
 def _cached_or_read(project: str, region: str, cache_dir: Path, wanted: set,
@@ -206,8 +213,9 @@ def table_source(table: dict, machine_type: str) -> str:
     family = machine_type.split("-", 1)[0]
     words = (f"tfcluster's table (us-central1 list prices, Spot as a flat {table['spot_discount']:.0%} off")
     if family != "n1":
-        words += (f", Flex-start as a flat {table['flex_start']['discount']:.0%} off; {family.upper()} and its GPU: "
-                  f"{table['families']['note']}, {table['families']['date']}")
+        flex = (f"Flex-start as a flat {table['flex_start']['discount']:.0%} off" if family in FLEX_DISCOUNTED
+                else f"Flex-start at on-demand ({family.upper()} is not discounted)")
+        words += f", {flex}; {family.upper()} and its GPU: {table['families']['note']}, {table['families']['date']}"
     return words + ")"
 
 
@@ -231,9 +239,11 @@ def quote(project: str, zone: str, machine_type: str, gpu: str, gpu_count: int, 
     flex = None
     if flex_wanted:  # Flex-start VMs' external address is priced as a standard VM's (no page says otherwise).
         flex = _estimate(flex_rates_found or table_flex(on_demand, table), *args)
+    elif flex_start_machine(machine_type):  # G2: Flex-start VMs bill on-demand (pricing.FLEX_DISCOUNTED).
+        flex = _estimate(on_demand, *args)
     return Quote(on_demand=_estimate(on_demand, *args), spot=_estimate(spot_rates, *args, spot=True),
                  spot_in_use=spot, workers=workers, date=date, source=source, live=live, region=region, flex=flex,
-                 flex_in_use=flex_start and flex is not None, flex_table=flex is not None and flex_rates_found is None)
+                 flex_in_use=flex_start and flex is not None, flex_table=bool(flex_wanted) and flex_rates_found is None)
 
 
 def hourly_cost(machine_type: str, gpu: str, gpu_count: int, disk_gb: int, workers: int, spot: bool) -> dict:

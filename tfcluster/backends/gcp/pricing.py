@@ -47,12 +47,16 @@ _PATTERNS = {
 # gives their discount as "up to 53%" for vCPUs, memory and GPUs
 # (https://cloud.google.com/ai-hypercomputer/docs/consumption-models). No Flex-start for N1.
 FLEX = "FlexStart"
+# Only these series' Flex-start VMs are discounted: "For A4, A3, A2, and H4D machine types, you obtain vCPUs,
+# memory, and any attached GPUs at a discounted price" (https://cloud.google.com/compute/docs/instances/
+# about-flex-start-vms, Pricing). Others (G2 with L4) bill on-demand, and the catalog sells no DWS SKU for them.
+FLEX_DISCOUNTED = ("a4", "a3", "a2", "h4d")
 _PATTERNS.update({
     **{(FLEX, f"{f.name} {part}"): (rf"DWS Defined Duration {f.name.upper()} {word}", None, unit)
-       for f in gpus.FAMILIES.values() if f.name != "n1"
+       for f in gpus.FAMILIES.values() if f.name in FLEX_DISCOUNTED
        for part, word, unit in (("vcpu", "Core", "h"), ("memory", "Ram", "GiBy.h"))},
     **{(FLEX, g.accelerator): (rf"{g.sku} attached to DWS Defined Duration VMs", "GPU", "h")
-       for g in gpus.GPUS.values() if not g.attached},
+       for g in gpus.GPUS.values() if g.family in FLEX_DISCOUNTED},
 })
 # The catalog's usageType of each key's SKUs where it is not the key's own.
 CATALOG_USAGE = {FLEX: "OnDemand"}
@@ -60,9 +64,15 @@ CATALOG_USAGE = {FLEX: "OnDemand"}
 _REQUIRED = {key for key in _PATTERNS if key[0] != FLEX}
 
 
+def flex_discounted(machine_type: str) -> bool:
+    """Whether the machine type's Flex-start VMs bill at DWS prices (FLEX_DISCOUNTED), not on-demand."""
+    return machine_type.split("-", 1)[0] in FLEX_DISCOUNTED
+
+
 def flex_needs(machine_type: str, accelerator: str) -> set:
-    """The Flex-start keys of a VM (none for N1, which has no Flex-start)."""
-    if machine_type.startswith("n1-"):
+    """The Flex-start keys of a VM: none for N1, which has no Flex-start, nor for a series whose Flex-start
+    VMs bill on-demand (G2)."""
+    if not flex_discounted(machine_type):
         return set()
     family = machine_type.split("-", 1)[0]
     return {(FLEX, f"{family} vcpu"), (FLEX, f"{family} memory"), (FLEX, accelerator)}
@@ -161,7 +171,11 @@ def rates_from(found: dict, wanted: set | None = None) -> tuple[Rates, Rates] | 
 
 
 def flex_rates(found: dict, machine_type: str, accelerator: str) -> Rates | None:
-    """Flex-start Rates from the catalog's DWS Defined Duration SKUs in ``found``, or None when it lacks one."""
+    """Flex-start Rates from the catalog's DWS Defined Duration SKUs in ``found``, or None when it lacks one;
+    a series whose Flex-start VMs bill on-demand (G2) gets its on-demand Rates."""
+    if not machine_type.startswith("n1-") and not flex_discounted(machine_type):
+        both = rates_from(found, {key for key in needs(machine_type, accelerator) if key[0] == "OnDemand"})
+        return both[0] if both else None
     wanted = flex_needs(machine_type, accelerator)
     if not wanted or not wanted <= set(found):
         return None
