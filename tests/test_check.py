@@ -236,10 +236,10 @@ def quota_line(**overrides) -> str:
 def h100_project(world, h100: int) -> dict:
     """A project whose Cloud Quotas grant ``h100`` on-demand H100s and 416 A3 vCPUs in us-central1 (and
     512 vCPUs in all regions, without which those could not be used), as Google reports such grants:
-    DimensionsInfos of the family quotas, nothing in regions.get."""
+    DimensionsInfos of the family quotas; regions.get has only the Local SSD the A3s bundle."""
     state = world.compute.state
     state.accelerators["us-central1-a"] = ["nvidia-h100-80gb"]
-    state.region_quotas["us-central1"] = {}
+    state.region_quotas["us-central1"] = {"LOCAL_SSD_TOTAL_GB": (24000.0, 0.0)}  # Two a3-highgpu-8g take 12,000 GB.
     state.family_quotas = {GPU_FAMILY: [({"region": "us-central1", "gpu_family": "NVIDIA_H100"}, h100), ({}, 0)],
                            VM_FAMILY: [({"region": "us-central1", "vm_family": "A3"}, 416), ({}, 24)]}
     state.project_quotas["CPUS_ALL_REGIONS"] = (512.0, 0.0)
@@ -327,7 +327,7 @@ def test_h100_quota_is_read_from_cloud_quotas_and_its_usage_from_monitoring(worl
     for label in ("dimension", "unnamed"):
         world.monitoring.monitoring.family_label = label
         assert quota_line(**wanted).startswith("✓ quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in "
-                                               "us-central1-a: 7 quotas have room"), label
+                                               "us-central1-a: 8 quotas have room"), label
 
 
 def test_user_credentials_read_cloud_quotas_and_monitoring_with_the_clusters_quota_project(world, tmp_path,
@@ -346,8 +346,18 @@ def test_user_credentials_read_cloud_quotas_and_monitoring_with_the_clusters_quo
     for required in (False, True):
         world.monitoring.monitoring.quota_project_required = required
         line = quota_line(**wanted)
-        assert line.startswith("✓ quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in us-central1-a: 7 quotas have "
+        assert line.startswith("✓ quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in us-central1-a: 8 quotas have "
                                "room"), line
+
+
+def test_local_ssd_quota_is_preflighted(world):
+    """Two a3-highgpu-8g bundle 12,000 GB of Local SSD; a common LOCAL_SSD_TOTAL_GB is 10,000 a region
+    (tests/world/quotas.py): `check` says ✗ naming it, before the insert would be refused."""
+    wanted = h100_project(world, 16)
+    world.compute.state.region_quotas["us-central1"] = {}
+    line = quota_line(**wanted)
+    assert line.startswith("✗ quota: quota LOCAL-SSD-TOTAL-GB-per-project-region (region:us-central1) has 10000 GB "
+                           "free (limit 10000, in use 0); the cluster needs 12000; request more"), line
 
 
 def test_an_n1_t4_cluster_does_not_need_cloud_quotas_or_monitoring(world):

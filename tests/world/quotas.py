@@ -15,7 +15,8 @@ Sources:
   (SSD_TOTAL_GB) per region, as a public `gcloud compute regions describe` of a new project shows
   (issue 37 cites one; https://cloud.google.com/compute/resource-usage: "Not all projects have
   the same quotas"); DISKS_TOTAL_GB 4096, INSTANCES 960 and PREEMPTIBLE_CPUS 0 from the same kind of
-  listing (https://pastebin.com/9MY1rdpX), 32 vCPUs in all regions, and no GPU quota at all (GPUs
+  listing (https://pastebin.com/9MY1rdpX; LOCAL_SSD_TOTAL_GB 10000 and PREEMPTIBLE_LOCAL_SSD_GB 0 there
+  too), 32 vCPUs in all regions, and no GPU quota at all (GPUs
   are requested: https://cloud.google.com/compute/resource-usage#gpu_quota).
   CPUS-PER-VM-FAMILY-per-project-region's default (24 per family) is the world's choice; a test
   that depends on it sets its own.
@@ -23,7 +24,8 @@ Sources:
   A2_CPUS; G2 and A3 on CPUS-PER-VM-FAMILY, vm_family G2/A3) and CPUS_ALL_REGIONS, its GPUs on the
   model's quota (on-demand H100 on GPUS-PER-GPU-FAMILY, gpu_family NVIDIA_H100) and GPUS_ALL_REGIONS,
   one INSTANCES, one IN_USE_ADDRESSES for its external IPv4, its boot disk's GB on SSD_TOTAL_GB
-  (pd-balanced, pd-ssd) or DISKS_TOTAL_GB (pd-standard). vCPUs, GPUs and the address count while it
+  (pd-balanced, pd-ssd) or DISKS_TOTAL_GB (pd-standard), its bundled Local SSD's on LOCAL_SSD_TOTAL_GB
+  (PREEMPTIBLE_LOCAL_SSD_GB for Spot where granted). vCPUs, GPUs, Local SSD and the address count while it
   runs; a stopped VM keeps only its instance and its disk ("you are not charged for ... resources
   of a stopped VM" except its disks and static IPs, https://cloud.google.com/compute/docs/instances/stop-start-instance).
   Spot VMs take a PREEMPTIBLE_ form where it is granted, else the standard one
@@ -42,7 +44,7 @@ import re
 
 NEW_PROJECT_REGION = {
     "CPUS": 24.0, "PREEMPTIBLE_CPUS": 0.0, "A2_CPUS": 0.0, "IN_USE_ADDRESSES": 8.0, "INSTANCES": 960.0,
-    "SSD_TOTAL_GB": 500.0, "DISKS_TOTAL_GB": 4096.0,
+    "SSD_TOTAL_GB": 500.0, "DISKS_TOTAL_GB": 4096.0, "LOCAL_SSD_TOTAL_GB": 10000.0, "PREEMPTIBLE_LOCAL_SSD_GB": 0.0,
     **{f"{prefix}NVIDIA_{model}_GPUS": 0.0 for prefix in ("", "PREEMPTIBLE_")
        for model in ("T4", "V100", "L4", "A100", "A100_80GB")},
     "PREEMPTIBLE_NVIDIA_H100_GPUS": 0.0,
@@ -155,6 +157,9 @@ def charges(state, zone: str, body: dict) -> list[tuple[tuple, float, bool]]:
     found.append((("region", region, "INSTANCES"), 1, False))
     if any(nic.get("accessConfigs") for nic in body.get("networkInterfaces") or []):
         found.append((("region", region, "IN_USE_ADDRESSES"), 1, True))
+    if LOCAL_SSD.get(machine):  # Counted while it runs: tfcluster's stops discard it (instances.stop discardLocalSsd).
+        metric = "PREEMPTIBLE_LOCAL_SSD_GB" if spot and granted("PREEMPTIBLE_LOCAL_SSD_GB") else "LOCAL_SSD_TOTAL_GB"
+        found.append((("region", region, metric), float(LOCAL_SSD[machine]), True))
     for disk in (body.get("disks") or [])[:1]:
         params = disk.get("initializeParams") or {}
         kind = (params.get("diskType") or "pd-standard").rsplit("/", 1)[-1]

@@ -29,7 +29,9 @@ Where each quota lives:
   A2_CPUS, G2's and A3's on their VM family's; every vCPU on CPUS_ALL_REGIONS; each GPU on its model's
   regional quota and on GPUS_ALL_REGIONS; each VM on INSTANCES and, with its external IPv4 address, on
   IN_USE_ADDRESSES; its boot disk on SSD_TOTAL_GB (pd-ssd, pd-balanced) or DISKS_TOTAL_GB
-  (pd-standard). Spot VMs draw on a PREEMPTIBLE_ form where one is granted (#preemptible_quotas), and
+  (pd-standard); its bundled Local SSD (A3 High, A2 Ultra) on LOCAL_SSD_TOTAL_GB (#local_ssd_quota; a
+  common limit is 10,000 GB a region: two a3-highgpu-8g take 12,000). Spot VMs draw on a PREEMPTIBLE_ form
+  where one is granted (#preemptible_quotas; PREEMPTIBLE_LOCAL_SSD_GB for Local SSD), and
   GPU VMs deleted within 7 days on either (https://cloud.google.com/compute/docs/instances/limit-vm-runtime).
 """
 
@@ -120,6 +122,10 @@ def cluster_needs(machine_type: str, accelerator: str, gpu_count: int, vms: int,
     needs += [Need(compute_quota("INSTANCES"), vms, "VMs"), Need(compute_quota("IN_USE_ADDRESSES"), vms, "addresses")]
     if disk_gb and disk_type in DISK_METRIC:
         needs.append(Need(compute_quota(DISK_METRIC[disk_type]), disk_gb * vms, "GB"))
+    local_ssd = gpus.local_ssd_gb(machine_type) if machine_type else 0
+    if local_ssd:
+        needs.append(Need(compute_quota("LOCAL_SSD_TOTAL_GB"), local_ssd * vms, "GB",
+                          compute_quota("PREEMPTIBLE_LOCAL_SSD_GB")))
     return needs
 
 
