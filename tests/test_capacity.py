@@ -646,3 +646,49 @@ def test_g2_flex_start_bills_on_demand_and_the_catalog_sells_no_dws_sku_for_it(w
         assert quoted.for_budget.total == pytest.approx(quoted.on_demand.total), cache
         assert [line for line in quoted.lines() if line.startswith("cost: Flex-start (in use)")][0].endswith(
             ", 0% less"), quoted.lines()
+
+
+def test_a_quota_refusal_ends_the_flex_start_wait_naming_the_quota():
+    """Waiting does not bring quota: a Flex-start try refused on quota drops the zones that share it
+    (failover.after_refusal: the region's), and with none left the wait ends at once, naming it; no sleep,
+    no second partial cluster."""
+    from types import SimpleNamespace
+
+    from tfcluster import config
+    from tfcluster.backends.gcp.capacity import Maker, Step
+    from tfcluster.backends.gcp.terraform import TerraformError
+    from tfcluster.errors import ClusterError
+    from tfcluster.provisioning import Choice
+
+    over = ("Error: Error creating instance: googleapi: Error 403: Quota 'PREEMPTIBLE_NVIDIA_H100_GPUS' exceeded.  "
+            "Limit: 0.0 in region us-west1., quotaExceeded")
+    applied: list = []
+
+    class Terraform:
+        def set_variables(self, changes):
+            pass
+
+        def apply(self):
+            applied.append(1)
+            raise TerraformError("apply", over)
+
+        def run(self, *args):
+            return ""
+
+    def no_sleep(seconds):
+        raise AssertionError(f"waited {seconds} s for quota")
+
+    settings = config.load({"backend": "gcp", "project": "p", "gpu": "h100", "provisioning": "flex-start",
+                            "capacity_wait_seconds": 1}, zone=WEST)
+    said: list = []
+    maker = Maker(Terraform(), SimpleNamespace(list_cluster=lambda zone, name: []), {"zone": WEST,
+                  "bucket_location": "US-WEST1", "registry_location": "us-west1"}, settings, said.append,
+                  record=lambda zone: None, sync=lambda zone, own: None, waiting=lambda *pending: None, sleep=no_sleep)
+    with pytest.raises(ClusterError) as error:
+        maker.make([Step(WEST, Choice("flex-start")), Step("us-west1-a", Choice("flex-start"))])
+    assert str(error.value).startswith("Flex-start was refused on quota, not capacity (zone us-west1-b, Flex-start: no "
+                                       "quota (PREEMPTIBLE_NVIDIA_H100_GPUS)), and waiting does not bring quota"), \
+        str(error.value)
+    assert len(applied) == 1  # us-west1-a shares us-west1's quota: not tried.
+    assert "zone us-west1-a, Flex-start: skipped (skipping us-west1-a: PREEMPTIBLE_NVIDIA_H100_GPUS is us-west1's, " \
+           "the same in each of its zones)" in said, said

@@ -28,6 +28,9 @@ The Flex-start wait, and how it is bounded (the decision issue 40 asked for):
   tries; what was made is removed and nothing bills but the bucket and network, which `down` removes.
   When the pinned provider can send request_valid_for_duration, each try can carry the time left
   (at most 2 h) and Compute's own queue takes over from these tries.
+- A refusal on quota is not a lack of capacity: waiting does not bring quota. It drops the zones
+  failover.after_refusal says share the quota (the region's, or every zone for a project-wide one), and
+  when no Flex-start zone is left the wait ends at once, naming the quota.
 """
 
 from __future__ import annotations
@@ -160,12 +163,17 @@ class Maker:
         self.cancelled = ""  # Who asked the wait to end ("Ctrl-C", "`invoke down`"), between two tries.
         self.zone = ""
         self.pending: tuple = ()  # (what, until, since) while waiting: kept in the record across tries.
+        self.quota_refused: list = []  # (Flex-start step, "no quota (METRIC)") for each refused on quota.
 
     def make(self, ladder: list[Step]) -> Step:
         """Apply the steps in turn; the first that takes the cluster is returned (ClusterError when none
         does, after the Flex-start wait)."""
         refused = []
         for index, step in enumerate(ladder):
+            covered = self._covered(step)
+            if covered:
+                self.announce(f"{step.name()}: skipped ({covered})")
+                continue
             why = self._try(step)
             if why is None:
                 if len(ladder) > 1:
@@ -174,7 +182,9 @@ class Maker:
             refused.append(f"{step.name()}: {why[0]}")
             after = f"; trying {ladder[index + 1].name()}" if index + 1 < len(ladder) else ""
             self.announce(f"{step.name()}: {why[0]}; removed the {why[1]} VM(s) made there{after}")
-        flex = [step for step in ladder if step.choice.model == FLEX_START]
+        flex = [step for step in ladder if step.choice.model == FLEX_START and not self._covered(step)]
+        if self.quota_refused and not flex:
+            raise ClusterError(self._quota_error())
         if flex:
             return self._wait(flex)
         raise ClusterError(f"no step could take the cluster ({'; '.join(refused)}); no VM is left. Add zones to "
@@ -199,8 +209,28 @@ class Maker:
             why = refusal(error.stderr) or ("interrupted" if self.cancelled else None)  # Ctrl-C reached it too.
             if why is None:
                 raise
+            if step.choice.model == FLEX_START and why.startswith("no quota ("):
+                self.quota_refused.append((step, why))
             return why, self._remove()
         return None
+
+    def _covered(self, step: Step) -> str:
+        """Why a Flex-start step is not worth a try: it shares a quota a try was refused on
+        (failover.after_refusal: the region's, or a project-wide one); "" when it is."""
+        for refused, why in self.quota_refused if step.choice.model == FLEX_START else ():
+            if refused.zone == step.zone:
+                return f"{why} here already"
+            rest, said = failover.after_refusal([refused.zone, step.zone], 0, why)
+            if step.zone not in rest:
+                return said
+        return ""
+
+    def _quota_error(self) -> str:
+        refused = "; ".join(f"{step.name()}: {why}" for step, why in self.quota_refused)
+        return (f"Flex-start was refused on quota, not capacity ({refused}), and waiting does not bring quota: no VM "
+                "is left. Flex-start VMs draw on the PREEMPTIBLE_ quotas: `invoke check` names each with what is "
+                "free; request more in the console (IAM & Admin > Quotas & System Limits), or add zones of another "
+                "region; `invoke down` removes the bucket and network")
 
     def _remove(self) -> int:
         """Remove the VMs made in the current zone, their minutes kept in the cost ledger."""
@@ -235,11 +265,16 @@ class Maker:
                 self.announce(f"waiting: no {what} yet; next try in {pause:.0f} s ({_minutes(left)} left of "
                               f"--capacity-wait {minutes:g} min)")
                 self._pause(pause)
-                for step in flex:
-                    if self._try(step) is None:
+                for step in list(flex):
+                    why = self._try(step)
+                    if why is None:
                         self.announce(f"{step.name()}: the cluster's VMs are created here, after "
                                       f"{_minutes(minutes * 60 - (until - self.clock()))} of waiting")
                         return step
+                    if why[0].startswith("no quota ("):
+                        flex = [each for each in flex if not self._covered(each)]
+                        if not flex:
+                            raise ClusterError(self._quota_error())
                     self._check()
                 delay = min(delay * 2, BACKOFF_LIMIT_SECONDS)
         except (KeyboardInterrupt, Cancelled):
