@@ -204,8 +204,9 @@ class VertexBackend(Backend):
         return []
 
     def hourly_rate(self, cluster, settings) -> float | None:
-        """A job of the cluster's workers, per hour, at Vertex AI's training prices (money.py)."""
-        return money.hourly(self.config(cluster), len(cluster.hosts))
+        """A job of the cluster's workers, per hour, at Vertex AI's training prices, Spot held to on-demand
+        (money.py)."""
+        return money.budget_hourly(self.config(cluster), len(cluster.hosts))
 
     def spend_sync(self, cluster, settings, book, own: str = "", run: str = "") -> list[str]:
         """Each job's replicas into the ledger, from the job's own startTime and endTime (money.py);

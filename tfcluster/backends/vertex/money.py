@@ -9,7 +9,9 @@ startTime and a stop at startTime plus the duration rounded up to the next 30 se
 still running counts to now. A replica's machine is instance "<job id>/<task>" in the ledger.
 Spot time preempted is not billed (https://cloud.google.com/vertex-ai/docs/predictions/use-spot-vms:
 "You don't pay for the time that the job is in a queue or preempted"); the ledger cannot tell it
-from the job's times, so it counts it, which errs high.
+from the job's times, so it counts it, which errs high. Each replica's boot disk bills too, at the
+price card's own disk rate (prices.json boot_disk_gib_hour). A --budget holds Spot jobs to the on-demand
+rate: Vertex AI's Spot discount is its own per accelerator, not the table's flat one (prices.json spot_source).
 """
 
 from __future__ import annotations
@@ -38,20 +40,31 @@ def machine_hour(machine_type: str, prices: dict | None = None) -> float:
     return vcpus * prices["vcpu_hour"][family] + memory * prices["memory_gib_hour"][family]
 
 
-def replica_rates(machine_type: str, gpu: str, gpu_count: int, spot: bool = False) -> dict:
-    """One replica's hourly rates in the ledger's shape: {"vm": machine, "gpu": accelerators, "disk": 0}
-    (Vertex AI's training prices include the boot disk in the machine's)."""
+def replica_rates(machine_type: str, gpu: str, gpu_count: int, spot: bool = False, boot_disk_gb: int = 0,
+                  boot_disk_type: str = "pd-ssd") -> dict:
+    """One replica's hourly rates in the ledger's shape: {"vm": machine, "gpu": accelerators, "disk": its boot
+    disk} (the disk at its own rate, the same on Spot)."""
     prices = table()
     factor = (1 - prices["spot_discount"]) if spot else 1.0
     accelerator = prices["accelerator_hour"][ACCELERATORS[gpu]] * gpu_count if gpu_count else 0.0
     return {"vm": round(machine_hour(machine_type, prices) * factor, 6), "gpu": round(accelerator * factor, 6),
-            "disk": 0.0}
+            "disk": round(boot_disk_gb * prices["boot_disk_gib_hour"][boot_disk_type], 6)}
+
+
+def _rates(config: dict, spot: bool) -> dict:
+    return replica_rates(config["machine_type"], config["gpu"], config["gpu_count"], spot,
+                         int(config.get("boot_disk_gb") or 0))
 
 
 def hourly(config: dict, replicas: int) -> float:
     """A job of ``replicas`` replicas, per hour, at the rates in use (Spot when the cluster is)."""
-    rates = replica_rates(config["machine_type"], config["gpu"], config["gpu_count"], config["spot"])
-    return replicas * (rates["vm"] + rates["gpu"])
+    rates = _rates(config, bool(config["spot"]))
+    return replicas * (rates["vm"] + rates["gpu"] + rates["disk"])
+
+
+def budget_hourly(config: dict, replicas: int) -> float:
+    """The rate a --budget is held to: on-demand, Spot or not (module docstring)."""
+    return hourly({**config, "spot": False}, replicas)
 
 
 def billed_seconds(start: float, end: float) -> float:
@@ -62,8 +75,7 @@ def billed_seconds(start: float, end: float) -> float:
 
 def prices_record(config: dict, replicas: int) -> ledger.Prices:
     prices = table()
-    return ledger.Prices(at=time.time(), on_demand=replica_rates(config["machine_type"], config["gpu"], config["gpu_count"]),
-                         spot=replica_rates(config["machine_type"], config["gpu"], config["gpu_count"], True),
+    return ledger.Prices(at=time.time(), on_demand=_rates(config, False), spot=_rates(config, True),
                          spot_in_use=bool(config["spot"]), gpu_count=config["gpu_count"], workers=replicas,
                          date=prices["date"], source=f"Vertex AI training prices ({PRICES.name}): "
                                                      f"{prices['source'][:160]}...")

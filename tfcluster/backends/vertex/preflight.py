@@ -163,7 +163,7 @@ def run(settings, region: str) -> list[Finding]:
                  permissions_finding(google, settings.project, PERMISSIONS),
                  quota_finding(google, settings, region), offered_finding(settings, region)]
     config = {"machine_type": settings.machine_type, "gpu": settings.gpu, "gpu_count": settings.gpu_count,
-              "spot": settings.spot}
+              "spot": settings.spot, "boot_disk_gb": settings.boot_disk_gb}
     findings.append(Finding("price", True, f"${money.hourly(config, settings.workers):.2f}/hour for a job of "
                                            f"{settings.workers} replicas at Vertex AI's training prices "
                                            f"({money.table()['date']}, {money.table()['region']})"))
