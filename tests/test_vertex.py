@@ -363,3 +363,34 @@ def test_the_vertex_boot_disk_is_priced():
     assert rates["disk"] == pytest.approx(100 * PRICES["boot_disk_gib_hour"]["pd-ssd"], abs=1e-6) and rates["disk"] > 0
     assert money.hourly({"machine_type": "n1-standard-8", "gpu": "t4", "gpu_count": 1, "spot": False,
                          "boot_disk_gb": 100}, 1) == pytest.approx(sum(rates.values()))
+
+
+def test_the_bootstrap_waits_out_iam_propagation_on_403(tmp_path):
+    """The first job after `up` may meet its account's new bucket grant before IAM has applied it: "typically
+    ... 2 minutes, but could potentially take 7 minutes or longer" (access-change-propagation). The bootstrap
+    retries a 403 for 8 minutes (other errors about 2), on a clock the test keeps (no real waiting)."""
+    import subprocess
+    import sys
+
+    from tfcluster.backends.vertex import jobspec
+
+    (tmp_path / "sitecustomize.py").write_text(
+        "import io, json, sys, time, urllib.error, urllib.request\n"
+        "clock = [0.0]\n"
+        "time.monotonic = lambda: clock[0]\n"
+        "def sleep(seconds):\n    clock[0] += seconds\n"
+        "time.sleep = sleep\n"
+        "def urlopen(request, timeout=None):\n"
+        "    url = request.full_url if hasattr(request, 'full_url') else request\n"
+        "    if 'metadata.google.internal' in url:\n"
+        "        return io.BytesIO(json.dumps({'access_token': 'ya29.t'}).encode())\n"
+        "    raise urllib.error.HTTPError(url, int(sys.argv[-1]), 'Forbidden', {}, None)\n"
+        "urllib.request.urlopen = urlopen\n"
+        "import atexit\natexit.register(lambda: print('waited %d' % clock[0], file=sys.stderr))\n")
+    for status, low, high in ((403, 450, 480), (404, 90, 120)):
+        done = subprocess.run([sys.executable, "-c", jobspec.BOOTSTRAP, "gs://b/code.tar.gz", "gs://b/worker.tar.gz",
+                               "--", str(status)], env={"PYTHONPATH": str(tmp_path)}, capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 1 and "cannot fetch the run's code from gs://b/code.tar.gz" in done.stderr, done.stderr
+        waited = int(done.stderr.split("waited ")[-1])
+        assert low <= waited <= high, (status, waited)

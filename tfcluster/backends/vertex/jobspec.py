@@ -39,9 +39,15 @@ FLEX_START_MAX_TIMEOUT = 7 * 24 * 3600
 # then run the program as a child, forwarding SIGTERM and SIGINT (the bootstrap is PID 1 of its
 # container, which would ignore them), and exit with its status. Standard library only: it runs
 # on whatever Python the image has. Its first line marks each start of a replica, so the
-# launcher sees when Vertex AI restarts the job.
+# launcher sees when Vertex AI restarts the job. A 403 on the fetch is retried for 8 minutes: the
+# jobs account's grant on the bucket is new after `up`, and "Changes to allow or deny policies
+# typically propagate in 2 minutes, but could potentially take 7 minutes or longer"
+# (https://cloud.google.com/iam/docs/access-change-propagation); other errors for about 2 minutes.
+IAM_PROPAGATION_SECONDS = 480
+OTHER_ERRORS_SECONDS = 120
 BOOTSTRAP = r"""
 import json, os, signal, socket, subprocess, sys, tarfile, tempfile, time, urllib.parse, urllib.request
+IAM_PROPAGATION_SECONDS, OTHER_ERRORS_SECONDS = %d, %d
 urls, argv = sys.argv[1:3], sys.argv[4:]
 spec = json.loads(os.environ.get("CLUSTER_SPEC") or '{"task": {"type": "workerpool0", "index": 0}}')
 task = spec.get("task", {})
@@ -53,7 +59,8 @@ ask = urllib.request.Request("http://metadata.google.internal/computeMetadata/v1
 folder = tempfile.mkdtemp(prefix="tfcluster-")
 for url, part in zip(urls, ("code", "worker")):
     bucket, _, name = url[5:].partition("/")
-    for attempt in range(8):
+    start, pause = time.monotonic(), 1
+    while True:
         try:
             token = json.load(urllib.request.urlopen(ask, timeout=30))["access_token"]
             get = urllib.request.Request("https://storage.googleapis.com/storage/v1/b/%s/o/%s?alt=media"
@@ -63,9 +70,11 @@ for url, part in zip(urls, ("code", "worker")):
                 handle.write(urllib.request.urlopen(get, timeout=120).read())
             break
         except OSError as error:
-            if attempt == 7:
+            limit = IAM_PROPAGATION_SECONDS if getattr(error, "code", None) == 403 else OTHER_ERRORS_SECONDS
+            if time.monotonic() - start + pause > limit:
                 sys.exit("tfcluster: cannot fetch the run's %s from %s: %s" % (part, url, error))
-            time.sleep(2 ** attempt)
+            time.sleep(pause)
+            pause = min(pause * 2, 30)
     with tarfile.open(folder + "/bundle.tar.gz") as tar:
         tar.extractall(folder + "/" + part)
 os.chdir(folder + "/code")
@@ -77,7 +86,7 @@ for number in (signal.SIGTERM, signal.SIGINT):
     signal.signal(number, lambda signum, frame: child.send_signal(signum))
 status = child.wait()
 sys.exit(status if status >= 0 else 128 - status)
-"""
+""".replace("%d, %d", f"{IAM_PROPAGATION_SECONDS}, {OTHER_ERRORS_SECONDS}", 1)
 LABEL = re.compile(r"[^a-z0-9_-]")
 
 
