@@ -270,3 +270,23 @@ def _wait(predicate, timeout: float) -> None:
             return
         time.sleep(0.3)
     raise AssertionError("timed out")
+
+
+def test_the_world_refuses_described_values_and_draws_flex_start_on_preemptible_quota(world, google):
+    """Values a field's description lists, where aiplatform.v1.json has no enum, are refused like enum values
+    (DiskSpec.bootDiskType: pd-ssd, pd-standard, hyperdisk-balanced); a FLEX_START job draws the preemptible
+    training quota (tests/world/facts.py, VERTEX_FLEX_START_QUOTA). Both refused at create: no replica runs."""
+    image = f"{REGION}-docker.pkg.dev/demo-project/default-images/python:unused"
+    body = job_body(image, ["true"], workers=0)
+    body["jobSpec"]["workerPoolSpecs"][0]["diskSpec"] = {"bootDiskType": "pd-balanced", "bootDiskSizeGb": 100}
+    refused = google.post(f"{PARENT}/customJobs", json=body)
+    assert refused.status_code == 400 and refused.json()["error"]["message"] == (
+        'job_spec.worker_pool_specs[0].disk_spec.boot_disk_type: "pd-balanced" is not a valid value; valid values are '
+        "pd-ssd, pd-standard, hyperdisk-balanced."), refused.text
+    world.vertex.vertex.state.quota[(REGION, "custom_model_training_preemptible_nvidia_t4_gpus")] = 0
+    flex = google.post(f"{PARENT}/customJobs", json=job_body(image, ["true"], workers=0, scheduling={
+        "strategy": "FLEX_START", "maxWaitDuration": "600s"}))
+    assert flex.status_code == 429 and flex.json()["error"]["message"] == (
+        "The following quota metrics exceed quota limits: aiplatform.googleapis.com/"
+        "custom_model_training_preemptible_nvidia_t4_gpus"), flex.text
+    assert world.vertex.vertex.state.jobs == {}

@@ -64,6 +64,13 @@ CASES = {
                           "preemptible": True, "instanceTerminationAction": "STOP"}),
         "Invalid value for field 'resource.scheduling.preemptible': 'true'. Scheduling must have preemptible be "
         "false when AutomaticRestart is true."),
+    # tests/world/facts.py, PREEMPTIBLE_MIGRATE: GPU or not (travis-ci/worker#487's VM had none).
+    "a Spot VM without GPUs that live-migrates": (
+        _with(guestAccelerators=None, scheduling={"onHostMaintenance": "MIGRATE", "automaticRestart": False,
+                                                  "provisioningModel": "SPOT", "preemptible": True,
+                                                  "instanceTerminationAction": "STOP"}),
+        "Invalid value for field 'resource.scheduling.preemptible': 'true'. Scheduling must have preemptible be "
+        "false when OnHostMaintenance isn't TERMINATE."),
     "three T4s": (_with(guestAccelerators=[{**BODY["guestAccelerators"][0], "acceleratorCount": 3}]),
                   "Invalid value for field 'resource.guestAccelerators[0].acceleratorCount': '3'. Number of "
                   "accelerator cards attached to an instance must be one of [1, 2, 4]."),

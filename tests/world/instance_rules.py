@@ -23,6 +23,9 @@ labels, at setLabels. The discovery document describes each field alone
   'true'. Scheduling must have preemptible be false when AutomaticRestart is true."
   (percona/mongo_terraform_ansible#34, elasticluster/elasticluster#568). A Spot VM that does not
   also say preemptible gets the same words for its provisioningModel.
+- Nor live-migrate, GPU or not: an explicit onHostMaintenance MIGRATE on a Spot or preemptible VM is
+  refused (tests/world/facts.py, PREEMPTIBLE_MIGRATE: "Scheduling must have preemptible be false when
+  OnHostMaintenance isn't TERMINATE.", travis-ci/worker#487 for a VM without GPUs).
 - A machine type must fit its GPUs (https://cloud.google.com/compute/docs/gpus#n1-gpus): only N1
   takes attached GPUs, and only the N1 models (T4, V100, P100, P4); each model in the counts the
   page lists, and no more vCPUs than the page allows for that count. Words as Compute refuses them:
@@ -35,6 +38,8 @@ labels, at setLabels. The discovery document describes each field alone
 from __future__ import annotations
 
 import re
+
+from tests.world import facts
 
 # N1's GPU models: the counts it takes, and the most vCPUs for each count (the N1 GPUs table).
 N1_GPUS = {"nvidia-tesla-t4": {1: 48, 2: 48, 4: 96}, "nvidia-tesla-v100": {1: 12, 2: 24, 4: 48, 8: 96},
@@ -94,6 +99,11 @@ def refusal(machine: str, body: dict) -> tuple[int, dict] | None:
         field, value = ("preemptible", "true") if preemptible else ("provisioningModel", "SPOT")
         return _invalid(f"Invalid value for field 'resource.scheduling.{field}': '{value}'. Scheduling must have "
                         f"{field} be {'false' if preemptible else 'STANDARD'} when AutomaticRestart is true.")
+    if scheduling.get("onHostMaintenance") == "MIGRATE" and (spot or preemptible):
+        field, value = ("preemptible", "true") if preemptible else ("provisioningModel", "SPOT")
+        words = facts.PREEMPTIBLE_MIGRATE.quote.replace("preemptible be false", f"{field} be "
+                                                        f"{'false' if preemptible else 'STANDARD'}")
+        return _invalid(f"Invalid value for field 'resource.scheduling.{field}': '{value}'. {words}")
     gpus = [g for g in body.get("guestAccelerators") or [] if int(g.get("acceleratorCount") or 0) > 0]
     maintenance = scheduling.get("onHostMaintenance") or ("TERMINATE" if spot or preemptible else "MIGRATE")
     if maintenance == "MIGRATE" and machine.startswith("a3-"):

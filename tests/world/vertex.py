@@ -57,6 +57,9 @@ Every request and answer goes through Google's discovery document, aiplatform.v1
   transcripts show them: "Waiting for job to be provisioned.", "Job is preparing.", "Job is
   running.", "Tearing down training program.", "Finished tearing down training program.", "Job
   completed successfully.".
+- **Values a field's description lists** where the document has no enum are refused like enum values
+  (issue 45): DiskSpec.bootDiskType's description says 'Valid values: "pd-ssd" ..., "pd-standard" ...
+  or "hyperdisk-balanced"', read from the document itself; the refusal's wording is this stand-in's.
 - A request without a bearer token is 401; with the API disabled, 403 SERVICE_DISABLED; a caller
   without the method's permission (Compute's ``missing_permissions``), 403 PERMISSION_DENIED
   "Permission 'aiplatform.customJobs.create' denied on resource ... (or it may not exist)."
@@ -90,6 +93,12 @@ PERMISSIONS = {"create": "aiplatform.customJobs.create", "get": "aiplatform.cust
 # Google restarts a preempted Spot job at most this often before it fails
 # (https://cloud.google.com/vertex-ai/docs/predictions/use-spot-vms: "up to six times").
 SPOT_RESTARTS = 6
+
+
+def described_values(schema: str, field: str) -> list[str]:
+    """The values a field's description lists ('Valid values: "a" (...), "b" ... or "c"'), from aiplatform.v1.json."""
+    description = discovery.api("aiplatform.v1").schemas[schema]["properties"][field]["description"]
+    return re.findall(r'"([a-z0-9-]+)"', description.split("Valid values:", 1)[1])
 
 
 def quota_metric(accelerator: str, spot: bool) -> str:
@@ -269,6 +278,12 @@ class Vertex:
                 missing.append(f"job_spec.worker_pool_specs[{index}].machine_spec.machine_type")
         if missing:
             return _error(400, "INVALID_ARGUMENT", "; ".join(f"{name}: Required field is not set." for name in missing))
+        valid = described_values("GoogleCloudAiplatformV1DiskSpec", "bootDiskType")
+        for index, pool in enumerate(pools):
+            kind = ((pool or {}).get("diskSpec") or {}).get("bootDiskType")
+            if kind is not None and kind not in valid:
+                return _error(400, "INVALID_ARGUMENT", f"job_spec.worker_pool_specs[{index}].disk_spec.boot_disk_type: "
+                              f"\"{kind}\" is not a valid value; valid values are {', '.join(valid)}.")
         job_id = str(secrets.randbelow(9 * 10 ** 18) + 10 ** 18)
         now = rfc3339(time.time())
         for pool in (body.get("jobSpec") or {}).get("workerPoolSpecs") or []:
