@@ -610,7 +610,8 @@ def test_a_dense_reservation_takes_reservation_bound_vms_and_the_product_makes_t
 
     api = ComputeApi("demo-project")
     settings = config.load({"backend": "gcp", "project": "demo-project", "gpu": "h100", "gpu_count": 8,
-                            "machine_type": "a3-highgpu-8g", "workers": 1, "capacity": "auto"}, zone=ZONE)
+                            "machine_type": "a3-highgpu-8g", "workers": 1, "capacity": "auto", "reservation": "block"},
+                           zone=ZONE)
     first = capacity.steps(settings, api, lambda line: None)[0]
     assert first.name() == "zone us-central1-a, reservation block (1 of 2 free)"
     assert capacity.model_variables(first.choice) == {"spot": False, "provisioning_model": "RESERVATION_BOUND",
@@ -692,3 +693,54 @@ def test_a_quota_refusal_ends_the_flex_start_wait_naming_the_quota():
     assert len(applied) == 1  # us-west1-a shares us-west1's quota: not tried.
     assert "zone us-west1-a, Flex-start: skipped (skipping us-west1-a: PREEMPTIBLE_NVIDIA_H100_GPUS is us-west1's, " \
            "the same in each of its zones)" in said, said
+
+
+def test_the_ledger_at_the_edges_of_capacity(world, tmp_path):
+    """Item 15: each step's prices line is written before its VMs start (a Flex-start spell is not charged
+    on-demand); after `down`, the last sync keeps the reservation the VMs ran on; `--reservation any` takes
+    only reservations that do not require targeting, and names one that does."""
+    from types import SimpleNamespace
+
+    from tfcluster import config, ledger
+    from tfcluster.backends.gcp import reservations
+    from tfcluster.backends.gcp.backend import GcpBackend
+    from tfcluster.backends.gcp.capacity import Maker, Step
+    from tfcluster.provisioning import Choice
+    from tfcluster.state import ClusterState, StateStore
+
+    calls: list = []
+
+    class Terraform:
+        def set_variables(self, changes):
+            calls.append(("set", changes["provisioning_model"]))
+
+        def apply(self):
+            calls.append(("apply",))
+
+    settings = config.load({"backend": "gcp", "project": "p", "gpu": "h100", "provisioning": "flex-start"}, zone=WEST)
+    Maker(Terraform(), SimpleNamespace(list_cluster=lambda zone, name: []), {"zone": WEST, "bucket_location": "US-WEST1",
+          "registry_location": "us-west1"}, settings, lambda line: None, record=lambda zone: None,
+          sync=lambda zone, own: calls.append(("sync", own)), waiting=lambda *pending: None
+          ).make([Step(WEST, Choice("flex-start"))])
+    assert calls[:3] == [("set", "FLEX_START"), ("sync", ""), ("apply",)], calls
+
+    # After `down`: Compute lists no VM, and the prices line keeps the reservation.
+    store = StateStore(config.load({"state_dir": str(tmp_path)}))
+    backend = GcpBackend(store)
+    (backend.workdir("default")).mkdir(parents=True)
+    (backend.workdir("default") / "terraform.tfvars.json").write_text(json.dumps({
+        "machine_type": "n1-standard-8", "gpu_type": "nvidia-tesla-t4", "gpu_count": 1, "boot_disk_gb": 100}))
+    book = ledger.Ledger(store.root, "default")
+    book.note_prices(ledger.Prices(at=0, on_demand={"vm": 1.0, "gpu": 1.0, "disk": 0.01, "ip": 0.005, "ssd": 0.0},
+                                   spot={"vm": 0.3, "gpu": 0.3, "disk": 0.01, "ip": 0.0025, "ssd": 0.0},
+                                   spot_in_use=False, gpu_count=1, workers=1, date="2026-11-28", source="t", live=True,
+                                   reservation="r1"))
+    cluster = ClusterState(name="default", backend="gcp", hosts=[], project="demo-project", zone=WEST)
+    backend.spend_sync(cluster, config.load({"backend": "gcp", "project": "demo-project"}, zone=WEST), book)
+    assert book.prices().reservation == "r1"
+
+    # --reservation any: a matching reservation that requires targeting is not taken, but named.
+    held = [reservations.Held("mine", WEST, "a2-highgpu-1g", (), 4, 0, True, "READY")]
+    assert reservations.usable(held, "any", "a2-highgpu-1g", (), 2) == (
+        "", "mine has room but requires targeting: `--reservation mine` consumes it", False)
+    assert reservations.usable(held, "mine", "a2-highgpu-1g", (), 2)[0] == "mine"

@@ -198,6 +198,7 @@ class Maker:
         self.variables.update(changes)
         self.terraform.set_variables(changes)
         self.record(step.zone)
+        self.sync(step.zone, "")  # The step's prices line before its VMs start: each spell at its own model's price.
         if self.pending:  # The record just saved is the cluster's; what `up` waits for stays in it.
             self.waiting(*self.pending)
         line = failover.egress_line(step.zone, self.variables)

@@ -137,7 +137,11 @@ class GcpSpend:
             seen = {vm.name: seen_of(vm) for vm in listed}
             # On a reservation when every VM consumes one (reservations.py); said by Compute, not assumed.
             held = {reservations.consumed(vm) for vm in listed}
-            book.note_prices(self._spend_prices(cluster, settings, now, next(iter(held)) if len(held) == 1 else ""))
+            last = book.prices()
+            # No VM listed (after `down`): the last minute's remainder was billed where the VMs ran, so the
+            # reservation they were on stays in the prices line.
+            on = next(iter(held)) if len(held) == 1 else (last.reservation if not listed and last else "")
+            book.note_prices(self._spend_prices(cluster, settings, now, on))
             known = {record.instance for record in cluster.hosts} | book.instances() | set(seen)
             preempted = operations(api, cluster.zone, "compute.instances.preempted", known)
             deleted = operations(api, cluster.zone, "delete", known)
