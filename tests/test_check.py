@@ -328,6 +328,10 @@ def test_h100_quota_is_read_from_cloud_quotas_and_its_usage_from_monitoring(worl
         world.monitoring.monitoring.family_label = label
         assert quota_line(**wanted).startswith("✓ quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in "
                                                "us-central1-a: 8 quotas have room"), label
+    # The same VMs, and a Monitoring that shows no family series (facts.USAGE_POINTS_ARE_RARE, "absent"): ?, not ✓.
+    world.monitoring.monitoring.family_series = False
+    assert quota_line(**wanted).startswith("? quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in us-central1-a: "
+                                           "cannot tell: ")
 
 
 def test_user_credentials_read_cloud_quotas_and_monitoring_with_the_clusters_quota_project(world, tmp_path,
