@@ -318,7 +318,7 @@ def test_h100_quota_is_read_from_cloud_quotas_and_its_usage_from_monitoring(worl
     h100_project(world, 0)
     assert quota_line(**wanted).startswith(
         "✗ quota: quota GPUS-PER-GPU-FAMILY-per-project-region (gpu_family:NVIDIA_H100, region:us-central1) has a "
-        "limit of 0 GPUs and the cluster needs 16; how much is in use cannot be read (Cloud Monitoring holds no point")
+        "limit of 0 GPUs and the cluster needs 16, whatever is in use; request more")
     # A grant with room, seen in use: ✓ (either way the label is named, the series tell enough).
     h100_project(world, 32)
     world.compute.state.family_quotas[VM_FAMILY][0] = ({"region": "us-central1", "vm_family": "A3"}, 832)

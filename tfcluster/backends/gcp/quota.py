@@ -176,6 +176,8 @@ class Judgement:
         name = r.quota.named(r.region)
         if r.limit is None:
             return f"quota {name}: its limit cannot be read ({r.why}); the cluster needs {n.amount:g} {n.unit}"
+        if r.usage is None and 0 <= r.limit < n.amount:
+            return f"quota {name} has a limit of {r.limit:g} {n.unit} and the cluster needs {n.amount:g}, whatever is in use"
         if r.usage is None:
             return (f"quota {name} has a limit of {r.limit:g} {n.unit} and the cluster needs {n.amount:g}; how much is in "
                     f"use cannot be read ({r.why})")
