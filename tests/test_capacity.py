@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.conftest import wait_for
+from tests.conftest import REPO, wait_for
 from tests.world.capacity import Reservation, end_run
 
 ZONE = "us-central1-a"
@@ -739,8 +739,10 @@ def test_the_ledger_at_the_edges_of_capacity(world, tmp_path):
     backend.spend_sync(cluster, config.load({"backend": "gcp", "project": "demo-project"}, zone=WEST), book)
     assert book.prices().reservation == "r1"
 
-    # --reservation any: a matching reservation that requires targeting is not taken, but named.
+    # --reservation any under --capacity auto: a matching reservation that requires targeting is taken by name
+    # (what whoever reserved capacity expects), and the docs say so rather than "only those that do not".
     held = [reservations.Held("mine", WEST, "a2-highgpu-1g", (), 4, 0, True, "READY")]
-    assert reservations.usable(held, "any", "a2-highgpu-1g", (), 2) == (
-        "", "mine has room but requires targeting: `--reservation mine` consumes it", False)
-    assert reservations.usable(held, "mine", "a2-highgpu-1g", (), 2)[0] == "mine"
+    assert reservations.usable(held, "any", "a2-highgpu-1g", (), 2) == ("mine", "reservation mine (4 of 4 free)", False)
+    docs = " ".join((REPO / "docs" / "google-cloud.md").read_text().split())
+    assert ("Under `--capacity auto`, `any` goes further: its reservation rung also takes a matching reservation "
+            "that requires targeting, by naming it") in docs

@@ -97,21 +97,15 @@ def read(api, zone: str, name: str | None = None) -> list[Held]:
 def usable(found: list[Held], wanted: str, machine_type: str, accelerators: tuple,
            workers: int) -> tuple[str, str, bool]:
     """(the reservation to ask for: a name, ANY or NONE; the line saying why; whether it is DENSE) among a
-    zone's ``found``: the named one (``wanted``) or, for ANY, the first matching one with room for every VM
-    that does not require targeting (as Compute's ANY_RESERVATION takes them, and as the docs say `any`
-    does); one that requires it is named in the line, for `--reservation NAME` to consume."""
+    zone's ``found``: the named one (``wanted``) or, for ANY, the first matching one with room for every VM.
+    Under --capacity auto, ANY also takes one that requires targeting, by naming it: whoever reserved
+    capacity and asks tfcluster to find some expects it used (docs/google-cloud.md, Reservations)."""
     if wanted == NONE:
         return NONE, "--reservation none", False
-    matching = [r for r in found if r.mismatch(machine_type, accelerators) is None]
-    fits = [r for r in matching if (r.name == wanted) or (wanted == ANY and not r.specific_required)]
+    fits = [r for r in found if (wanted == ANY or r.name == wanted) and r.mismatch(machine_type, accelerators) is None]
     roomy = [r for r in fits if r.free >= workers]
-    targeted = [r for r in matching if wanted == ANY and r.specific_required and r.free >= workers]
-    if not roomy and targeted:
-        return "", (f"{targeted[0].name} has room but requires targeting: `--reservation {targeted[0].name}` "
-                    "consumes it"), False
     if not roomy:
-        close = fits or matching
-        near = (f"{close[0].name} has {close[0].free} of {close[0].count} free, the cluster needs {workers}" if close else
+        near = (f"{fits[0].name} has {fits[0].free} of {fits[0].count} free, the cluster needs {workers}" if fits else
                 "; ".join(f"{r.name}: {r.mismatch(machine_type, accelerators)}" for r in found) or "the zone has none")
         return "", f"no matching reservation with room ({near})", False
     best = roomy[0]
