@@ -233,6 +233,14 @@ def quota_line(**overrides) -> str:
     return lines(**overrides)["quota"]
 
 
+def quota_only(**overrides) -> str:
+    """The quota line alone (check.quota_finding, as check.run asks it), without the other checks."""
+    from tfcluster.backends.gcp.compute import gpu_type
+
+    wanted = settings(**overrides)
+    return check.quota_finding(wanted, gpu_type(wanted.gpu), [wanted.zone])[0].line()
+
+
 def h100_project(world, h100: int) -> dict:
     """A project whose Cloud Quotas grant ``h100`` on-demand H100s and 416 A3 vCPUs in us-central1 (and
     512 vCPUs in all regions, without which those could not be used), as Google reports such grants:
@@ -280,7 +288,7 @@ def test_h100_quota_is_read_from_cloud_quotas_and_its_usage_from_monitoring(worl
     # Another VM holds 8 of the 16 H100s (the Location series, named by the dimension) and 208 vCPUs: one line
     # names every quota that falls short, each as the console filters it.
     hold_h100s(world, 8)
-    line = quota_line(**wanted)
+    line = quota_only(**wanted)
     assert line.startswith("✗ quota: quota CPUS-PER-VM-FAMILY-per-project-region (vm_family:A3, region:us-central1) "
                            "has 208 vCPUs free (limit 416, in use 208); the cluster needs 416; "), line
     assert ("; quota GPUS-PER-GPU-FAMILY-per-project-region (gpu_family:NVIDIA_H100, region:us-central1) has 8 GPUs "
@@ -293,7 +301,7 @@ def test_h100_quota_is_read_from_cloud_quotas_and_its_usage_from_monitoring(worl
     # dimension's. They are every family's together: "up to 8 in use" cannot say short, nor ✓.
     world.monitoring.monitoring.family_label = "unnamed"
     world.compute.state.project_quotas.update({"CPUS_ALL_REGIONS": (1024.0, 0.0), "GPUS_ALL_REGIONS": (32.0, 0.0)})
-    line = quota_line(**wanted)
+    line = quota_only(**wanted)
     assert line.startswith("? quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in us-central1-a: cannot tell: "), line
     assert ("quota GPUS-PER-GPU-FAMILY-per-project-region (gpu_family:NVIDIA_H100, region:us-central1) has a limit of "
             "16 GPUs, the cluster needs 16, and up to 8 are in use (Cloud Monitoring does not tell the family's "
@@ -310,13 +318,13 @@ def test_h100_quota_is_read_from_cloud_quotas_and_its_usage_from_monitoring(worl
     # Limits that cannot be read: ?, with the API to enable.
     world.project_apis.apis.disabled.add("cloudquotas.googleapis.com")
     assert ("its limit cannot be read (cloudquotas.googleapis.com is off: `gcloud services enable "
-            "cloudquotas.googleapis.com`)") in quota_line(**wanted)
+            "cloudquotas.googleapis.com`)") in quota_only(**wanted)
 
     # No H100 granted: the ✗ names the quota and the family as the console filters them.
     world.project_apis.apis.disabled.clear()
     world.monitoring.monitoring.refused = False
     h100_project(world, 0)
-    assert quota_line(**wanted).startswith(
+    assert quota_only(**wanted).startswith(
         "✗ quota: quota GPUS-PER-GPU-FAMILY-per-project-region (gpu_family:NVIDIA_H100, region:us-central1) has a "
         "limit of 0 GPUs and the cluster needs 16, whatever is in use; request more")
     # A grant with room, seen in use: ✓ (either way the label is named, the series tell enough).
@@ -326,11 +334,11 @@ def test_h100_quota_is_read_from_cloud_quotas_and_its_usage_from_monitoring(worl
     hold_h100s(world, 8)
     for label in ("dimension", "unnamed"):
         world.monitoring.monitoring.family_label = label
-        assert quota_line(**wanted).startswith("✓ quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in "
+        assert quota_only(**wanted).startswith("✓ quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in "
                                                "us-central1-a: 8 quotas have room"), label
     # The same VMs, and a Monitoring that shows no family series (facts.USAGE_POINTS_ARE_RARE, "absent"): ?, not ✓.
     world.monitoring.monitoring.family_series = False
-    assert quota_line(**wanted).startswith("? quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in us-central1-a: "
+    assert quota_only(**wanted).startswith("? quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in us-central1-a: "
                                            "cannot tell: ")
 
 
@@ -349,7 +357,7 @@ def test_user_credentials_read_cloud_quotas_and_monitoring_with_the_clusters_quo
     world.compute.state.family_quotas[GPU_FAMILY][0] = ({"region": "us-central1", "gpu_family": "NVIDIA_H100"}, 32)
     for required in (False, True):
         world.monitoring.monitoring.quota_project_required = required
-        line = quota_line(**wanted)
+        line = quota_only(**wanted)
         assert line.startswith("✓ quota: 2 x a3-highgpu-8g with 8 x nvidia-h100-80gb in us-central1-a: 8 quotas have "
                                "room"), line
 
