@@ -455,13 +455,33 @@ def test_the_ladder_per_zone_in_order(world):
     assert said == ["zone us-west1-b, on-demand: a3-highgpu-1g is offered only as Spot or Flex-start; skipped"]
 
 
+class StepTerraform:
+    """terraform as capacity.Maker drives it: each apply refused with ``stderr`` ("": it takes the cluster);
+    every call recorded in ``calls``."""
+
+    def __init__(self, stderr: str = "", calls: list | None = None):
+        self.stderr, self.calls = stderr, calls if calls is not None else []
+
+    def set_variables(self, changes):
+        self.calls.append(("set", changes["provisioning_model"]))
+
+    def apply(self):
+        from tfcluster.backends.gcp.terraform import TerraformError
+
+        self.calls.append(("apply",))
+        if self.stderr:
+            raise TerraformError("apply", self.stderr)
+
+    def run(self, *args):
+        return ""  # `state list`: nothing made.
+
+
 def test_a_wait_ends_on_ctrl_c_and_nothing_is_left(tmp_path):
     """Ctrl-C between two tries (the sleep) ends the wait: what the zone had is removed first, one line."""
     from types import SimpleNamespace
 
     from tfcluster import config
     from tfcluster.backends.gcp.capacity import Maker, Step
-    from tfcluster.backends.gcp.terraform import TerraformError
     from tfcluster.errors import ClusterError
     from tfcluster.provisioning import Choice
 
@@ -469,16 +489,7 @@ def test_a_wait_ends_on_ctrl_c_and_nothing_is_left(tmp_path):
            "enough resources available to fulfill the request.  Try a different zone, or try again later."
     calls: list = []
 
-    class Terraform:
-        def set_variables(self, changes):
-            calls.append(("set", changes["provisioning_model"]))
-
-        def apply(self):
-            calls.append(("apply",))
-            raise TerraformError("apply", full)
-
-        def run(self, *args):
-            return ""  # `state list`: nothing made.
+    Terraform = lambda: StepTerraform(full, calls)  # noqa: E731
 
     def interrupted(seconds):
         raise KeyboardInterrupt
@@ -657,24 +668,12 @@ def test_a_quota_refusal_ends_the_flex_start_wait_naming_the_quota():
 
     from tfcluster import config
     from tfcluster.backends.gcp.capacity import Maker, Step
-    from tfcluster.backends.gcp.terraform import TerraformError
     from tfcluster.errors import ClusterError
     from tfcluster.provisioning import Choice
 
     over = ("Error: Error creating instance: googleapi: Error 403: Quota 'PREEMPTIBLE_NVIDIA_H100_GPUS' exceeded.  "
             "Limit: 0.0 in region us-west1., quotaExceeded")
-    applied: list = []
-
-    class Terraform:
-        def set_variables(self, changes):
-            pass
-
-        def apply(self):
-            applied.append(1)
-            raise TerraformError("apply", over)
-
-        def run(self, *args):
-            return ""
+    terraform = StepTerraform(over)
 
     def no_sleep(seconds):
         raise AssertionError(f"waited {seconds} s for quota")
@@ -682,7 +681,7 @@ def test_a_quota_refusal_ends_the_flex_start_wait_naming_the_quota():
     settings = config.load({"backend": "gcp", "project": "p", "gpu": "h100", "provisioning": "flex-start",
                             "capacity_wait_seconds": 1}, zone=WEST)
     said: list = []
-    maker = Maker(Terraform(), SimpleNamespace(list_cluster=lambda zone, name: []), {"zone": WEST,
+    maker = Maker(terraform, SimpleNamespace(list_cluster=lambda zone, name: []), {"zone": WEST,
                   "bucket_location": "US-WEST1", "registry_location": "us-west1"}, settings, said.append,
                   record=lambda zone: None, sync=lambda zone, own: None, waiting=lambda *pending: None, sleep=no_sleep)
     with pytest.raises(ClusterError) as error:
@@ -690,7 +689,7 @@ def test_a_quota_refusal_ends_the_flex_start_wait_naming_the_quota():
     assert str(error.value).startswith("Flex-start was refused on quota, not capacity (zone us-west1-b, Flex-start: no "
                                        "quota (PREEMPTIBLE_NVIDIA_H100_GPUS)), and waiting does not bring quota"), \
         str(error.value)
-    assert len(applied) == 1  # us-west1-a shares us-west1's quota: not tried.
+    assert terraform.calls.count(("apply",)) == 1  # us-west1-a shares us-west1's quota: not tried.
     assert "zone us-west1-a, Flex-start: skipped (skipping us-west1-a: PREEMPTIBLE_NVIDIA_H100_GPUS is us-west1's, " \
            "the same in each of its zones)" in said, said
 
@@ -709,16 +708,8 @@ def test_the_ledger_at_the_edges_of_capacity(world, tmp_path):
     from tfcluster.state import ClusterState, StateStore
 
     calls: list = []
-
-    class Terraform:
-        def set_variables(self, changes):
-            calls.append(("set", changes["provisioning_model"]))
-
-        def apply(self):
-            calls.append(("apply",))
-
     settings = config.load({"backend": "gcp", "project": "p", "gpu": "h100", "provisioning": "flex-start"}, zone=WEST)
-    Maker(Terraform(), SimpleNamespace(list_cluster=lambda zone, name: []), {"zone": WEST, "bucket_location": "US-WEST1",
+    Maker(StepTerraform("", calls), SimpleNamespace(list_cluster=lambda zone, name: []), {"zone": WEST, "bucket_location": "US-WEST1",
           "registry_location": "us-west1"}, settings, lambda line: None, record=lambda zone: None,
           sync=lambda zone, own: calls.append(("sync", own)), waiting=lambda *pending: None
           ).make([Step(WEST, Choice("flex-start"))])
