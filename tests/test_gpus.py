@@ -31,8 +31,8 @@ def test_preflight_checks_the_family_vcpu_quota_beside_the_gpus(fake_compute):
     with pytest.raises(ConfigError) as error:
         gcp.preflight_quota(api, "us-west1-b", "nvidia-l4", 2, 2, spot=False, machine_type="g2-standard-24")
     assert str(error.value) == (
-        "quota CPUS-PER-VM-FAMILY-per-project-region (vm_family:G2, region:us-west1) has 32 vCPUs free (limit 32, in "
-        "use 0); the cluster needs 48; quota NVIDIA-L4-GPUS-per-project-region (region:us-west1) has 1 GPUs free "
+        "quota CPUS-PER-VM-FAMILY-per-project-region (vm_family:G2, region:us-west1) has a limit of 32 vCPUs and the "
+        "cluster needs 48, whatever is in use; quota NVIDIA-L4-GPUS-per-project-region (region:us-west1) has 1 GPUs free "
         "(limit 4, in use 3); the cluster needs 4; request more in the console (IAM & Admin > Quotas & System Limits: "
         "filter by each quota ID and its dimensions)")
     # Spot: the GPUs' PREEMPTIBLE_ form where granted; the family's vCPUs have no such form.
