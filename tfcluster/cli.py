@@ -18,7 +18,7 @@ from typing import Optional
 from invoke import Collection, Context, Exit, Task
 from invoke import task as invoke_task
 
-from tfcluster import commands, config, errors, provisioning, sources
+from tfcluster import commands, config, errors, provisioning, sources, spoken, ui
 from tfcluster.errors import ConfigError, TfClusterError
 
 
@@ -63,14 +63,17 @@ def _user_errors(body):
         try:
             return body(c, *args, **kwargs)
         except TfClusterError as error:
-            raise Exit(f"error: {error}", code=error.exit_code) from None
+            raise Exit(f"error: {spoken.respell(str(error))}", code=error.exit_code) from None
         except BrokenPipeError:  # The reader went away (`| head`): stop quietly, as a shell tool does.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own last flush too.
             raise Exit(code=141) from None  # 128 + SIGPIPE, what a shell reports.
         except OSError as error:
-            raise Exit(f"error: {errors.file_error(error)}", code=2) from None
+            raise Exit(f"error: {spoken.respell(errors.file_error(error))}", code=2) from None
 
     return wrapper
+
+
+spoken.respell_console(ui.console)  # Every hint the console prints names the command the user runs.
 
 
 @task(auto_shortflags=False,

@@ -2,7 +2,11 @@
 ``Program``, and invoke's errors while it reads its config files (before any task runs) as one
 `error:` line. tasks.py installs the same handling for `invoke` in a clone (``excepthook``).
 
-May import: tfcluster.cli (the tasks) and invoke; nothing below the tasks.
+A command line invoke's parser refuses (an unknown flag or task, a flag without its value) is one
+`error:` line with the fix and exit 2 (tfcluster/slips.py), for both commands: ``hint_slips`` wraps
+invoke's parsing steps, on TfclusterProgram here and on invoke's own Program from tasks.py.
+
+May import: tfcluster.cli (the tasks), tfcluster.slips, tfcluster.spoken and invoke; nothing below the tasks.
 """
 
 from __future__ import annotations
@@ -10,12 +14,13 @@ from __future__ import annotations
 import os
 import sys
 
-from invoke import Program
+from invoke import Exit, Program
 from invoke.config import AmbiguousMergeError
-from invoke.exceptions import UncastableEnvVar, UnknownFileType
+from invoke.exceptions import ParseError, UncastableEnvVar, UnknownFileType
 from invoke.util import yaml as invoke_yaml
 
 import tfcluster
+from tfcluster import slips, spoken
 from tfcluster.cli import ns, take_environment
 
 
@@ -52,6 +57,32 @@ def excepthook(kind, error, trace) -> None:
     os._exit(2)  # The exit code of every other configuration error (an excepthook's return exits 1).
 
 
+def _explained(step):
+    """invoke's parsing ``step`` with its ParseError said as one `error:` line (exit 2)."""
+
+    def explained(self, *args, **kwargs):
+        try:
+            return step(self, *args, **kwargs)
+        except ParseError as error:
+            parser = getattr(self, "parser", None)
+            contexts = dict(parser.contexts) if parser is not None else {}
+            core = getattr(self, "core", None)
+            unparsed = list(core.unparsed) if core is not None else []
+            remainder = core.remainder if core is not None else ""
+            raise Exit(f"error: {slips.explain(error, contexts, unparsed, remainder)}", code=2) from None
+
+    explained.slips_hinted = True
+    return explained
+
+
+def hint_slips(program_class: type[Program]) -> None:
+    """Wrap ``program_class``'s task parsing and its `--help TASK` check (once)."""
+    for name in ("parse_tasks", "parse_cleanup"):
+        step = getattr(program_class, name)
+        if not getattr(step, "slips_hinted", False):
+            setattr(program_class, name, _explained(step))
+
+
 class TfclusterProgram(Program):
     """`tfcluster`: the tasks of tfcluster/cli.py from any folder. Settings come as they do for `invoke` (its
     system and user files, INVOKE_TFCLUSTER_* and flags), and the project file is the invoke.yaml
@@ -81,6 +112,8 @@ class TfclusterProgram(Program):
 def main() -> None:
     """The `tfcluster` console script (pyproject.toml [project.scripts])."""
     take_environment()
+    spoken.set_program("tfcluster")
+    hint_slips(TfclusterProgram)
     TfclusterProgram(namespace=ns, version=tfcluster.__version__, name="tfcluster", binary="tfcluster",
              binary_names=["tfcluster"]).run()
 
