@@ -276,15 +276,18 @@ def check(c, backend: Optional[str] = None, project: Optional[str] = None, zone:
 
 @task(auto_shortflags=False,
       help={"gpu": "t4, v100, l4, a100, a100-80gb or h100 (default: tfcluster.gpu)",
-            "gpu_count": "GPUs per VM, which picks the machine type (default 1)",
+            "gpu_count": "GPUs per VM, which picks the machine type (default: every machine type of the GPU)",
             "spot": "sort by the Spot price and show the Spot quota", "project": "gcp: project ID",
             "backend": "gcp (default: VMs, per zone) or vertex (Vertex AI training, per region)"})
 @_user_errors
 def offers(c, gpu: Optional[str] = None, gpu_count: Optional[int] = None, spot: bool = False,
            project: Optional[str] = None, backend: Optional[str] = None):
-    """Every zone that offers the GPU: one VM's price per hour, on-demand and Spot, and your free quota; cheapest first."""
+    """What a GPU comes in and costs in each provisioning model; with --gpu-count and --project, every zone
+    that offers that VM, its price per hour and your free quota, cheapest first."""
+    # capacity auto: a listing names the machine types offered only as Spot or Flex-start too, with what
+    # each needs, rather than refusing them as `up` does without --spot.
     commands.offers(_settings(c, backend=backend or "gcp", gpu=gpu, gpu_count=gpu_count, spot=spot or None,
-                              project=project))
+                              project=project, capacity="auto"), every_shape=gpu_count is None)
 
 
 @task(help={"src": "image folder with one sub-folder per class",
