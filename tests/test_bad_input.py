@@ -196,6 +196,12 @@ def run_tfcluster(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
     (["--help", "trian"], "error: no task 'trian'; did you mean train? `tfcluster --list` lists them"),
     (["costs", "--cluster", "x"], "error: costs takes no options (it covers every cluster); see `tfcluster --help costs`"),
     (["train", "--workers"], "error: --workers needs a value; see `tfcluster --help train`"),
+    (["train", "--project", "my-gcp-proj"], "error: train takes no --project: the Google Cloud project is the "
+     "cluster's (`tfcluster up --project P`), and a folder shipped with --script is --code-dir: tfcluster train "
+     "--script SCRIPT --code-dir my-gcp-proj"),
+    (["tune", "--script", "s.py", "--project", "src"], "error: tune takes no --project: the Google Cloud project is "
+     "the cluster's (`tfcluster up --project P`), and a folder shipped with --script is --code-dir: tfcluster tune "
+     "--script SCRIPT --code-dir src"),
 ])
 def test_a_slip_on_the_command_line_is_one_line_naming_the_fix(argv, line, tmp_path, capsys, monkeypatch):
     """Issue 47's two commonest slips: a trainer flag before `--`, and a typo of a flag or a task."""

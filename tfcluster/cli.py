@@ -135,10 +135,20 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
     commands.up(settings, yes=yes)
 
 
+def _refuse_project(task_name: str, project: Optional[str]) -> None:
+    """--project is a Google Cloud project on every task; the folder `train` and `tune` ship was once
+    --project too, and a Vertex AI user types `train --project my-gcp-proj`: name both."""
+    if project is not None:
+        raise ConfigError(f"{task_name} takes no --project: the Google Cloud project is the cluster's (`invoke up "
+                          f"--project P`), and a folder shipped with --script is --code-dir: invoke {task_name} "
+                          f"--script SCRIPT --code-dir {project}")
+
+
 @task(help={
     "workers": "workers to use, 1..cluster size (default: all)",
     "script": "your own TensorFlow script instead of the bundled trainer",
-    "project": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
+    "code_dir": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
+    "project": "refused: the cluster's Google Cloud project is `up`'s; the folder to ship is --code-dir",
     "retries": "restart everything up to K times after a failure, resuming from the checkpoint",
     "dry_run": "print each worker's command and TF_CONFIG, start nothing",
     "detach": "start the run and return; follow it with `logs --follow`, see it with `status`",
@@ -158,12 +168,13 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
               "VMs and resume it from its backup",
 })
 @_user_errors
-def train(c, workers: Optional[int] = None, script: Optional[str] = None,
+def train(c, workers: Optional[int] = None, script: Optional[str] = None, code_dir: Optional[str] = None,
           project: Optional[str] = None, retries: Optional[int] = None, dry_run: bool = False,
           keras: Optional[str] = None, verbose: bool = False, cluster: Optional[str] = None,
           image: Optional[str] = None, resume: Optional[str] = None, stall_minutes: Optional[int] = None,
           then: Optional[str] = None, budget: Optional[str] = None, detach: bool = False):
     """Train on the cluster; arguments after `--` go to the trainer (e.g. -- --epochs 5)."""
+    _refuse_project("train", project)
     settings = _settings(c, cluster=cluster, keras=keras)
     if resume:
         if then:
@@ -172,7 +183,7 @@ def train(c, workers: Optional[int] = None, script: Optional[str] = None,
         commands.resume(settings, resume, retries=retries, verbose=verbose, stall_minutes=stall_minutes)
         return
     commands.train(settings, commands.TrainRequest(
-        workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
+        workers=workers, script=script, code_dir=code_dir, trainer_args=shlex.split(c.remainder or ""),
         retries=retries, dry_run=dry_run, keras=keras, verbose=verbose, image=image,
         stall_minutes=stall_minutes, then=then, budget=budget, detach=detach))
 
@@ -180,7 +191,8 @@ def train(c, workers: Optional[int] = None, script: Optional[str] = None,
 @task(help={
     "workers": "tuners to run, one per worker, 1..cluster size (default: all)",
     "script": "your own Keras Tuner script instead of the bundled search (trainer/tune.py)",
-    "project": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
+    "code_dir": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
+    "project": "refused: the cluster's Google Cloud project is `up`'s; the folder to ship is --code-dir",
     "max_trials": "trials in the search (default: the trainer's 10, or what the script sets)",
     "retries": "restart dead processes up to K times; a tuner's unfinished trial is handed out again",
     "oracle_port": "ssh/gcp: the oracle's port on the chief's machine (default 23457)",
@@ -188,13 +200,15 @@ def train(c, workers: Optional[int] = None, script: Optional[str] = None,
     "cluster": "cluster name (default: default)",
 })
 @_user_errors
-def tune(c, workers: Optional[int] = None, script: Optional[str] = None, project: Optional[str] = None,
+def tune(c, workers: Optional[int] = None, script: Optional[str] = None, code_dir: Optional[str] = None,
+         project: Optional[str] = None,
          max_trials: Optional[int] = None, retries: Optional[int] = None, oracle_port: Optional[int] = None,
          dry_run: bool = False, cluster: Optional[str] = None):
     """Search hyperparameters: the oracle beside the chief, one tuner per worker (-- ARGS to every process)."""
+    _refuse_project("tune", project)
     settings = _settings(c, cluster=cluster, oracle_port=oracle_port)
     commands.tune(settings, commands.TuneRequest(
-        workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
+        workers=workers, script=script, code_dir=code_dir, trainer_args=shlex.split(c.remainder or ""),
         max_trials=max_trials, retries=retries, dry_run=dry_run))
 
 

@@ -30,14 +30,16 @@ class TrainRequest:
     workers: int | None
     # A user's script to run instead of the bundled trainer.
     script: str | None
-    # Folder shipped with --script to remote hosts (it must contain the script).
-    project: str | None
+    # --code-dir: the folder shipped with --script to remote hosts (it must contain the script).
+    code_dir: str | None
     # Arguments after `--`, passed to the trainer or script.
     trainer_args: list[str]
     # Restarts after a failure (None: the configured default).
     retries: int | None
     # Print the plan and start nothing.
     dry_run: bool
+    # --requirements: a pip requirements file installed on every host before the run (None: none).
+    requirements: str | None = None
     # --keras as given on the command line (None: not given); Settings.keras holds the value in force.
     keras: str | None = None
     # Show every worker line in the console, TensorFlow's start-up noise included.
@@ -108,21 +110,21 @@ def _worker_count(requested: int | None, cluster: ClusterState) -> int:
 
 def _script_and_project(request: TrainRequest) -> tuple[Path | None, Path | None]:
     if not request.script:
-        if request.project:
-            raise ConfigError("--project goes with --script (the script to run inside it)")
+        if request.code_dir:
+            raise ConfigError("--code-dir goes with --script (the script to run inside it)")
         return None, None
     script = Path(request.script).expanduser()
     if not script.is_file():
         raise ConfigError(f"--script {request.script} does not exist or is not a file; "
                           "give the path of a Python training script")
     script = script.resolve()
-    if not request.project:
+    if not request.code_dir:
         return script, None
-    project = Path(request.project).expanduser().resolve()
+    project = Path(request.code_dir).expanduser().resolve()
     if not project.is_dir():
-        raise ConfigError(f"--project {request.project} is not a folder")
+        raise ConfigError(f"--code-dir {request.code_dir} is not a folder")
     if project not in script.parents:
-        raise ConfigError(f"--script {request.script} must be inside --project {request.project}")
+        raise ConfigError(f"--script {request.script} must be inside --code-dir {request.code_dir}")
     return script, project
 
 
