@@ -42,12 +42,20 @@ def _settings(c: Context, **overrides) -> config.Settings:
     return settings
 
 
+# The only short flags, the same on every task that has the option. invoke would give each flag the first
+# free letter of its name: `-a` was --detach on train, --all on status and --raw on logs.
+SHORT_FLAGS = {"workers": "w", "cluster": "c", "follow": "f"}
+
+
 class _Task(Task):
-    """`-h` is help on every task: never a flag's short name (invoke gives a flag the first free letter
-    of its name, and `--then` and `--shards` took `h`)."""
+    """`-h` is help on every task: never a flag's short name (invoke gave `--then` and `--shards` `h`);
+    the other short flags are SHORT_FLAGS'."""
 
     def arg_opts(self, name: str, default, taken_names: set):
-        return super().arg_opts(name, default, taken_names | {"h"})
+        opts = super().arg_opts(name, default, taken_names | {"h"})
+        short = SHORT_FLAGS.get(name)
+        opts["names"] = [opts["names"][0], *([short] if short and short not in taken_names else [])]
+        return opts
 
 
 def task(*args, **kwargs):
@@ -296,8 +304,11 @@ def check(c, backend: Optional[str] = None, project: Optional[str] = None, zone:
 @_user_errors
 def offers(c, gpu: Optional[str] = None, gpu_count: Optional[int] = None, spot: bool = False,
            project: Optional[str] = None, backend: Optional[str] = None):
-    """What a GPU comes in and costs in each provisioning model; with --gpu-count and --project, every zone
-    that offers that VM, its price per hour and your free quota, cheapest first."""
+    """What a GPU comes in and costs, in each provisioning model (--gpu-count --project: per zone, with quota).
+
+    Without --gpu-count: every machine type of the GPU, one VM's price an hour on-demand, Spot and
+    Flex-start, and the flags that make each. With --gpu-count and --project: every zone that offers
+    that VM, its price there and your free quota, cheapest first."""
     # capacity auto: a listing names the machine types offered only as Spot or Flex-start too, with what
     # each needs, rather than refusing them as `up` does without --spot.
     commands.offers(_settings(c, backend=backend or "gcp", gpu=gpu, gpu_count=gpu_count, spot=spot or None,

@@ -11,7 +11,9 @@ May import: tfcluster.cli (the tasks), tfcluster.slips, tfcluster.spoken and inv
 
 from __future__ import annotations
 
+import inspect
 import os
+import re
 import sys
 
 from invoke import Exit, Program
@@ -83,10 +85,53 @@ def hint_slips(program_class: type[Program]) -> None:
             setattr(program_class, name, _explained(step))
 
 
+# What a flag's value is, by its parameter's annotation (invoke says STRING for every flag whose
+# default is None) or, for text, by its name.
+_PATH_FLAGS = ("script", "code_dir", "requirements", "ssh_key", "known_hosts", "src", "out", "dockerfile", "context")
+
+
+def _metavar(parameter: inspect.Parameter | None) -> str:
+    if parameter is None:
+        return "VALUE"
+    annotation = str(parameter.annotation)
+    if "int" in annotation:
+        return "N"
+    return "PATH" if parameter.name in _PATH_FLAGS else "VALUE"
+
+
 class TfclusterProgram(Program):
     """`tfcluster`: the tasks of tfcluster/cli.py from any folder. Settings come as they do for `invoke` (its
     system and user files, INVOKE_TFCLUSTER_* and flags), and the project file is the invoke.yaml
-    of the folder the command runs in, when there is one."""
+    of the folder the command runs in, when there is one. `tfcluster --help` lists the tasks (invoke's
+    own core options, such as --pty or --echo, do nothing for them), and a task's help names what each
+    option takes."""
+
+    def print_help(self) -> None:
+        print(f"Usage: {self.binary} TASK [--options] [-- ARGS for the trainer or script]\n")
+        print("Take a TensorFlow training program to a cluster (this machine, your hosts, Google Cloud VMs or "
+              "Vertex AI) and back, leaving nothing billing.\n")
+        print("Tasks:")
+        self.print_columns([(name, spoken.respell((inspect.getdoc(task.body) or "").split("\n")[0]))
+                            for name, task in self.collection.tasks.items()])
+        print(f"`{self.binary} --help TASK` explains a task and its options; `{self.binary} --version` says the "
+              "version. Settings: invoke.yaml (tfcluster:), INVOKE_TFCLUSTER_*, or the flags.")
+
+    def print_task_help(self, name: str) -> None:
+        task = self.collection[name]
+        parameters = inspect.signature(task.body).parameters
+        passes = " [-- ARGS]" if name in slips.PASSES_ARGS else ""
+        print(f"Usage: {self.binary} {name} [--options]{passes}\n")
+        print("\n".join("  " + spoken.respell(line) for line in (inspect.getdoc(task.body) or "").splitlines()) + "\n")
+        print("Options:")
+        tuples = []
+        for spec, text in self.parser.contexts[name].help_tuples():
+            long = re.search(r"--(?:\[no-\])?([\w-]+)", spec)
+            kind = _metavar(parameters.get(long.group(1).replace("-", "_")) if long else None)
+            tuples.append((re.sub(r"\b(STRING|INT)\b", kind, spec), text))
+        if tuples:
+            self.print_columns(tuples)
+        else:
+            print("  none\n")
 
     def create_config(self) -> None:
         super().create_config()
