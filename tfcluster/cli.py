@@ -157,6 +157,8 @@ def _refuse_project(task_name: str, project: Optional[str]) -> None:
     "script": "your own TensorFlow script instead of the bundled trainer",
     "code_dir": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
     "project": "refused: the cluster's Google Cloud project is `up`'s; the folder to ship is --code-dir",
+    "requirements": "a pip requirements file installed on every host before the run, into the workers' Python "
+                    "(cached by its content: an unchanged file installs nothing)",
     "retries": "restart everything up to K times after a failure, resuming from the checkpoint",
     "dry_run": "print each worker's command and TF_CONFIG, start nothing",
     "detach": "start the run and return; follow it with `logs --follow`, see it with `status`",
@@ -177,7 +179,8 @@ def _refuse_project(task_name: str, project: Optional[str]) -> None:
 })
 @_user_errors
 def train(c, workers: Optional[int] = None, script: Optional[str] = None, code_dir: Optional[str] = None,
-          project: Optional[str] = None, retries: Optional[int] = None, dry_run: bool = False,
+          project: Optional[str] = None, requirements: Optional[str] = None, retries: Optional[int] = None,
+          dry_run: bool = False,
           keras: Optional[str] = None, verbose: bool = False, cluster: Optional[str] = None,
           image: Optional[str] = None, resume: Optional[str] = None, stall_minutes: Optional[int] = None,
           then: Optional[str] = None, budget: Optional[str] = None, detach: bool = False):
@@ -192,7 +195,7 @@ def train(c, workers: Optional[int] = None, script: Optional[str] = None, code_d
         return
     commands.train(settings, commands.TrainRequest(
         workers=workers, script=script, code_dir=code_dir, trainer_args=shlex.split(c.remainder or ""),
-        retries=retries, dry_run=dry_run, keras=keras, verbose=verbose, image=image,
+        requirements=requirements, retries=retries, dry_run=dry_run, keras=keras, verbose=verbose, image=image,
         stall_minutes=stall_minutes, then=then, budget=budget, detach=detach))
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tfcluster import container, holds, launch, ledger, stall, ui
 from tfcluster.backends import Payload
-from tfcluster.commands import restage, spend
+from tfcluster.commands import requirements as script_requirements, restage, spend
 from tfcluster.commands.attempts import run_attempts
 from tfcluster.commands.common import active_run, backend_for_cluster, console, require_cluster
 from tfcluster.commands.budget import RunBudget
@@ -172,6 +172,7 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     python = settings.python or (sys.executable if cluster.backend == "local" else cluster.python)
     if image:
         python = container.IMAGE_PYTHON  # The image provides Python and TensorFlow.
+    requirements = script_requirements.read(request.requirements, cluster.backend, image)
 
     # Where the data comes from, first match wins: a configured gs:// or local folder, the
     # bucket copy `invoke data` made for this cluster, else (bundled trainer) the synthetic set.
@@ -220,7 +221,7 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     with holds.LauncherLease(store, run_id):
         run, failed = _launch(settings, store, backend, cluster, request, Launch(
             run_id, hosts, payload, common_env, image, data_dir, keras_env["TF_USE_LEGACY_KERAS"] == "1", workers,
-            retries, limit, then, usd, rate))
+            retries, limit, then, usd, rate, requirements))
     if request.detach:
         return run
     if then is not None and run.outcome != "stopped":  # After Ctrl-C, `stop` or `down` the user decides.
@@ -251,6 +252,8 @@ class Launch:
     # --budget in USD (0: none) and the cluster's hourly rate (None without prices).
     usd: float
     rate: float | None
+    # --requirements, read (None: none): installed on every host after the preflight.
+    requirements: script_requirements.Requirements | None = None
 
 
 def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterState, request: TrainRequest,
@@ -263,6 +266,12 @@ def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterStat
     if active_run(store, cluster):
         raise ClusterError(f"a run is still active on cluster '{cluster.name}'; "
                            "watch it with `invoke logs --follow` or end it with `invoke stop`")
+    if plan.requirements is not None:  # Before the preflight: the file may be what brings TensorFlow.
+        with console.status(f"Installing {plan.requirements.given} on {len(hosts)} {cluster.backend} host(s)..."):
+            installed = script_requirements.install(plan.requirements, hosts, payload.python, str(store.root),
+                                                    shared_interpreter=cluster.backend == "local")
+        for line in installed:
+            console.print(f"Requirements on {line}", soft_wrap=True, markup=False)
     with console.status(f"Preflight on {len(hosts)} {cluster.backend} host(s)..."):
         # tf_keras must be importable wherever tf.keras resolves to it.
         backend.preflight(cluster, hosts, need_tensorflow=plan.need_tf_keras, image=image)
