@@ -254,6 +254,16 @@ def test_user_script_gets_tf_config_and_arguments(cli, tmp_path):
     model = str(run_dir / "output" / "model")
     assert run["summary"]["saved_model_path"] == model and re.search(rf"│ model +│ {re.escape(model)} +│", result.stdout)
 
+    # `exec --all` (issue 47): a command on every worker, in its folder (local: the run's), prefixed as the logs are.
+    ran = cli.run("exec", "--all", "--", "pwd; cat output/model/marker")
+    assert ran.returncode == 0 and ran.stdout.splitlines() == [
+        f"worker-{i} │ {line}" for i in range(2) for line in (str(run_dir), "chief")], ran.stdout + ran.stderr
+    failed = cli.run("exec", "--worker", "1", "--", "echo no such file >&2; exit 3")
+    assert failed.returncode == 2 and failed.stderr.strip().splitlines() == [
+        "error: the command failed on 1 of 1 worker(s): worker-1 (exit 3: no such file)"], failed.stderr
+    shell = cli.run("ssh", "worker-1", "--", "pwd")
+    assert shell.returncode == 0 and shell.stdout.strip() == str(run_dir), shell.stdout + shell.stderr
+
 
 SLEEPER = """
 import os, sys, time

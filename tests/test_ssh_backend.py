@@ -143,6 +143,15 @@ def test_three_hosts_train_and_the_model_comes_back(ssh_cli, lab, tmp_path):
         model_dir = remote_run_root(ssh_cli, run["run_id"], index) / "output" / "model"
         assert model_dir.is_dir() and not any(model_dir.iterdir())
 
+    # A command on every host, and OpenSSH's client on one, with the cluster's key and pinned host keys (issue 47).
+    ran = ssh_cli.run("exec", "--all", "--", "hostname")
+    assert ran.returncode == 0 and ran.stdout.splitlines() == [
+        f"worker-{i} │ {host.hostname}" for i, host in enumerate(lab.hosts)], ran.stdout + ran.stderr
+    shell = ssh_cli.run("ssh", "worker-2", "--", "hostname; pwd")  # In the worker's folder of the latest run.
+    latest = ssh_cli.latest_run()[1]["run_id"]
+    assert shell.returncode == 0 and shell.stdout.splitlines() == [
+        lab.hosts[2].hostname, str(remote_run_root(ssh_cli, latest, 2))], shell.stdout + shell.stderr
+
     # Unchanged code and data: the second dispatch uploads nothing.
     again = ssh_cli.run("train", "--dry-run")
     assert again.returncode == 0 and f"{SUBNET}.12:23456" in again.stdout

@@ -384,7 +384,26 @@ def image(c, action, dockerfile: str = "Dockerfile", tag: Optional[str] = None,
     commands.build_image(_settings(c, cluster=cluster, registry=registry), dockerfile, tag, context)
 
 
-ns = Collection(check, offers, up, train, tune, status, costs, logs, stop, down, data, idle, pull, tensorboard, image)
+@task(name="ssh", positional=["worker"], help={"worker": "worker-N (default: worker-0, the chief)",
+                                               "cluster": "cluster name (default: default)"})
+@_user_errors
+def ssh(c, worker: Optional[str] = None, cluster: Optional[str] = None):
+    """A shell on a worker's host, in its folder (-- CMD: run that instead); the cluster's key, its pinned host key."""
+    code = commands.open_shell(_settings(c, cluster=cluster), worker, c.remainder or "")
+    if code:
+        raise Exit(code=code)
+
+
+@task(name="exec", help={"worker": "run on this worker only (default 0, the chief)", "all": "run on every worker",
+                         "cluster": "cluster name (default: default)"})
+@_user_errors
+def exec_(c, worker: Optional[str] = None, all: bool = False, cluster: Optional[str] = None):  # noqa: A002
+    """Run -- CMD on one worker or all (--all), in its folder; each line prefixed by its worker, as the logs are."""
+    commands.run_on_workers(_settings(c, cluster=cluster), c.remainder or "", worker, all)
+
+
+ns = Collection(check, offers, up, train, tune, status, costs, logs, stop, down, data, idle, pull, tensorboard, image,
+                ssh, exec_)
 # No tfcluster defaults are given to invoke: it would merge invoke.yaml's values onto them and refuse a
 # mapping where a default is text with a traceback. config.load applies the defaults and checks each
 # value, with one error line naming the key.

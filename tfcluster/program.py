@@ -63,6 +63,9 @@ def _explained(step):
     """invoke's parsing ``step`` with its ParseError said as one `error:` line (exit 2)."""
 
     def explained(self, *args, **kwargs):
+        core = getattr(self, "core", None)
+        if step.__name__ == "parse_tasks" and core is not None:
+            core.unparsed[:] = slips.default_positionals(list(core.unparsed))
         try:
             return step(self, *args, **kwargs)
         except ParseError as error:
@@ -152,6 +155,9 @@ class TfclusterProgram(Program):
             if not exit:
                 return
             sys.exit(2)
+
+
+hint_slips(TfclusterProgram)
 
 
 def main() -> None:

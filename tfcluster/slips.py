@@ -27,6 +27,23 @@ _UNKNOWN = re.compile(r"No idea what '(.*)' is!")
 _NEEDS_VALUE = re.compile(r"Flag '?(?:<Argument: )?([\w-]+).* needed value and was not given one!")
 
 
+# A task's positional argument that may be left out, and what it then is (invoke requires every
+# positional): `ssh` alone is a shell on the chief.
+DEFAULT_POSITIONALS = {"ssh": "worker-0"}
+
+
+def default_positionals(unparsed: list[str]) -> list[str]:
+    """``unparsed`` with each left-out positional of DEFAULT_POSITIONALS filled in (before `-h` too, so
+    that it stays help)."""
+    words = list(unparsed)
+    for index in range(len(words) - 1, -1, -1):
+        default = DEFAULT_POSITIONALS.get(words[index])
+        as_task = index == 0 or not words[index - 1].startswith("-")  # Not a flag's value (--backend ssh).
+        if default is not None and as_task and (index + 1 == len(words) or words[index + 1].startswith("-")):
+            words.insert(index + 1, default)
+    return words
+
+
 def _long_flags(context: ParserContext) -> list[str]:
     return sorted(flag for flag in context.flags if flag.startswith("--"))
 
