@@ -394,6 +394,11 @@ def test_host_keys_are_verified_never_trusted_silently(ssh_cli, lab, tmp_path):
     assert f"preflight failed on 1 host(s): worker-2 ({SUBNET}.12): host key CHANGED since `invoke up` " \
         "pinned it" in refused.stderr
     assert worker_processes(lab) == {h.address: [] for h in lab.hosts}
+    # So does `ssh` (issue 47), before OpenSSH is run, in the same words; the others still open.
+    shell = ssh_cli.run("ssh", "worker-2", "--", "hostname")
+    assert shell.returncode == 2 and shell.stderr.startswith("error: worker-2: host key CHANGED since `invoke up` "
+                                                             "pinned it (now SHA256:"), shell.stderr
+    assert ssh_cli.run("ssh", "--", "hostname").stdout.strip() == lab.hosts[0].hostname
 
 
 def test_tf_port_taken_fails_preflight(ssh_cli, lab):

@@ -360,8 +360,9 @@ def tensorboard(c, run: Optional[str] = None, port: Optional[int] = None, cluste
     port = 6006 if port is None else config.parse_port("port", port)
     logdir = commands.tensorboard_logdir(_settings(c, cluster=cluster), run)
     print(f"TensorBoard on {logdir} at http://localhost:{port}")
-    c.run(shlex.join([sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port)]),
-          pty=True)
+    code = commands.serve_tensorboard(logdir, port)
+    if code not in (0, -2, 130):  # Ctrl-C is how it is meant to end.
+        raise Exit(code=code)
 
 
 IMAGE_HELP = {"action": "build (the only action)", "dockerfile": "the Dockerfile (default: ./Dockerfile)",

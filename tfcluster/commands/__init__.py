@@ -15,7 +15,7 @@ from tfcluster.commands.cluster import down, idle, status, up
 from tfcluster.commands.common import adopt_project_state, run_state
 from tfcluster.commands.image import build_image
 from tfcluster.commands.offers import offers
-from tfcluster.commands.results import data, pull, tensorboard_logdir
+from tfcluster.commands.results import data, pull, serve_tensorboard, tensorboard_logdir
 from tfcluster.commands.runs import logs, stop
 from tfcluster.commands.shell import open_shell, run_on_workers
 from tfcluster.commands.spend import costs
@@ -23,5 +23,5 @@ from tfcluster.commands.resume import resume
 from tfcluster.commands.train import TrainRequest, ensure_synthetic_data, train
 from tfcluster.commands.tune import TuneRequest, tune
 
-__all__ = ["TrainRequest", "TuneRequest", "tune", "adopt_project_state", "build_image", "check", "costs", "data", "down", "ensure_synthetic_data", "idle", "logs", "offers", "open_shell", "run_on_workers", "pull", "resume", "run_state",
+__all__ = ["TrainRequest", "TuneRequest", "tune", "adopt_project_state", "build_image", "check", "costs", "data", "down", "ensure_synthetic_data", "idle", "logs", "offers", "open_shell", "run_on_workers", "pull", "resume", "run_state", "serve_tensorboard",
            "status", "stop", "tensorboard_logdir", "train", "up"]
