@@ -395,3 +395,29 @@ def test_the_live_line_and_status_show_where_the_run_is(cli, tmp_path):
         assert re.search(r"│ running +│ \d+ +│ - +│ step \d+/40 +│ 0m0\ds ago", row), status.stdout
     assert re.search(r"^now: step \d+/40 · 0\.2\d* s/step · ETA 0m\d\ds$", status.stdout, re.M), status.stdout
     assert "run cost so far: " in status.stdout
+
+
+TUTORIAL_COUNT = """
+import json, os
+tf_config = json.loads(os.environ["TF_CONFIG"])
+num_workers = len(tf_config['cluster']['worker'])
+global_batch_size = 64 * num_workers
+"""
+
+
+def test_a_script_counting_workers_one_short_is_warned_once(cli, tmp_path):
+    """Issue 47: TensorFlow's tutorial counts len(TF_CONFIG['cluster']['worker']), one short beside a
+    chief (a global batch of 128 instead of 192 on three workers); the launcher says so, once."""
+    assert cli.run("up", "--workers", "3").returncode == 0
+    script = tmp_path / "tutorial.py"
+    for text, said in [
+        (TUTORIAL_COUNT, "! tutorial.py counts the workers as len(TF_CONFIG['cluster']['worker']), which is 2 on this "
+                         "run of 3: TF_CONFIG names the chief apart (cluster: chief 1, worker 2)"),
+        ("NUM_WORKERS = 2  # as the tutorial had it\n", "! tutorial.py sets NUM_WORKERS = 2, and this run has 3 workers"),
+        ("NUM_WORKERS = 3\n", None)]:
+        script.write_text(text)
+        planned = cli.run("train", "--script", str(script), "--dry-run")
+        assert planned.returncode == 0, planned.stdout + planned.stderr
+        warned = [line for line in planned.stdout.splitlines() if line.startswith("! ")]
+        assert (len(warned), warned[0].startswith(said) if said else True) == ((1, True) if said else (0, True)), \
+            planned.stdout

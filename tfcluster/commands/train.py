@@ -12,9 +12,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.text import Text
+
 from tfcluster import container, holds, launch, ledger, stall, ui
 from tfcluster.backends import Payload
-from tfcluster.commands import requirements as script_requirements, restage, spend
+from tfcluster.commands import requirements as script_requirements, restage, script_layout, spend
 from tfcluster.commands.attempts import run_attempts
 from tfcluster.commands.common import active_run, backend_for_cluster, console, require_cluster
 from tfcluster.commands.budget import RunBudget
@@ -173,6 +175,9 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     if image:
         python = container.IMAGE_PYTHON  # The image provides Python and TensorFlow.
     requirements = script_requirements.read(request.requirements, cluster.backend, image)
+    note = script_layout.worker_count_note(script.name, script.read_text(errors="replace"), workers) if script else None
+    if note:  # Once, before anything starts: the launcher knows the layout the script guesses.
+        console.print(Text.assemble(("! ", "yellow"), note), soft_wrap=True)
 
     # Where the data comes from, first match wins: a configured gs:// or local folder, the
     # bucket copy `invoke data` made for this cluster, else (bundled trainer) the synthetic set.
