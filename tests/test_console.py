@@ -151,3 +151,29 @@ def test_tensorboard_prints_no_tensorflow_cpp_line(tmp_path):
     cpp = re.compile(r"^([IWEF]\d{4} [\d:.]+ +\d+ \S+:\d+\]|WARNING: All log messages before absl)")
     assert [line for line in lines if cpp.match(line)] == [], lines
     assert served.returncode in (0, -2, 130), lines
+
+
+# A tf_keras progress bar as a script's worker logs it (not a terminal, but tf_keras redraws anyway:
+# "posix" in sys.modules): every redraw on one line, joined by backspaces and carriage returns.
+KERAS_BAR = ("\r1/4 [======>.......................] - ETA: 3s - loss: 1.3863 - accuracy: 0.2188"
+             + "\b" * 70 + "\r4/4 [==============================] - 1s 263ms/step - loss: 0.7251 - accuracy: 0.4583")
+
+
+def test_a_scripts_keras_bar_shows_once_as_its_final_state():
+    """Issue 47: each worker's Keras bar appeared three times, squashed into one line per epoch."""
+    from types import SimpleNamespace
+
+    from tfcluster import ui
+    from tfcluster.commands import run_view
+
+    plans = [SimpleNamespace(index=index, name=f"worker-{index}") for index in range(3)]
+    view = run_view.RunView(plans)
+    with ui.console.capture() as captured:
+        for plan in plans:
+            view.line(plan, "Epoch 1/2")
+            view.line(plan, KERAS_BAR)
+    shown = captured.get().splitlines()
+    assert [line for line in shown if "[====" in line] == [
+        "worker-0 │ 4/4 [==============================] - 1s 263ms/step - loss: 0.7251 - accuracy: 0.4583"]
+    assert "\b" not in captured.get() and "\r" not in captured.get()
+    assert view.bars_line() == "Keras: w0 4/4 · w1 4/4 · w2 4/4"

@@ -282,8 +282,9 @@ def _one_attempt(settings: Settings, runner, plans, attempt: int, progress: laun
     def on_tick(statuses):
         if not stepping:
             running = sum(status.state == launch.RUNNING for status in statuses)
+            bars = view.bars_line()  # A script's Keras progress, folded out of the worker lines.
             live.update(f"Attempt {attempt}: {running}/{len(plans)} workers running, "
-                        "waiting for the first training step...")
+                        + (bars if bars else "waiting for the first training step..."))
 
     follower = runner.follower()
     runner.start(attempt)
