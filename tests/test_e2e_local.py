@@ -405,7 +405,7 @@ global_batch_size = 64 * num_workers
 """
 
 
-def test_a_script_counting_workers_one_short_is_warned_once(cli, tmp_path):
+def test_a_short_worker_count_or_a_short_data_set_is_warned_once(cli, tmp_path):
     """Issue 47: TensorFlow's tutorial counts len(TF_CONFIG['cluster']['worker']), one short beside a
     chief (a global batch of 128 instead of 192 on three workers); the launcher says so, once."""
     assert cli.run("up", "--workers", "3").returncode == 0
@@ -421,3 +421,15 @@ def test_a_script_counting_workers_one_short_is_warned_once(cli, tmp_path):
         warned = [line for line in planned.stdout.splitlines() if line.startswith("! ")]
         assert (len(warned), warned[0].startswith(said) if said else True) == ((1, True) if said else (0, True)), \
             planned.stdout
+
+    # The bundled trainer on 49 images under a global batch of 96: one step an epoch, said once (issue 47).
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "manifest.json").write_text(json.dumps({"counts": {"train": {"circle": 25, "square": 24}}}))
+    cli.env["INVOKE_TFCLUSTER_DATA_DIR"] = str(small)
+    planned = cli.run("train", "--dry-run")
+    assert planned.returncode == 0 and [line for line in planned.stdout.splitlines() if line.startswith("! ")] == [
+        "! the data has 49 training images and the global batch is 96 (32 x 3 replicas): an epoch is 1 step(s), too "
+        "few to learn from; use a smaller --batch-size after `--`, fewer --workers, or more data"], planned.stdout
+    assert not [line for line in cli.run("train", "--dry-run", "--", "--batch-size", "8").stdout.splitlines()
+                if line.startswith("! ")]

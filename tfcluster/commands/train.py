@@ -16,7 +16,7 @@ from rich.text import Text
 
 from tfcluster import container, holds, launch, ledger, stall, ui
 from tfcluster.backends import Payload
-from tfcluster.commands import requirements as script_requirements, restage, script_layout, spend
+from tfcluster.commands import batch_fit, requirements as script_requirements, restage, script_layout, spend
 from tfcluster.commands.attempts import run_attempts
 from tfcluster.commands.common import active_run, backend_for_cluster, console, require_cluster
 from tfcluster.commands.budget import RunBudget
@@ -196,6 +196,10 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
         data_dir = store.default_data_dir()  # `invoke data`'s last set, or the synthetic one (made below).
     payload = Payload(python=python, script=script, project=project, data_dir=data_dir,
                       args=list(request.trainer_args))
+    short = batch_fit.short_data_note(data_dir, payload.args, len(hosts) * backend.replicas_per_machine(settings)) \
+        if script is None else None
+    if short:
+        console.print(Text.assemble(("! ", "yellow"), short), soft_wrap=True)
     run_id = store.new_run_id()
     common_env = {
         "TFCLUSTER_CLUSTER_ID": cluster.cluster_id,
