@@ -88,21 +88,26 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
     assert (run_dir / "output" / "tensorboard" / "train").is_dir()
 
     # The learning rate follows the global batch: Adam's default sqrt rule, the reference rate on
-    # 1 replica and x sqrt(3) on 3, then the default cosine decay to 0 at the last step, in the
-    # header, the summary and each epoch's end.
+    # 1 replica and x sqrt(3) on 3, reached after the default one-epoch warm-up from 0 (2+ replicas),
+    # then the default cosine decay to 0 at the last step, in the header, the summary and each epoch's end.
     assert one_run["summary"]["learning_rate"]["effective"] == 2e-3
+    assert one_run["summary"]["learning_rate"]["warmup_steps"] == 0  # One replica: nothing to ramp.
     plan = summary["learning_rate"]
     assert plan["effective"] == pytest.approx(2e-3 * 3 ** 0.5) and plan["schedule"] == "cosine"
     steps = 1280 // 96
-    assert (plan["warmup_steps"], plan["decay_steps"]) == (0, 3 * steps)
-    schedule = f"learning rate 0.003464 (adam, sqrt: 0.002 at batch 32 x 1 replica, x sqrt(3 replicas)), then " \
-               f"cosine decay to 0 over {3 * steps} steps"
+    assert (plan["warmup_steps"], plan["decay_steps"]) == (steps, 2 * steps)
+    schedule = f"learning rate 0.003464 (adam, sqrt: 0.002 at batch 32 x 1 replica, x sqrt(3 replicas); warm-up " \
+               f"from 0 over 1 epochs ({steps} steps)), then cosine decay to 0 over {2 * steps} steps"
     assert schedule in result.stdout  # The header.
     assert re.search(rf"│ learning rate +│ {re.escape(schedule.removeprefix('learning rate '))}", result.stdout)
     ends = [e for e in events_of((run_dir / "worker-0.log").read_text()) if e["event"] == "epoch_end"]
-    assert [e["learning_rate"] for e in ends] == [
-        pytest.approx(plan["effective"] * 0.5 * (1 + math.cos(math.pi * (e["epoch"] * steps - 1) / (3 * steps))),
-                      rel=1e-4) for e in ends]
+
+    def rate(step: int) -> float:  # tf_keras's CosineDecay with its linear warm-up.
+        if step < steps:
+            return plan["effective"] * step / steps
+        return plan["effective"] * 0.5 * (1 + math.cos(math.pi * (step - steps) / (2 * steps)))
+
+    assert [e["learning_rate"] for e in ends] == [pytest.approx(rate(e["epoch"] * steps - 1), rel=1e-4) for e in ends]
     # Validation is one pass over the whole held-out split each epoch: 320 images, the last batches
     # partial and uneven (16 shards over 3 workers), each scored once (each worker counts its own).
     scored = [[e["held_out_images"] for e in events_of((run_dir / f"worker-{index}.log").read_text())

@@ -12,25 +12,44 @@ May import: nothing of tfcluster (the script's text in, one line out).
 
 from __future__ import annotations
 
-import re
+import ast
 
-# len(...['cluster']['worker']): the tutorial's count, which leaves out the chief.
-_WORKER_LIST = re.compile(r"len\(\s*[\w.]+\s*\[\s*['\"]cluster['\"]\s*\]\s*\[\s*['\"]worker['\"]\s*\]\s*\)")
-# NUM_WORKERS = 2, num_workers = 2 (a literal count).
-_LITERAL = re.compile(r"^\s*(num_workers|n_workers|workers)\s*=\s*(\d+)\s*(?:#.*)?$", re.IGNORECASE | re.MULTILINE)
+# Names a script writes its worker count under.
+_COUNT_NAMES = ("num_workers", "n_workers", "workers")
 
 ADVICE = ("count every task, chief included: sum(len(tasks) for tasks in tf_config['cluster'].values()), or "
           "use strategy.num_replicas_in_sync (or $TFCLUSTER_REPLICAS)")
 
 
+def _key(node: ast.AST) -> str | None:
+    return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
+
+
+def _counts_worker_list(node: ast.AST) -> bool:
+    """len(<anything>['cluster']['worker']): the tutorial's count, which leaves out the chief."""
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "len" and node.args):
+        return False
+    inner = node.args[0]
+    return (isinstance(inner, ast.Subscript) and _key(inner.slice) == "worker"
+            and isinstance(inner.value, ast.Subscript) and _key(inner.value.slice) == "cluster")
+
+
 def worker_count_note(script_name: str, text: str, workers: int) -> str | None:
-    """One line when ``text`` counts the workers otherwise than this run of ``workers`` has them."""
-    if _WORKER_LIST.search(text):
+    """One line when the script's code (not its comments or strings) counts the workers otherwise than
+    this run of ``workers`` has them."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return None  # Python says what is wrong when the script runs.
+    nodes = list(ast.walk(tree))
+    if any(_counts_worker_list(node) for node in nodes):
         return (f"{script_name} counts the workers as len(TF_CONFIG['cluster']['worker']), which is {workers - 1} "
                 f"on this run of {workers}: TF_CONFIG names the chief apart (cluster: chief 1, worker "
                 f"{workers - 1}), so a global batch sized by that count is one worker short; {ADVICE}")
-    for match in _LITERAL.finditer(text):
-        if int(match.group(2)) != workers:
-            return (f"{script_name} sets {match.group(1)} = {match.group(2)}, and this run has {workers} workers "
+    for node in nodes:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id.lower() in _COUNT_NAMES and isinstance(node.value, ast.Constant)
+                and type(node.value.value) is int and node.value.value != workers):
+            return (f"{script_name} sets {node.targets[0].id} = {node.value.value}, and this run has {workers} workers "
                     f"(TF_CONFIG); {ADVICE}")
     return None
