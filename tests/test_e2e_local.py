@@ -255,6 +255,7 @@ def test_user_script_gets_tf_config_and_arguments(cli, tmp_path):
     run_dir, run = cli.latest_run()
     assert (run_dir / "output" / "model" / "marker").read_text() == "chief"
     assert "n/a" in result.stdout  # No trainer events: the summary says what it does not know.
+    assert re.search(r"│ replicas in sync +│ 2 ", result.stdout)  # But the layout its TF_CONFIG gave it (issue 47).
     # But it finds the model the script saved (no event names it).
     model = str(run_dir / "output" / "model")
     assert run["summary"]["saved_model_path"] == model and re.search(rf"│ model +│ {re.escape(model)} +│", result.stdout)

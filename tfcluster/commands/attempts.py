@@ -141,6 +141,8 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
         progress.model_dir = local_model
     if local_model and not (progress.keras_path or progress.saved_model_path):  # A script, which says nothing.
         progress.keras_path, progress.saved_model_path = run_summary.saved_in(Path(local_model))
+    if progress.replicas_in_sync is None and plans:  # A script reports none: the layout its TF_CONFIG gave it.
+        progress.replicas_in_sync = int(plans[0].env.get("TFCLUSTER_REPLICAS") or 0) or None
     _finish(settings, store, run, outcome, progress, started)
     if stalls:
         run.summary["stalls"] = stalls
