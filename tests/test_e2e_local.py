@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -439,3 +440,21 @@ def test_a_short_worker_count_or_a_short_data_set_is_warned_once(cli, tmp_path):
         "few to learn from; use a smaller --batch-size after `--`, fewer --workers, or more data"], planned.stdout
     assert not [line for line in cli.run("train", "--dry-run", "--", "--batch-size", "8").stdout.splitlines()
                 if line.startswith("! ")]
+
+
+def test_requirements_go_with_a_resumed_run(cli, tmp_path):
+    """`train --requirements` on a local cluster installs once for the one interpreter; `train --resume`
+    installs the same file again where it is missing (VMs made anew), here nothing: it says unchanged."""
+    assert cli.run("up", "--workers", "2").returncode == 0
+    wanted = tmp_path / "requirements.txt"
+    wanted.write_text("# this script needs nothing beyond TensorFlow\n")
+    digest = hashlib.sha256(wanted.read_bytes()).hexdigest()[:16]
+    failing = tmp_path / "fails.py"
+    failing.write_text("import sys\nprint('failing on purpose', flush=True)\nsys.exit(3)\n")
+    first = cli.run("train", "--script", str(failing), "--requirements", str(wanted))
+    assert first.returncode != 0 and \
+        f"Requirements on all workers (one interpreter): installed (sha256 {digest})" in first.stdout, first.stdout
+    run_id = cli.latest_run()[1]["run_id"]
+    resumed = cli.run("train", "--resume", run_id)
+    assert f"Requirements on all workers (one interpreter): unchanged (sha256 {digest}), nothing installed" \
+        in resumed.stdout, resumed.stdout + resumed.stderr

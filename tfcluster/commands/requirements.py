@@ -56,6 +56,16 @@ def read(given: str | None, backend: str, image: str) -> Requirements | None:
     return Requirements(given, path.read_bytes())
 
 
+def saved(requirements: Requirements | None) -> dict | None:
+    """As launch.json keeps it, so that `train --resume` installs it on VMs made anew (a zone move)."""
+    return None if requirements is None else {"given": requirements.given,
+                                              "content": requirements.content.decode(errors="replace")}
+
+
+def from_saved(fields: dict | None) -> Requirements | None:
+    return None if not fields else Requirements(fields["given"], fields["content"].encode())
+
+
 def install(requirements: Requirements, hosts: list[WorkerHost], python: str, local_root: str,
             shared_interpreter: bool) -> list[str]:
     """Install on every host (one for ``shared_interpreter``, the local backend); one line per host

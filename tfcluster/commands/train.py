@@ -310,7 +310,9 @@ def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterStat
     # And, should the cluster move zones mid-run, what its new VMs need staged (commands/restage.py).
     (store.run_dir(run_id) / LAUNCH_FILE).write_text(json.dumps({"env": {**common_env, **staged.env},
                                                                  "payload": restage.saved(payload),
-                                                                 "stall_minutes": limit.minutes}))
+                                                                 "stall_minutes": limit.minutes,
+                                                                 "requirements": script_requirements.saved(
+                                                                     plan.requirements)}))
     backend.set_stall_minutes(cluster, limit.minutes)  # The watchdogs hold it with the laptop gone.
     budget = RunBudget(run_id, usd, rate, time.time()) if usd else None
     backend.set_budget_end(cluster, budget.end_time if budget else None)  # Halts the VMs then, laptop or not.
