@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_stopped_by, events_of, run_on_terminal, stop_while_attached, wait_for
+from tests.conftest import REPO, assert_stopped_by, events_of, run_on_terminal, stop_while_attached, wait_for
 from tests.test_console import assert_console_folds_tensorflow_noise_and_logs_keep_it
 from tests.test_throughput import check_run_speed, install_fake_nvidia_smi, tensorboard_scalars
 from tfcluster.backends.local import processes_with_env
+from tfcluster.commands import script_layout
 
 
 def _cluster_processes(cli) -> list:
@@ -428,6 +429,9 @@ def test_a_short_worker_count_or_a_short_data_set_is_warned_once(cli, tmp_path):
         warned = [line for line in planned.stdout.splitlines() if line.startswith("! ")]
         assert (len(warned), warned[0].startswith(said) if said else True) == ((1, True) if said else (0, True)), \
             planned.stdout
+    # The shipped example counts the chief (its docstring quotes the tutorial's count: code only is read).
+    example = REPO / "examples" / "keras_script" / "train.py"
+    assert script_layout.worker_count_note(example.name, example.read_text(), 3) is None
 
     # The bundled trainer on 49 images under a global batch of 96: one step an epoch, said once (issue 47).
     small = tmp_path / "small"
