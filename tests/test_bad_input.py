@@ -15,7 +15,7 @@ import pytest
 from invoke import Config
 
 from tests.conftest import REPO
-from tfcluster import cli, config, program
+from tfcluster import cli, config, program, spoken
 from tfcluster.errors import ConfigError
 
 FIELDS = {item.name: item.default for item in dataclasses.fields(config.Settings)}
@@ -160,5 +160,92 @@ def test_dash_h_is_help_on_every_task(name, capsys):
     except SystemExit as ended:
         code = ended.code
     out, err = capsys.readouterr()
-    usage = "Usage: image build --tag" if name == "image" else f"Usage: tfcluster [--core-opts] {name} "
+    usage = "Usage: image build --tag" if name == "image" else f"Usage: tfcluster {name} [--options]"
     assert code == 0 and usage in out, out + err
+
+
+# ---------------------------------------------------------------- issue 47: slips get the fix, said with the program's name
+
+
+def run_tfcluster(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
+    """The installed command's own entry point (program.main), in process."""
+    monkeypatch.setattr(spoken, "PROGRAM", spoken.PROGRAM)  # main() sets it; put it back after.
+    monkeypatch.setattr(sys, "argv", ["tfcluster", *argv])
+    try:
+        program.main()
+        code = 0
+    except SystemExit as ended:
+        code = ended.code
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("argv,line", [
+    (["train", "--epochs", "5"], "error: trainer and script flags go after `--`: tfcluster train -- --epochs 5"),
+    (["train", "--script", "x.py", "--epochs", "2", "--workers", "2"],
+     "error: trainer and script flags go after `--`: tfcluster train --script x.py --workers 2 -- --epochs 2"),
+    (["train", "--script", "x.py", "--epochs", "2", "--", "--lr", "0.1"],
+     "error: trainer and script flags go after `--`: tfcluster train --script x.py -- --epochs 2 --lr 0.1"),
+    (["tune", "--dropout", "0.3"],
+     "error: the search's and script's flags go after `--`: tfcluster tune -- --dropout 0.3"),
+    (["train", "--worker", "2"],
+     "error: train has no --worker; did you mean --workers? (`tfcluster --help train` lists its options)"),
+    (["train", "--wrokers", "2"],
+     "error: train has no --wrokers; did you mean --workers? (`tfcluster --help train` lists its options)"),
+    (["trian"], "error: no task 'trian'; did you mean train? `tfcluster --list` lists them"),
+    (["--help", "trian"], "error: no task 'trian'; did you mean train? `tfcluster --list` lists them"),
+    (["costs", "--cluster", "x"], "error: costs takes no options (it covers every cluster); see `tfcluster --help costs`"),
+    (["train", "--workers"], "error: --workers needs a value; see `tfcluster --help train`"),
+    (["tensorboard", "--port", "abc"],
+     "error: port must be a whole number >= 1 (got 'abc'); set it in --port (a flag of this task, not a setting)"),
+    (["train", "--project", "my-gcp-proj"], "error: train takes no --project: the Google Cloud project is the "
+     "cluster's (`tfcluster up --project P`), and a folder shipped with --script is --code-dir: tfcluster train "
+     "--script SCRIPT --code-dir my-gcp-proj"),
+    (["tune", "--script", "s.py", "--project", "src"], "error: tune takes no --project: the Google Cloud project is "
+     "the cluster's (`tfcluster up --project P`), and a folder shipped with --script is --code-dir: tfcluster tune "
+     "--script SCRIPT --code-dir src"),
+])
+def test_a_slip_on_the_command_line_is_one_line_naming_the_fix(argv, line, tmp_path, capsys, monkeypatch):
+    """Issue 47's two commonest slips: a trainer flag before `--`, and a typo of a flag or a task."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_tfcluster(argv, monkeypatch, capsys)
+    assert (code, err.strip().splitlines()) == (2, [line]), out + err
+
+
+def test_hints_name_the_command_the_user_runs(tmp_path, capsys, monkeypatch):
+    """`tfcluster` says `tfcluster up`; `invoke` in a clone still says `invoke up`, slips included."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("INVOKE_TFCLUSTER_STATE_DIR", str(tmp_path / "state"))
+    code, _, err = run_tfcluster(["stop"], monkeypatch, capsys)
+    assert code == 2 and err.strip() == "error: no cluster 'default' is up; run: tfcluster up", err
+    text = spoken.respell("Follow it with `invoke logs --follow`; see invoke.yaml (INVOKE_TFCLUSTER_X), invoke's files")
+    assert text == "Follow it with `tfcluster logs --follow`; see invoke.yaml (INVOKE_TFCLUSTER_X), invoke's files"
+    env = {"INVOKE_TFCLUSTER_STATE_DIR": str(tmp_path / "state"), "HOME": str(tmp_path)}
+    assert_one_line(invoke_in(REPO, "stop", env=env), "run: invoke up")
+    assert_one_line(invoke_in(REPO, "train", "--epochs", "5", env=env), "go after `--`: invoke train -- --epochs 5")
+
+
+def test_help_lists_the_tasks_and_each_task_names_what_its_options_take(capsys, monkeypatch):
+    """`tfcluster --help` was invoke's: --prompt-for-sudo-password, --pty and --echo above the tasks, and
+    every option typed STRING; the short flags were each task's first free letter (-a: --detach, --all, --raw)."""
+    code, out, _ = run_tfcluster(["--help"], monkeypatch, capsys)
+    assert code in (0, None) and out.startswith("Usage: tfcluster TASK [--options]"), out
+    listed = [line.split()[0] for line in out.splitlines() if line.startswith("  ") and not line.startswith("   ")]
+    assert listed == list(cli.ns.tasks), out
+    assert "--pty" not in out and "--prompt-for-sudo-password" not in out and "--echo" not in out
+    assert "image         `tfcluster image build`" in out
+    code, out, _ = run_tfcluster(["--help", "train"], monkeypatch, capsys)
+    assert "STRING" not in out and "-w N, --workers=N" in out and "--script=PATH" in out, out
+    shorts = {name: sorted(flag for argument in task.get_arguments() for flag in argument.names if len(flag) == 1)
+              for name, task in cli.ns.tasks.items()}
+    assert {flag for flags in shorts.values() for flag in flags} <= {"w", "c", "f"}, shorts
+
+
+def test_a_tasks_own_flag_is_not_named_as_a_setting():
+    """`logs --worker abc` named tfcluster.worker and INVOKE_TFCLUSTER_WORKER, which do not exist."""
+    with pytest.raises(ConfigError) as refused:
+        config.parse_int("worker", "abc", 0)
+    assert str(refused.value).endswith("set it in --worker (a flag of this task, not a setting)")
+    with pytest.raises(ConfigError) as refused:
+        config.parse_int("workers", "abc", 1)
+    assert "invoke.yaml (tfcluster.workers), INVOKE_TFCLUSTER_WORKERS or --workers" in str(refused.value)

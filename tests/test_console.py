@@ -117,3 +117,63 @@ def test_a_table_never_breaks_a_path_and_still_wraps_prose(monkeypatch):
     assert any(path in line for line in lines), lines
     assert max(len(line) for line in lines) == len(path) + len("│ model │  │"), lines  # As wide as the path needs.
     assert not any("so they wrap" in line for line in lines if "0.01 VM-hours" in line), lines  # The prose wrapped.
+
+
+def test_tensorboard_prints_no_tensorflow_cpp_line(tmp_path):
+    """Issue 47: `tensorboard` printed TensorFlow's C++ start-up lines (TF 2.21 ignores
+    TF_CPP_MIN_LOG_LEVEL for them); they are folded as `train` folds them, and Ctrl-C ends it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests import labnet
+    from tests.conftest import REPO
+
+    port = labnet.free_ports(1)[0]
+    code = f"from tfcluster.commands.results import serve_tensorboard; serve_tensorboard({str(tmp_path)!r}, {port})"
+    env = {key: value for key, value in os.environ.items() if key != "TF_CPP_MIN_LOG_LEVEL"}
+    served = subprocess.Popen([sys.executable, "-c", code], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True)
+    lines = []
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not any(f"localhost:{port}" in line for line in lines):
+            line = served.stdout.readline()
+            if not line:
+                break
+            lines.append(line.rstrip("\n"))
+        assert any(f"at http://localhost:{port}/" in line for line in lines), lines
+    finally:
+        served.send_signal(signal.SIGINT)
+        lines += served.communicate(timeout=30)[0].splitlines()
+    cpp = re.compile(r"^([IWEF]\d{4} [\d:.]+ +\d+ \S+:\d+\]|WARNING: All log messages before absl)")
+    assert [line for line in lines if cpp.match(line)] == [], lines
+    assert served.returncode in (0, -2, 130), lines
+
+
+# A tf_keras progress bar as a script's worker logs it (not a terminal, but tf_keras redraws anyway:
+# "posix" in sys.modules): every redraw on one line, joined by backspaces and carriage returns.
+KERAS_BAR = ("\r1/4 [======>.......................] - ETA: 3s - loss: 1.3863 - accuracy: 0.2188"
+             + "\b" * 70 + "\r4/4 [==============================] - 1s 263ms/step - loss: 0.7251 - accuracy: 0.4583")
+
+
+def test_a_scripts_keras_bar_shows_once_as_its_final_state():
+    """Issue 47: each worker's Keras bar appeared three times, squashed into one line per epoch."""
+    from types import SimpleNamespace
+
+    from tfcluster import ui
+    from tfcluster.commands import run_view
+
+    plans = [SimpleNamespace(index=index, name=f"worker-{index}") for index in range(3)]
+    view = run_view.RunView(plans)
+    with ui.console.capture() as captured:
+        for plan in plans:
+            view.line(plan, "Epoch 1/2")
+            view.line(plan, KERAS_BAR)
+    shown = captured.get().splitlines()
+    assert [line for line in shown if "[====" in line] == [
+        "worker-0 │ 4/4 [==============================] - 1s 263ms/step - loss: 0.7251 - accuracy: 0.4583"]
+    assert "\b" not in captured.get() and "\r" not in captured.get()
+    assert view.bars_line() == "Keras: w0 4/4 · w1 4/4 · w2 4/4"

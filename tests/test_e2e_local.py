@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -15,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import assert_stopped_by, events_of, run_on_terminal, stop_while_attached, wait_for
+from tests.conftest import REPO, assert_stopped_by, events_of, run_on_terminal, stop_while_attached, wait_for
 from tests.test_console import assert_console_folds_tensorflow_noise_and_logs_keep_it
 from tests.test_throughput import check_run_speed, install_fake_nvidia_smi, tensorboard_scalars
 from tfcluster.backends.local import processes_with_env
+from tfcluster.commands import script_layout
 
 
 def _cluster_processes(cli) -> list:
@@ -88,21 +90,26 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
     assert (run_dir / "output" / "tensorboard" / "train").is_dir()
 
     # The learning rate follows the global batch: Adam's default sqrt rule, the reference rate on
-    # 1 replica and x sqrt(3) on 3, then the default cosine decay to 0 at the last step, in the
-    # header, the summary and each epoch's end.
+    # 1 replica and x sqrt(3) on 3, reached after the default one-epoch warm-up from 0 (2+ replicas),
+    # then the default cosine decay to 0 at the last step, in the header, the summary and each epoch's end.
     assert one_run["summary"]["learning_rate"]["effective"] == 2e-3
+    assert one_run["summary"]["learning_rate"]["warmup_steps"] == 0  # One replica: nothing to ramp.
     plan = summary["learning_rate"]
     assert plan["effective"] == pytest.approx(2e-3 * 3 ** 0.5) and plan["schedule"] == "cosine"
     steps = 1280 // 96
-    assert (plan["warmup_steps"], plan["decay_steps"]) == (0, 3 * steps)
-    schedule = f"learning rate 0.003464 (adam, sqrt: 0.002 at batch 32 x 1 replica, x sqrt(3 replicas)), then " \
-               f"cosine decay to 0 over {3 * steps} steps"
+    assert (plan["warmup_steps"], plan["decay_steps"]) == (steps, 2 * steps)
+    schedule = f"learning rate 0.003464 (adam, sqrt: 0.002 at batch 32 x 1 replica, x sqrt(3 replicas); warm-up " \
+               f"from 0 over 1 epochs ({steps} steps)), then cosine decay to 0 over {2 * steps} steps"
     assert schedule in result.stdout  # The header.
     assert re.search(rf"│ learning rate +│ {re.escape(schedule.removeprefix('learning rate '))}", result.stdout)
     ends = [e for e in events_of((run_dir / "worker-0.log").read_text()) if e["event"] == "epoch_end"]
-    assert [e["learning_rate"] for e in ends] == [
-        pytest.approx(plan["effective"] * 0.5 * (1 + math.cos(math.pi * (e["epoch"] * steps - 1) / (3 * steps))),
-                      rel=1e-4) for e in ends]
+
+    def rate(step: int) -> float:  # tf_keras's CosineDecay with its linear warm-up.
+        if step < steps:
+            return plan["effective"] * step / steps
+        return plan["effective"] * 0.5 * (1 + math.cos(math.pi * (step - steps) / (2 * steps)))
+
+    assert [e["learning_rate"] for e in ends] == [pytest.approx(rate(e["epoch"] * steps - 1), rel=1e-4) for e in ends]
     # Validation is one pass over the whole held-out split each epoch: 320 images, the last batches
     # partial and uneven (16 shards over 3 workers), each scored once (each worker counts its own).
     scored = [[e["held_out_images"] for e in events_of((run_dir / f"worker-{index}.log").read_text())
@@ -250,9 +257,20 @@ def test_user_script_gets_tf_config_and_arguments(cli, tmp_path):
     run_dir, run = cli.latest_run()
     assert (run_dir / "output" / "model" / "marker").read_text() == "chief"
     assert "n/a" in result.stdout  # No trainer events: the summary says what it does not know.
+    assert re.search(r"│ replicas in sync +│ 2 ", result.stdout)  # But the layout its TF_CONFIG gave it (issue 47).
     # But it finds the model the script saved (no event names it).
     model = str(run_dir / "output" / "model")
     assert run["summary"]["saved_model_path"] == model and re.search(rf"│ model +│ {re.escape(model)} +│", result.stdout)
+
+    # `exec --all` (issue 47): a command on every worker, in its folder (local: the run's), prefixed as the logs are.
+    ran = cli.run("exec", "--all", "--", "pwd; cat output/model/marker")
+    assert ran.returncode == 0 and ran.stdout.splitlines() == [
+        f"worker-{i} │ {line}" for i in range(2) for line in (str(run_dir), "chief")], ran.stdout + ran.stderr
+    failed = cli.run("exec", "--worker", "1", "--", "echo no such file >&2; exit 3")
+    assert failed.returncode == 2 and failed.stderr.strip().splitlines() == [
+        "error: the command failed on 1 of 1 worker(s): worker-1 (exit 3: no such file)"], failed.stderr
+    shell = cli.run("ssh", "worker-1", "--", "pwd")
+    assert shell.returncode == 0 and shell.stdout.strip() == str(run_dir), shell.stdout + shell.stderr
 
 
 SLEEPER = """
@@ -385,3 +403,62 @@ def test_the_live_line_and_status_show_where_the_run_is(cli, tmp_path):
         assert re.search(r"│ running +│ \d+ +│ - +│ step \d+/40 +│ 0m0\ds ago", row), status.stdout
     assert re.search(r"^now: step \d+/40 · 0\.2\d* s/step · ETA 0m\d\ds$", status.stdout, re.M), status.stdout
     assert "run cost so far: " in status.stdout
+
+
+TUTORIAL_COUNT = """
+import json, os
+tf_config = json.loads(os.environ["TF_CONFIG"])
+num_workers = len(tf_config['cluster']['worker'])
+global_batch_size = 64 * num_workers
+"""
+
+
+def test_a_short_worker_count_or_a_short_data_set_is_warned_once(cli, tmp_path):
+    """Issue 47: TensorFlow's tutorial counts len(TF_CONFIG['cluster']['worker']), one short beside a
+    chief (a global batch of 128 instead of 192 on three workers); the launcher says so, once."""
+    assert cli.run("up", "--workers", "3").returncode == 0
+    script = tmp_path / "tutorial.py"
+    for text, said in [
+        (TUTORIAL_COUNT, "! tutorial.py counts the workers as len(TF_CONFIG['cluster']['worker']), which is 2 on this "
+                         "run of 3: TF_CONFIG names the chief apart (cluster: chief 1, worker 2)"),
+        ("NUM_WORKERS = 2  # as the tutorial had it\n", "! tutorial.py sets NUM_WORKERS = 2, and this run has 3 workers"),
+        ("NUM_WORKERS = 3\n", None)]:
+        script.write_text(text)
+        planned = cli.run("train", "--script", str(script), "--dry-run")
+        assert planned.returncode == 0, planned.stdout + planned.stderr
+        warned = [line for line in planned.stdout.splitlines() if line.startswith("! ")]
+        assert (len(warned), warned[0].startswith(said) if said else True) == ((1, True) if said else (0, True)), \
+            planned.stdout
+    # The shipped example counts the chief (its docstring quotes the tutorial's count: code only is read).
+    example = REPO / "examples" / "keras_script" / "train.py"
+    assert script_layout.worker_count_note(example.name, example.read_text(), 3) is None
+
+    # The bundled trainer on 49 images under a global batch of 96: one step an epoch, said once (issue 47).
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "manifest.json").write_text(json.dumps({"counts": {"train": {"circle": 25, "square": 24}}}))
+    cli.env["INVOKE_TFCLUSTER_DATA_DIR"] = str(small)
+    planned = cli.run("train", "--dry-run")
+    assert planned.returncode == 0 and [line for line in planned.stdout.splitlines() if line.startswith("! ")] == [
+        "! the data has 49 training images and the global batch is 96 (32 x 3 replicas): an epoch is 1 step(s), too "
+        "few to learn from; use a smaller --batch-size after `--`, fewer --workers, or more data"], planned.stdout
+    assert not [line for line in cli.run("train", "--dry-run", "--", "--batch-size", "8").stdout.splitlines()
+                if line.startswith("! ")]
+
+
+def test_requirements_go_with_a_resumed_run(cli, tmp_path):
+    """`train --requirements` on a local cluster installs once for the one interpreter; `train --resume`
+    installs the same file again where it is missing (VMs made anew), here nothing: it says unchanged."""
+    assert cli.run("up", "--workers", "2").returncode == 0
+    wanted = tmp_path / "requirements.txt"
+    wanted.write_text("# this script needs nothing beyond TensorFlow\n")
+    digest = hashlib.sha256(wanted.read_bytes()).hexdigest()[:16]
+    failing = tmp_path / "fails.py"
+    failing.write_text("import sys\nprint('failing on purpose', flush=True)\nsys.exit(3)\n")
+    first = cli.run("train", "--script", str(failing), "--requirements", str(wanted))
+    assert first.returncode != 0 and \
+        f"Requirements on all workers (one interpreter): installed (sha256 {digest})" in first.stdout, first.stdout
+    run_id = cli.latest_run()[1]["run_id"]
+    resumed = cli.run("train", "--resume", run_id)
+    assert f"Requirements on all workers (one interpreter): unchanged (sha256 {digest}), nothing installed" \
+        in resumed.stdout, resumed.stdout + resumed.stderr

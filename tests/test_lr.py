@@ -26,12 +26,13 @@ def test_one_replica_trains_at_the_reference_rate_whatever_the_rule():
 def test_three_replicas_scale_by_the_rule_of_the_optimiser():
     adam = lr.plan("adam", 2e-3, None, replicas=3, batch_size=32, warmup_epochs=None, steps_per_epoch=50)
     assert adam.rule == "sqrt" and adam.effective == pytest.approx(2e-3 * math.sqrt(3))
-    assert adam.warmup_steps == 0
+    assert adam.warmup_epochs == 1 and adam.warmup_steps == 50  # The scaled rate is reached after an epoch.
     assert lr.plan("rmsprop", 1e-3, None, 3, 32, None, 50).rule == "sqrt"
     sgd = lr.plan("sgd", 0.1, None, replicas=3, batch_size=32, warmup_epochs=None, steps_per_epoch=50)
     assert sgd.rule == "linear" and sgd.effective == pytest.approx(0.3)
     assert sgd.warmup_epochs == 5 and sgd.warmup_steps == 250  # Goyal et al.: 5 epochs.
-    assert "0.003464 (adam, sqrt: 0.002 at batch 32 x 1 replica, x sqrt(3 replicas)), constant" == adam.describe()
+    assert ("0.003464 (adam, sqrt: 0.002 at batch 32 x 1 replica, x sqrt(3 replicas); warm-up from 0 over 1 epochs "
+            "(50 steps)), constant") == adam.describe()
 
 
 def test_two_workers_with_four_gpus_each_are_eight_replicas():

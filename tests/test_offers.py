@@ -97,7 +97,7 @@ def test_offers_falls_back_to_the_table_and_refuses_in_one_line(offers_cli):
     table = json.loads(PRICES.read_text())
     g2 = table["families"]["rates"]["g2"]
     vm = 8 * g2["vcpu_hour"] + 32 * g2["memory_gib_hour"] + table["gpu_hour"]["nvidia-l4"]
-    alone = offers_cli.run("offers", "--gpu", "l4", timeout=120)
+    alone = offers_cli.run("offers", "--gpu", "l4", "--gpu-count", "1", timeout=120)
     assert alone.returncode == 0, alone.stdout + alone.stderr
     assert alone.stdout.splitlines() == [
         f"l4: one VM is g2-standard-8 with 1 x nvidia-l4: ${vm + 0.005:.2f}/h on-demand, "
@@ -112,3 +112,37 @@ def test_offers_falls_back_to_the_table_and_refuses_in_one_line(offers_cli):
     assert len(offers_cli.world.compute.state.requests) == mark
     a3 = offers_cli.run("offers", "--gpu", "h100", "--gpu-count", "8", timeout=120)
     assert "one VM is a3-highgpu-8g with 8 x nvidia-h100-80gb and 6000 GB of bundled Local SSD: $" in a3.stdout
+
+
+@pytest.mark.parametrize("spelling", ["h100", "H100"])
+def test_offers_for_a_gpu_lists_every_machine_type_in_every_provisioning_model(spelling, tmp_path, capsys, monkeypatch):
+    """Issue 47: `offers --gpu h100` refused ("a3-highgpu-1g is offered only as Spot or Flex-start");
+    `sky show-gpus H100` just answers. Every A3 type is listed, "-" where Google makes none, with the flags
+    that make each; a spot-only type asked for by --gpu-count is priced too, never on-demand."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("INVOKE_TFCLUSTER_PROJECT", raising=False)
+    listed = tfcluster(["offers", "--gpu", spelling], capsys)
+    table = [line.split() for line in listed if line.startswith("a3-")]
+    assert [(row[0], row[1], row[2]) for row in table] == [
+        ("a3-highgpu-1g", "1", "-"), ("a3-highgpu-2g", "2", "-"), ("a3-highgpu-4g", "4", "-"),
+        ("a3-highgpu-8g", "8", table[3][2])] and table[3][2].startswith("$")
+    assert all(row[3].startswith("$") and row[4].startswith("$") for row in table)  # Spot and Flex-start for each.
+    assert " ".join(table[0][5:]) == "--gpu h100 --gpu-count 1 and --spot or --provisioning flex-start"
+    assert " ".join(table[3][5:]) == "--gpu h100 --gpu-count 8"
+    one = tfcluster(["offers", "--gpu", spelling, "--gpu-count", "1"], capsys)[0]
+    assert "on-demand (none: Spot or Flex-start only), $" in one and "/h Spot, $" in one
+    vertex = tfcluster(["offers", "--backend", "vertex", "--gpu", "t4"], capsys)  # No project needed either.
+    assert vertex[0].startswith("t4 on Vertex AI: one replica is n1-standard-8 with 1 GPU(s): $")
+
+
+def tfcluster(argv: list[str], capsys) -> list[str]:
+    """The installed command in process; its stdout lines (it must succeed)."""
+    from tfcluster import cli, program
+
+    try:
+        program.TfclusterProgram(namespace=cli.ns, name="tfcluster", binary="tfcluster").run(["tfcluster", *argv])
+    except SystemExit as ended:
+        assert ended.code == 0, capsys.readouterr()
+    out, err = capsys.readouterr()
+    assert err == "", err
+    return out.splitlines()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Cli, assert_stopped_by, events_of, stop_while_attached, wait_for
+from tests import probe_package
 from tests.hostlab import SUBNET, HostLab, available
 
 pytestmark = pytest.mark.skipif(available() is not None, reason=f"test hosts: {available()}")
@@ -104,16 +106,22 @@ def wait_for_workers(cli, lab, count: int = 3) -> str:
     return wait_for(started, 90, what=f"{count} workers to start")
 
 
-def test_three_hosts_train_and_the_model_comes_back(ssh_cli, lab):
+def test_three_hosts_train_and_the_model_comes_back(ssh_cli, lab, tmp_path):
     up = ssh_cli.run("up")
     assert up.returncode == 0, up.stdout + up.stderr
     state = ssh_cli.cluster()
     assert [h["address"] for h in state["hosts"]] == [h.address for h in lab.hosts]
     assert all(h["host_key"] == lab.hosts[i].host_key_public for i, h in enumerate(state["hosts"]))
 
-    result = ssh_cli.run("train", "--", "--epochs", "2")
-    assert result.returncode == 0, result.stdout + result.stderr
-    run_dir, run = ssh_cli.latest_run()
+    # With a requirements file (issue 47): a package only a local index has, installed on each host first.
+    wanted, script = probe_requirements(tmp_path)
+    try:
+        result = ssh_cli.run("train", "--requirements", str(wanted), "--", "--epochs", "2")
+        assert result.returncode == 0, result.stdout + result.stderr
+        run_dir, run = ssh_cli.latest_run()
+        assert_requirements_installed_once(ssh_cli, result.stdout, wanted, script)
+    finally:  # The hosts run this suite's own interpreter.
+        subprocess.run([sys.executable, "-m", "pip", "uninstall", "-y", "-q", "tfcluster-probe"], capture_output=True)
     assert run["summary"]["replicas_in_sync"] == 3
 
     # Each worker ran on its own host and joined the cluster at the namespace addresses.
@@ -135,6 +143,15 @@ def test_three_hosts_train_and_the_model_comes_back(ssh_cli, lab):
         model_dir = remote_run_root(ssh_cli, run["run_id"], index) / "output" / "model"
         assert model_dir.is_dir() and not any(model_dir.iterdir())
 
+    # A command on every host, and OpenSSH's client on one, with the cluster's key and pinned host keys (issue 47).
+    ran = ssh_cli.run("exec", "--all", "--", "hostname")
+    assert ran.returncode == 0 and ran.stdout.splitlines() == [
+        f"worker-{i} │ {host.hostname}" for i, host in enumerate(lab.hosts)], ran.stdout + ran.stderr
+    shell = ssh_cli.run("ssh", "worker-2", "--", "hostname; pwd")  # In the worker's folder of the latest run.
+    latest = ssh_cli.latest_run()[1]["run_id"]
+    assert shell.returncode == 0 and shell.stdout.splitlines() == [
+        lab.hosts[2].hostname, str(remote_run_root(ssh_cli, latest, 2))], shell.stdout + shell.stderr
+
     # Unchanged code and data: the second dispatch uploads nothing.
     again = ssh_cli.run("train", "--dry-run")
     assert again.returncode == 0 and f"{SUBNET}.12:23456" in again.stdout
@@ -144,6 +161,37 @@ def test_three_hosts_train_and_the_model_comes_back(ssh_cli, lab):
     assert down.returncode == 0, down.stderr
     assert not (ssh_cli.remote / "default").exists()
     assert worker_processes(lab) == {h.address: [] for h in lab.hosts}
+
+
+def probe_requirements(folder: Path) -> tuple[Path, Path]:
+    """A requirements file asking for a package only a local index has, and a script that imports it."""
+    wanted = probe_package.requirements_file(folder / "requirements.txt", probe_package.local_index(folder / "index"))
+    script = folder / "probe.py"
+    script.write_text(probe_package.SCRIPT)
+    return wanted, script
+
+
+def assert_requirements_installed_once(cli, first_run: str, wanted: Path, script: Path) -> None:
+    """`train --requirements` (issue 47): the first run installed it on each of the three hosts; a
+    second run installs nothing, and its workers import the package; a file pip cannot satisfy names
+    every host with pip's own last line, before anything starts."""
+    digest = hashlib.sha256(wanted.read_bytes()).hexdigest()[:16]
+
+    def said(stdout: str) -> list[str]:
+        return [line for line in stdout.splitlines() if line.startswith("Requirements on")]
+
+    assert said(first_run) == [f"Requirements on worker-{i}: installed (sha256 {digest})" for i in range(3)], first_run
+    again = cli.run("train", "--script", str(script), "--requirements", str(wanted))
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert said(again.stdout) == [f"Requirements on worker-{i}: unchanged (sha256 {digest}), nothing installed"
+                                  for i in range(3)], again.stdout
+    assert all(f"worker-{i} │ probe 1.0" in again.stdout for i in range(3)), again.stdout
+    impossible = probe_package.requirements_file(wanted.parent / "newer.txt", wanted.parent / "index", version="9.9")
+    refused = cli.run("train", "--script", str(script), "--requirements", str(impossible))
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+    assert refused.stderr.startswith("error: pip could not install --requirements ") and all(
+        f"worker-{i} ({SUBNET}.{10 + i}): ERROR: No matching distribution found for tfcluster-probe==9.9"
+        in refused.stderr for i in range(3)), refused.stderr
 
 
 @pytest.mark.parametrize("lab", ["noisy login"], indirect=True)
@@ -346,6 +394,11 @@ def test_host_keys_are_verified_never_trusted_silently(ssh_cli, lab, tmp_path):
     assert f"preflight failed on 1 host(s): worker-2 ({SUBNET}.12): host key CHANGED since `invoke up` " \
         "pinned it" in refused.stderr
     assert worker_processes(lab) == {h.address: [] for h in lab.hosts}
+    # So does `ssh` (issue 47), before OpenSSH is run, in the same words; the others still open.
+    shell = ssh_cli.run("ssh", "worker-2", "--", "hostname")
+    assert shell.returncode == 2 and shell.stderr.startswith("error: worker-2: host key CHANGED since `invoke up` "
+                                                             "pinned it (now SHA256:"), shell.stderr
+    assert ssh_cli.run("ssh", "--", "hostname").stdout.strip() == lab.hosts[0].hostname
 
 
 def test_tf_port_taken_fails_preflight(ssh_cli, lab):

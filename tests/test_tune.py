@@ -255,3 +255,11 @@ def test_three_ssh_hosts_search_and_the_best_checkpoint_comes_back(tmp_path, syn
         if cli.cluster() is not None:
             cli.run("down", timeout=120)
         lab.teardown()
+
+
+def test_a_suggested_command_says_each_value_as_a_person_writes_it():
+    """Issue 47: `tune` suggested `--dropout 0.30000000000000004` (Keras Tuner's 0.1 steps)."""
+    from tfcluster.commands.tune_loop import _flag_value
+
+    assert [_flag_value(value) for value in (0.1 * 3, 0.0012345678, 2e-3, 32, 0.5)] == [
+        "0.3", "0.0012345678", "0.002", "32", "0.5"]

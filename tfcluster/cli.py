@@ -18,7 +18,7 @@ from typing import Optional
 from invoke import Collection, Context, Exit, Task
 from invoke import task as invoke_task
 
-from tfcluster import commands, config, errors, provisioning, sources
+from tfcluster import commands, config, errors, provisioning, sources, spoken, ui
 from tfcluster.errors import ConfigError, TfClusterError
 
 
@@ -42,12 +42,20 @@ def _settings(c: Context, **overrides) -> config.Settings:
     return settings
 
 
+# The only short flags, the same on every task that has the option. invoke would give each flag the first
+# free letter of its name: `-a` was --detach on train, --all on status and --raw on logs.
+SHORT_FLAGS = {"workers": "w", "cluster": "c", "follow": "f"}
+
+
 class _Task(Task):
-    """`-h` is help on every task: never a flag's short name (invoke gives a flag the first free letter
-    of its name, and `--then` and `--shards` took `h`)."""
+    """`-h` is help on every task: never a flag's short name (invoke gave `--then` and `--shards` `h`);
+    the other short flags are SHORT_FLAGS'."""
 
     def arg_opts(self, name: str, default, taken_names: set):
-        return super().arg_opts(name, default, taken_names | {"h"})
+        opts = super().arg_opts(name, default, taken_names | {"h"})
+        short = SHORT_FLAGS.get(name)
+        opts["names"] = [opts["names"][0], *([short] if short and short not in taken_names else [])]
+        return opts
 
 
 def task(*args, **kwargs):
@@ -63,14 +71,17 @@ def _user_errors(body):
         try:
             return body(c, *args, **kwargs)
         except TfClusterError as error:
-            raise Exit(f"error: {error}", code=error.exit_code) from None
+            raise Exit(f"error: {spoken.respell(str(error))}", code=error.exit_code) from None
         except BrokenPipeError:  # The reader went away (`| head`): stop quietly, as a shell tool does.
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own last flush too.
             raise Exit(code=141) from None  # 128 + SIGPIPE, what a shell reports.
         except OSError as error:
-            raise Exit(f"error: {errors.file_error(error)}", code=2) from None
+            raise Exit(f"error: {spoken.respell(errors.file_error(error))}", code=2) from None
 
     return wrapper
+
+
+spoken.respell_console(ui.console)  # Every hint the console prints names the command the user runs.
 
 
 @task(auto_shortflags=False,
@@ -132,10 +143,22 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
     commands.up(settings, yes=yes)
 
 
+def _refuse_project(task_name: str, project: Optional[str]) -> None:
+    """--project is a Google Cloud project on every task; the folder `train` and `tune` ship was once
+    --project too, and a Vertex AI user types `train --project my-gcp-proj`: name both."""
+    if project is not None:
+        raise ConfigError(f"{task_name} takes no --project: the Google Cloud project is the cluster's (`invoke up "
+                          f"--project P`), and a folder shipped with --script is --code-dir: invoke {task_name} "
+                          f"--script SCRIPT --code-dir {project}")
+
+
 @task(help={
     "workers": "workers to use, 1..cluster size (default: all)",
     "script": "your own TensorFlow script instead of the bundled trainer",
-    "project": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
+    "code_dir": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
+    "project": "refused: the cluster's Google Cloud project is `up`'s; the folder to ship is --code-dir",
+    "requirements": "a pip requirements file installed on every host before the run, into the workers' Python "
+                    "(cached by its content: an unchanged file installs nothing)",
     "retries": "restart everything up to K times after a failure, resuming from the checkpoint",
     "dry_run": "print each worker's command and TF_CONFIG, start nothing",
     "detach": "start the run and return; follow it with `logs --follow`, see it with `status`",
@@ -155,12 +178,14 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
               "VMs and resume it from its backup",
 })
 @_user_errors
-def train(c, workers: Optional[int] = None, script: Optional[str] = None,
-          project: Optional[str] = None, retries: Optional[int] = None, dry_run: bool = False,
+def train(c, workers: Optional[int] = None, script: Optional[str] = None, code_dir: Optional[str] = None,
+          project: Optional[str] = None, requirements: Optional[str] = None, retries: Optional[int] = None,
+          dry_run: bool = False,
           keras: Optional[str] = None, verbose: bool = False, cluster: Optional[str] = None,
           image: Optional[str] = None, resume: Optional[str] = None, stall_minutes: Optional[int] = None,
           then: Optional[str] = None, budget: Optional[str] = None, detach: bool = False):
     """Train on the cluster; arguments after `--` go to the trainer (e.g. -- --epochs 5)."""
+    _refuse_project("train", project)
     settings = _settings(c, cluster=cluster, keras=keras)
     if resume:
         if then:
@@ -169,15 +194,16 @@ def train(c, workers: Optional[int] = None, script: Optional[str] = None,
         commands.resume(settings, resume, retries=retries, verbose=verbose, stall_minutes=stall_minutes)
         return
     commands.train(settings, commands.TrainRequest(
-        workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
-        retries=retries, dry_run=dry_run, keras=keras, verbose=verbose, image=image,
+        workers=workers, script=script, code_dir=code_dir, trainer_args=shlex.split(c.remainder or ""),
+        requirements=requirements, retries=retries, dry_run=dry_run, keras=keras, verbose=verbose, image=image,
         stall_minutes=stall_minutes, then=then, budget=budget, detach=detach))
 
 
 @task(help={
     "workers": "tuners to run, one per worker, 1..cluster size (default: all)",
     "script": "your own Keras Tuner script instead of the bundled search (trainer/tune.py)",
-    "project": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
+    "code_dir": "with --script: a folder shipped to the hosts with it (honours .tfclusterignore)",
+    "project": "refused: the cluster's Google Cloud project is `up`'s; the folder to ship is --code-dir",
     "max_trials": "trials in the search (default: the trainer's 10, or what the script sets)",
     "retries": "restart dead processes up to K times; a tuner's unfinished trial is handed out again",
     "oracle_port": "ssh/gcp: the oracle's port on the chief's machine (default 23457)",
@@ -185,13 +211,15 @@ def train(c, workers: Optional[int] = None, script: Optional[str] = None,
     "cluster": "cluster name (default: default)",
 })
 @_user_errors
-def tune(c, workers: Optional[int] = None, script: Optional[str] = None, project: Optional[str] = None,
+def tune(c, workers: Optional[int] = None, script: Optional[str] = None, code_dir: Optional[str] = None,
+         project: Optional[str] = None,
          max_trials: Optional[int] = None, retries: Optional[int] = None, oracle_port: Optional[int] = None,
          dry_run: bool = False, cluster: Optional[str] = None):
     """Search hyperparameters: the oracle beside the chief, one tuner per worker (-- ARGS to every process)."""
+    _refuse_project("tune", project)
     settings = _settings(c, cluster=cluster, oracle_port=oracle_port)
     commands.tune(settings, commands.TuneRequest(
-        workers=workers, script=script, project=project, trainer_args=shlex.split(c.remainder or ""),
+        workers=workers, script=script, code_dir=code_dir, trainer_args=shlex.split(c.remainder or ""),
         max_trials=max_trials, retries=retries, dry_run=dry_run))
 
 
@@ -273,15 +301,21 @@ def check(c, backend: Optional[str] = None, project: Optional[str] = None, zone:
 
 @task(auto_shortflags=False,
       help={"gpu": "t4, v100, l4, a100, a100-80gb or h100 (default: tfcluster.gpu)",
-            "gpu_count": "GPUs per VM, which picks the machine type (default 1)",
+            "gpu_count": "GPUs per VM, which picks the machine type (default: every machine type of the GPU)",
             "spot": "sort by the Spot price and show the Spot quota", "project": "gcp: project ID",
             "backend": "gcp (default: VMs, per zone) or vertex (Vertex AI training, per region)"})
 @_user_errors
 def offers(c, gpu: Optional[str] = None, gpu_count: Optional[int] = None, spot: bool = False,
            project: Optional[str] = None, backend: Optional[str] = None):
-    """Every zone that offers the GPU: one VM's price per hour, on-demand and Spot, and your free quota; cheapest first."""
+    """What a GPU comes in and costs, in each provisioning model (--gpu-count --project: per zone, with quota).
+
+    Without --gpu-count: every machine type of the GPU, one VM's price an hour on-demand, Spot and
+    Flex-start, and the flags that make each. With --gpu-count and --project: every zone that offers
+    that VM, its price there and your free quota, cheapest first."""
+    # capacity auto: a listing names the machine types offered only as Spot or Flex-start too, with what
+    # each needs, rather than refusing them as `up` does without --spot.
     commands.offers(_settings(c, backend=backend or "gcp", gpu=gpu, gpu_count=gpu_count, spot=spot or None,
-                              project=project))
+                              project=project, capacity="auto"), every_shape=gpu_count is None)
 
 
 @task(help={"src": "image folder with one sub-folder per class",
@@ -326,8 +360,9 @@ def tensorboard(c, run: Optional[str] = None, port: Optional[int] = None, cluste
     port = 6006 if port is None else config.parse_port("port", port)
     logdir = commands.tensorboard_logdir(_settings(c, cluster=cluster), run)
     print(f"TensorBoard on {logdir} at http://localhost:{port}")
-    c.run(shlex.join([sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port)]),
-          pty=True)
+    code = commands.serve_tensorboard(logdir, port)
+    if code not in (0, -2, 130):  # Ctrl-C is how it is meant to end.
+        raise Exit(code=code)
 
 
 IMAGE_HELP = {"action": "build (the only action)", "dockerfile": "the Dockerfile (default: ./Dockerfile)",
@@ -350,7 +385,26 @@ def image(c, action, dockerfile: str = "Dockerfile", tag: Optional[str] = None,
     commands.build_image(_settings(c, cluster=cluster, registry=registry), dockerfile, tag, context)
 
 
-ns = Collection(check, offers, up, train, tune, status, costs, logs, stop, down, data, idle, pull, tensorboard, image)
+@task(name="ssh", positional=["worker"], help={"worker": "worker-N (default: worker-0, the chief)",
+                                               "cluster": "cluster name (default: default)"})
+@_user_errors
+def ssh(c, worker: Optional[str] = None, cluster: Optional[str] = None):
+    """A shell on a worker's host, in its folder (-- CMD: run that instead); the cluster's key, its pinned host key."""
+    code = commands.open_shell(_settings(c, cluster=cluster), worker, c.remainder or "")
+    if code:
+        raise Exit(code=code)
+
+
+@task(name="exec", help={"worker": "run on this worker only (default 0, the chief)", "all": "run on every worker",
+                         "cluster": "cluster name (default: default)"})
+@_user_errors
+def exec_(c, worker: Optional[str] = None, all: bool = False, cluster: Optional[str] = None):  # noqa: A002
+    """Run -- CMD on one worker or all (--all), in its folder; each line prefixed by its worker, as the logs are."""
+    commands.run_on_workers(_settings(c, cluster=cluster), c.remainder or "", worker, all)
+
+
+ns = Collection(check, offers, up, train, tune, status, costs, logs, stop, down, data, idle, pull, tensorboard, image,
+                ssh, exec_)
 # No tfcluster defaults are given to invoke: it would merge invoke.yaml's values onto them and refuse a
 # mapping where a default is text with a traceback. config.load applies the defaults and checks each
 # value, with one error line naming the key.

@@ -154,18 +154,24 @@ MAX_WORKERS = 64
 MAX_BOOT_DISK_GB = 2000
 
 
+def _where(key: str) -> str:
+    """Where ``key`` is set: a setting in three places, a task's own flag (`logs --worker`,
+    `tensorboard --port`) only on the command line."""
+    return flag_hint(key) if key in DEFAULTS else f"--{key.replace('_', '-')} (a flag of this task, not a setting)"
+
+
 def parse_int(key: str, value: Any, minimum: int) -> int:
     """An int >= minimum from a flag, YAML or env value, or a ConfigError naming the key."""
     if isinstance(value, bool):
         raise ConfigError(f"{key} must be a whole number >= {minimum} (got {value!r}); "
-                          f"set it in {flag_hint(key)}")
+                          f"set it in {_where(key)}")
     try:
         number = int(str(value).strip())
     except ValueError:
         raise ConfigError(f"{key} must be a whole number >= {minimum} (got {value!r}); "
-                          f"set it in {flag_hint(key)}") from None
+                          f"set it in {_where(key)}") from None
     if number < minimum:
-        raise ConfigError(f"{key} must be >= {minimum} (got {number}); set it in {flag_hint(key)}")
+        raise ConfigError(f"{key} must be >= {minimum} (got {number}); set it in {_where(key)}")
     return number
 
 

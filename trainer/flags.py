@@ -76,7 +76,7 @@ def parse_args(argv=None) -> argparse.Namespace:
                              "and 75%% of the steps, or constant")
     parser.add_argument("--warmup-epochs", type=_non_negative_float, default=None,
                         help="epochs over which the rate rises to the scaled one: from the reference rate for "
-                             "sgd (default 5), from 0 for adam, adamw and rmsprop (default 0)")
+                             "sgd (default 5), from 0 for adam, adamw and rmsprop (default 1 with 2+ replicas, else 0)")
     parser.add_argument("--width", type=_int_at_least(4), default=32,
                         help="cnn: filters of the first conv block (block i has i x width)")
     parser.add_argument("--depth", type=_int_at_least(1), default=3, help="cnn: conv blocks")

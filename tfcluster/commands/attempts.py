@@ -141,6 +141,8 @@ def run_attempts(settings: Settings, store: StateStore, backend, run: RunRecord,
         progress.model_dir = local_model
     if local_model and not (progress.keras_path or progress.saved_model_path):  # A script, which says nothing.
         progress.keras_path, progress.saved_model_path = run_summary.saved_in(Path(local_model))
+    if progress.replicas_in_sync is None and plans:  # A script reports none: the layout its TF_CONFIG gave it.
+        progress.replicas_in_sync = int(plans[0].env.get("TFCLUSTER_REPLICAS") or 0) or None
     _finish(settings, store, run, outcome, progress, started)
     if stalls:
         run.summary["stalls"] = stalls
@@ -282,8 +284,9 @@ def _one_attempt(settings: Settings, runner, plans, attempt: int, progress: laun
     def on_tick(statuses):
         if not stepping:
             running = sum(status.state == launch.RUNNING for status in statuses)
+            bars = view.bars_line()  # A script's Keras progress, folded out of the worker lines.
             live.update(f"Attempt {attempt}: {running}/{len(plans)} workers running, "
-                        "waiting for the first training step...")
+                        + (bars if bars else "waiting for the first training step..."))
 
     follower = runner.follower()
     runner.start(attempt)

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
-from tfcluster import launch
+from tfcluster import launch, tflog
 from tfcluster.commands.common import backend_for_cluster, console, require_cluster, run_or_latest
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
@@ -146,3 +147,25 @@ def tensorboard_logdir(settings: Settings, run_id: str | None = None) -> str:
     if not logdir.exists():
         raise ClusterError(f"run {run.run_id} has no TensorBoard logs at {logdir}")
     return str(logdir)
+
+
+def serve_tensorboard(logdir: str, port: int) -> int:
+    """TensorBoard on ``logdir`` until it ends (Ctrl-C); its output as it comes, with TensorFlow's C++
+    start-up lines folded as `train` folds them (TF 2.21 prints them whatever TF_CPP_MIN_LOG_LEVEL says).
+    Returns its exit code."""
+    fold = tflog.StartupFold()
+    process = subprocess.Popen([sys.executable, "-m", "tensorboard.main", "--logdir", logdir, "--port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1)
+    try:
+        for line in process.stdout:
+            if not fold.hides(line.rstrip("\n")):
+                print(line, end="", flush=True)
+    except KeyboardInterrupt:  # Ctrl-C: TensorBoard ends too (a terminal sent it the same; a kill did not).
+        process.send_signal(signal.SIGINT)
+    finally:
+        try:
+            code = process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = process.wait()
+    return code

@@ -8,7 +8,7 @@ import json
 import time
 
 from tfcluster import container, holds, launch, stall
-from tfcluster.commands import restage
+from tfcluster.commands import requirements as script_requirements, restage
 from tfcluster.commands.attempts import clock, run_attempts
 from tfcluster.commands.common import active_run, backend_for_cluster, console, plans_for, require_cluster, stop_processes
 from tfcluster.commands.train import LAUNCH_FILE, stall_limit
@@ -67,7 +67,14 @@ def _resume(settings: Settings, store: StateStore, backend, cluster: ClusterStat
         store.save_cluster(cluster)
     if cluster.zone != zone or cluster.vms_made_at != made:  # New VMs (a zone move, --capacity auto): code again.
         restage.restage(store, backend, cluster, run)
-    env = json.loads(launch_file.read_text())["env"]
+    launched = json.loads(launch_file.read_text())
+    wanted = script_requirements.from_saved(launched.get("requirements"))
+    if wanted is not None:  # Each host's marker makes this nothing but on VMs made anew.
+        for line in script_requirements.install(wanted, backend.hosts(cluster)[: run.workers],
+                                                launched["payload"]["python"], str(store.root),
+                                                shared_interpreter=cluster.backend == "local"):
+            console.print(f"Requirements on {line}", soft_wrap=True, markup=False)
+    env = launched["env"]
     image = container.ContainerSpec(run.image, run.mounts) if run.image else None
     plans = launch.build_plans(backend.hosts(cluster)[: run.workers], run.run_id, run.command, env, image)
     more = settings.retries if retries is None else parse_int("retries", retries, 0)

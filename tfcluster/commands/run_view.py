@@ -1,9 +1,13 @@
 """What the console shows of a run's workers, the same live (`train`) and after (`logs`): each line
 with its worker's prefix, TensorFlow's start-up noise folded into one dim line per worker (all of it
 with ``verbose``), the chief's events as lines of their own (the strategy, each epoch's end with its
-metrics, speed and ETA), and no other event. `logs --raw` prints the log as it is instead."""
+metrics, speed and ETA), and no other event. A script's Keras progress bar (tf_keras redraws it with backspaces and carriage
+returns, so a log holds one squashed line per epoch, from every worker) is shown as its final state, the
+chief's only; the live line holds each worker's step. `logs --raw` prints the log as it is instead."""
 
 from __future__ import annotations
+
+import re
 
 from tfcluster import launch, tflog, ui
 from tfcluster.commands.common import console
@@ -13,10 +17,32 @@ from tfcluster.pace import Pace
 STEP_EVENTS = ("first_step", "step", "progress")
 
 
+# tf_keras's Progbar: "  3/13 [=====>....] - ETA: 1s - loss: 1.2" (tf_keras/src/utils/generic_utils.py).
+_BAR = re.compile(r"^\s*(\d+/\d+) \[[=>.]*\]")
+
+
+def keras_bar(line: str) -> str | None:
+    """The final state of a Keras progress bar line (its redraws joined by backspaces and carriage
+    returns), or None when ``line`` is no bar."""
+    if "\r" not in line and "\b" not in line and not _BAR.match(line):
+        return None
+    drawn = [part.replace("\b", "").strip() for part in line.split("\r")]
+    drawn = [part for part in drawn if part]
+    return drawn[-1] if drawn and _BAR.match(drawn[-1]) else None
+
+
 class RunView:
     def __init__(self, plans: list[launch.WorkerPlan], verbose: bool = False):
         self.verbose = verbose
         self.folds = {plan.index: tflog.StartupFold() for plan in plans}
+        # Each worker's last Keras bar (a script's progress), for the live line.
+        self.bars: dict[int, str] = {}
+
+    def bars_line(self) -> str:
+        """"Keras: w0 4/13 · w1 4/13 · w2 3/13" from the workers' last bars ("" before any)."""
+        steps = [f"w{index} {match.group(1)}" for index, bar in sorted(self.bars.items())
+                 if (match := _BAR.match(bar))]
+        return "Keras: " + " · ".join(steps) if steps else ""
 
     def announce(self, plan: launch.WorkerPlan) -> None:
         """The worker's folded start-up noise as one dim line, once, before its first real output."""
@@ -28,6 +54,12 @@ class RunView:
     def line(self, plan: launch.WorkerPlan, line: str) -> None:
         if not self.verbose and self.folds[plan.index].hides(line):
             return
+        bar = None if self.verbose else keras_bar(line)
+        if bar is not None:  # The chief's stands for all: the same steps, each worker's in the live line.
+            self.bars[plan.index] = bar
+            if plan.index != 0:
+                return
+            line = bar
         self.announce(plan)
         console.print(ui.prefixed(plan.index, plan.name, line), soft_wrap=True)
 

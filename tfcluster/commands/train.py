@@ -12,9 +12,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.text import Text
+
 from tfcluster import container, holds, launch, ledger, stall, ui
 from tfcluster.backends import Payload
-from tfcluster.commands import restage, spend
+from tfcluster.commands import batch_fit, requirements as script_requirements, restage, script_layout, spend
 from tfcluster.commands.attempts import run_attempts
 from tfcluster.commands.common import active_run, backend_for_cluster, console, require_cluster
 from tfcluster.commands.budget import RunBudget
@@ -30,14 +32,16 @@ class TrainRequest:
     workers: int | None
     # A user's script to run instead of the bundled trainer.
     script: str | None
-    # Folder shipped with --script to remote hosts (it must contain the script).
-    project: str | None
+    # --code-dir: the folder shipped with --script to remote hosts (it must contain the script).
+    code_dir: str | None
     # Arguments after `--`, passed to the trainer or script.
     trainer_args: list[str]
     # Restarts after a failure (None: the configured default).
     retries: int | None
     # Print the plan and start nothing.
     dry_run: bool
+    # --requirements: a pip requirements file installed on every host before the run (None: none).
+    requirements: str | None = None
     # --keras as given on the command line (None: not given); Settings.keras holds the value in force.
     keras: str | None = None
     # Show every worker line in the console, TensorFlow's start-up noise included.
@@ -108,21 +112,21 @@ def _worker_count(requested: int | None, cluster: ClusterState) -> int:
 
 def _script_and_project(request: TrainRequest) -> tuple[Path | None, Path | None]:
     if not request.script:
-        if request.project:
-            raise ConfigError("--project goes with --script (the script to run inside it)")
+        if request.code_dir:
+            raise ConfigError("--code-dir goes with --script (the script to run inside it)")
         return None, None
     script = Path(request.script).expanduser()
     if not script.is_file():
         raise ConfigError(f"--script {request.script} does not exist or is not a file; "
                           "give the path of a Python training script")
     script = script.resolve()
-    if not request.project:
+    if not request.code_dir:
         return script, None
-    project = Path(request.project).expanduser().resolve()
+    project = Path(request.code_dir).expanduser().resolve()
     if not project.is_dir():
-        raise ConfigError(f"--project {request.project} is not a folder")
+        raise ConfigError(f"--code-dir {request.code_dir} is not a folder")
     if project not in script.parents:
-        raise ConfigError(f"--script {request.script} must be inside --project {request.project}")
+        raise ConfigError(f"--script {request.script} must be inside --code-dir {request.code_dir}")
     return script, project
 
 
@@ -170,6 +174,10 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     python = settings.python or (sys.executable if cluster.backend == "local" else cluster.python)
     if image:
         python = container.IMAGE_PYTHON  # The image provides Python and TensorFlow.
+    requirements = script_requirements.read(request.requirements, cluster.backend, image)
+    note = script_layout.worker_count_note(script.name, script.read_text(errors="replace"), workers) if script else None
+    if note:  # Once, before anything starts: the launcher knows the layout the script guesses.
+        console.print(Text.assemble(("! ", "yellow"), note), soft_wrap=True)
 
     # Where the data comes from, first match wins: a configured gs:// or local folder, the
     # bucket copy `invoke data` made for this cluster, else (bundled trainer) the synthetic set.
@@ -188,6 +196,10 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
         data_dir = store.default_data_dir()  # `invoke data`'s last set, or the synthetic one (made below).
     payload = Payload(python=python, script=script, project=project, data_dir=data_dir,
                       args=list(request.trainer_args))
+    short = batch_fit.short_data_note(data_dir, payload.args, len(hosts) * backend.replicas_per_machine(settings)) \
+        if script is None else None
+    if short:
+        console.print(Text.assemble(("! ", "yellow"), short), soft_wrap=True)
     run_id = store.new_run_id()
     common_env = {
         "TFCLUSTER_CLUSTER_ID": cluster.cluster_id,
@@ -218,7 +230,7 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     with holds.LauncherLease(store, run_id):
         run, failed = _launch(settings, store, backend, cluster, request, Launch(
             run_id, hosts, payload, common_env, image, data_dir, keras_env["TF_USE_LEGACY_KERAS"] == "1", workers,
-            retries, limit, then, usd, rate))
+            retries, limit, then, usd, rate, requirements))
     if request.detach:
         return run
     if then is not None and run.outcome != "stopped":  # After Ctrl-C, `stop` or `down` the user decides.
@@ -249,6 +261,8 @@ class Launch:
     # --budget in USD (0: none) and the cluster's hourly rate (None without prices).
     usd: float
     rate: float | None
+    # --requirements, read (None: none): installed on every host after the preflight.
+    requirements: script_requirements.Requirements | None = None
 
 
 def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterState, request: TrainRequest,
@@ -261,6 +275,12 @@ def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterStat
     if active_run(store, cluster):
         raise ClusterError(f"a run is still active on cluster '{cluster.name}'; "
                            "watch it with `invoke logs --follow` or end it with `invoke stop`")
+    if plan.requirements is not None:  # Before the preflight: the file may be what brings TensorFlow.
+        with console.status(f"Installing {plan.requirements.given} on {len(hosts)} {cluster.backend} host(s)..."):
+            installed = script_requirements.install(plan.requirements, hosts, payload.python, str(store.root),
+                                                    shared_interpreter=cluster.backend == "local")
+        for line in installed:
+            console.print(f"Requirements on {line}", soft_wrap=True, markup=False)
     with console.status(f"Preflight on {len(hosts)} {cluster.backend} host(s)..."):
         # tf_keras must be importable wherever tf.keras resolves to it.
         backend.preflight(cluster, hosts, need_tensorflow=plan.need_tf_keras, image=image)
@@ -290,7 +310,9 @@ def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterStat
     # And, should the cluster move zones mid-run, what its new VMs need staged (commands/restage.py).
     (store.run_dir(run_id) / LAUNCH_FILE).write_text(json.dumps({"env": {**common_env, **staged.env},
                                                                  "payload": restage.saved(payload),
-                                                                 "stall_minutes": limit.minutes}))
+                                                                 "stall_minutes": limit.minutes,
+                                                                 "requirements": script_requirements.saved(
+                                                                     plan.requirements)}))
     backend.set_stall_minutes(cluster, limit.minutes)  # The watchdogs hold it with the laptop gone.
     budget = RunBudget(run_id, usd, rate, time.time()) if usd else None
     backend.set_budget_end(cluster, budget.end_time if budget else None)  # Halts the VMs then, laptop or not.

@@ -37,8 +37,8 @@ class TuneRequest:
     workers: int | None
     # A user's Keras Tuner script instead of the bundled search (trainer/tune.py).
     script: str | None
-    # Folder shipped with --script to remote hosts (it must contain the script).
-    project: str | None
+    # --code-dir: the folder shipped with --script to remote hosts (it must contain the script).
+    code_dir: str | None
     # Arguments after `--`, passed to every process (oracle and tuners).
     trainer_args: list[str]
     # Trials in the search (None: the trainer's default, or what the script sets).

@@ -180,12 +180,13 @@ def _trial_line(trial: Trial, book: TrialBook, tuners: dict) -> ui.Text:
 
 
 def _flag_value(value) -> str:
-    """A float short when that is exact, else in full: the command must reproduce the trial's values.
-    (The learning rate a trial trained with is the trainer's reference rate, --batch-size on one
-    replica; `train` scales it to the replicas in sync.)"""
+    """A float short when that is exact or differs only by float arithmetic's noise (Keras Tuner's 0.1
+    steps give 0.30000000000000004 for 0.3), else in full: the command must reproduce the trial's values
+    (a log-sampled learning rate has every digit). (The learning rate a trial trained with is the
+    trainer's reference rate, --batch-size on one replica; `train` scales it to the replicas in sync.)"""
     if isinstance(value, float):
         short = f"{value:.6g}"
-        return short if float(short) == value else repr(value)
+        return short if abs(float(short) - value) <= 1e-12 * abs(value) else repr(value)
     return str(value)
 
 

@@ -122,11 +122,54 @@ def without_project(gpu_name: str, gpu_count: int, machine_type: str, spot: bool
         (("Flex-start", table_flex(on_demand, table)),) if flex_start_machine(machine_type) else ())
     price = {name: _vm_hour(rates, machine_type, model.accelerator, gpu_count, table, name == "Spot")
              for name, rates in models}
+    if model.machine_types.get(machine_type, gpus.Shape(0, 0, 0)).spot_only:  # Google makes none on-demand.
+        price = {"on-demand (none: Spot or Flex-start only)" if name == "on-demand" else name: value
+                 for name, value in price.items()}
+        price = {name: (None if name.startswith("on-demand") else value) for name, value in price.items()}
     return [f"{model.name}: one VM is {machine_type} with {gpu_count} x {model.accelerator}"
             + (f" and {ssd} GB of bundled Local SSD" if ssd else "") + ": "
-            + ", ".join(f"${value:.2f}/h {name}" for name, value in price.items() if value is not None),
+            + ", ".join(f"${value:.2f}/h {name}" if value is not None else name for name, value in price.items()),
             f"prices of {date}: {table_source(table, machine_type)}; no project given, so no zones and no quota: "
             "`invoke offers --project P` lists the zones that offer it, priced for their region, with your quota"]
+
+
+def every_shape(gpu_name: str, project: str | None = None) -> list[str]:
+    """`offers --gpu G` without --gpu-count: every machine type the GPU comes in, and one VM's price an
+    hour in each provisioning model, "-" where Google offers none, with what each needs to be made (as
+    `sky show-gpus H100` answers). Prices from the dated table of us-central1 list prices; the zones,
+    their own prices and the quota come with a --gpu-count (and --project)."""
+    model = gpus.gpu(gpu_name)
+    table = json.loads(PRICES.read_text())
+    on_demand, spot_rates = table_rates(table)
+    flex_rates_ = table_flex(on_demand, table)
+    if model.attached:  # N1: any N1 type takes 1 to N of them; the default n1-standard-8 is shown.
+        shapes = [(f"n1-standard-8", count, False) for count in model.counts()]
+    else:
+        shapes = [(name, shape.gpus, shape.spot_only) for name, shape in model.machine_types.items()]
+    head = (f"{model.name}: {model.accelerator} on {model.family.upper()}; one VM an hour in each provisioning "
+            "model (- : Google offers none)")
+    rows = [f"{'machine type':<18} {'GPUs':>4} {'on-demand/h':>12} {'spot/h':>9} {'flex-start/h':>13}  `up` with"]
+    spot_only, any_flex = [], False
+    for machine_type, count, only_spot in shapes:
+        flex = flex_start_machine(machine_type)
+        any_flex = any_flex or flex
+        prices = [None if only_spot else _vm_hour(on_demand, machine_type, model.accelerator, count, table, False),
+                  _vm_hour(spot_rates, machine_type, model.accelerator, count, table, True),
+                  _vm_hour(flex_rates_, machine_type, model.accelerator, count, table, False) if flex else None]
+        cells = [f"${value:.2f}" if value is not None else "-" for value in prices]
+        picked = model.attached or model.machine_type_for(count) == machine_type
+        flags = f"--gpu {model.name} --gpu-count {count}" + ("" if picked else f" --machine-type {machine_type}")
+        flags += " and --spot or --provisioning flex-start" if only_spot else ""
+        rows.append(f"{machine_type:<18} {count:>4} {cells[0]:>12} {cells[1]:>9} {cells[2]:>13}  {flags}")
+        if only_spot:
+            spot_only.append(machine_type)
+    notes = ([f"on-demand -: Google offers {', '.join(spot_only)} only as Spot or Flex-start "
+              "(https://cloud.google.com/compute/docs/gpus)"] if spot_only else [])
+    notes += [] if any_flex else ["flex-start -: N1 types have no Flex-start"]
+    date = table["date"] if model.attached else table["families"]["date"]
+    where = (f"`invoke offers --gpu {model.name} --gpu-count N{' --project ' + project if project else ' --project P'}` "
+             "lists the zones that offer one, priced for their region, with your quota")
+    return [head, *rows, *notes, f"prices of {date}: {table_source(table, shapes[0][0])}", where]
 
 
 def find_offers(project: str, gpu_name: str, gpu_count: int, machine_type: str, spot: bool) -> Offers:
