@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from tfcluster import gpu_health
 from tfcluster.backends.base import Backend, Staged
 from tfcluster.backends.group import in_parallel
 from tfcluster.backends.ssh import watchdog
@@ -131,6 +132,7 @@ class SshBackend(Backend):
     def preflight(self, cluster, hosts: list[SshHost], need_tensorflow: bool, image: str = "") -> None:
         # need_tensorflow: tf.keras resolves to tf_keras (TF_USE_LEGACY_KERAS=1), so check it too.
         modules = "tensorflow, tf_keras" if need_tensorflow else "tensorflow"
+        gpu_health.require_healthy(hosts)  # First, and cheap: hosts with an nvidia-smi have every GPU fit.
         if image:  # Python and TensorFlow come from the image; the host needs Docker.
             from tfcluster.backends import docker
 
