@@ -23,7 +23,7 @@ Google's rules, each with its source (pages read 2026-11-28 through excerpts):
   VMs of every series is not in the excerpts read, so tfcluster adds none and says why.
 - Spot: no restriction on Spot VMs was found in the pages read; Spot clusters of a supported series get
   the policy. A policy can make capacity harder to get (GoogleCloudPlatform/cluster-toolkit#2420): the
-  plan says so, and a placement refusal is a stock-out for `--capacity auto` (capacity.py).
+  plan says so. (A placement refusal as a stock-out for `--capacity auto` is not modelled yet.)
 """
 
 from __future__ import annotations
@@ -46,11 +46,13 @@ class Placement:
 
 
 def decide(family: str, vms: int, provisioning: str = "STANDARD", reservation: str = "",
-           enabled: bool = True) -> Placement:
+           enabled: bool = True, gpus: int = 1) -> Placement:
     """``family``: "n1", "g2", "a2", "a3"; ``provisioning``: STANDARD, SPOT or FLEX_START;
     ``reservation``: the reservation the VMs consume ("" for none); ``enabled``: the setting
-    (compact_placement, on by default)."""
+    (compact_placement, on by default); ``gpus``: per VM (a CPU cluster gets no policy of tfcluster's)."""
     series = family.upper()
+    if gpus < 1:
+        return Placement(False, "placement: none (compact placement is for GPU clusters)")
     if vms < 2:
         return Placement(False, "placement: one VM, nothing to place close")
     if not enabled:
@@ -67,6 +69,27 @@ def decide(family: str, vms: int, provisioning: str = "STANDARD", reservation: s
                                 "best-effort basis); no compact policy is added")
     if vms > MAX_VMS:
         return Placement(False, f"placement: none: a compact policy holds at most {MAX_VMS} VMs ({vms} asked)")
-    return Placement(True, f"placement: compact (COLLOCATED), {vms} {series} VMs placed close together; this can "
-                           "make them harder to get, and `--capacity auto` moves on from a placement refusal as "
-                           "from a stock-out (compact_placement = false turns it off)")
+    return Placement(True, f"placement: compact (COLLOCATED), {vms} {series} VMs placed close together; a placement "
+                           "policy can make them harder to get (compact_placement = false turns it off)")
+
+
+def for_settings(settings) -> Placement:
+    """The decision for a cluster's settings (tfcluster/config.py)."""
+    named = settings.reservation if settings.reservation not in ("any", "none") else ""
+    model = {"flex-start": "FLEX_START", "spot": "SPOT"}.get(settings.provisioning,
+                                                             "SPOT" if settings.spot else "STANDARD")
+    return decide(settings.machine_type.split("-")[0], settings.workers, model, named, settings.compact_placement,
+                  settings.gpu_count)
+
+
+def topology(api, zone: str, name: str) -> dict | None:
+    """The VM's resourceStatus.physicalHostTopology, read from Compute (see topology_of)."""
+    return topology_of(api.get_instance(zone, name))
+
+
+def topology_of(instance) -> dict | None:
+    """An Instance's resourceStatus.physicalHostTopology (cluster, block, subblock, host), or None where
+    Compute reports none (the fields are output only, filled for VMs it placed by a policy)."""
+    found = instance.resource_status.physical_host_topology
+    values = {level: getattr(found, level, "") for level in ("cluster", "block", "subblock", "host")}
+    return values if all(values.values()) else None
