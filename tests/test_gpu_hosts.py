@@ -71,3 +71,25 @@ def test_each_bad_gpu_value_on_one_own_host_refuses_the_run_naming_host_gpu_and_
         found = [fault.line() for fault in gpu_health.check_hosts(hosts)]
         assert len(found) == 1 and found[0].startswith(f"worker-1 ({gpu_lab.hosts[1].address}) ") and said in found[0], \
             (field, found)
+
+
+def test_a_gcp_cluster_expects_the_gpus_up_applied_on_every_vm(tmp_path):
+    """gcp VMs are held to what `up` applied (terraform.tfvars.json): gpu_count GPUs of gpu_type, by the
+    words of the name nvidia-smi prints on those VMs (tests/world/nvidia_smi.py's MODELS)."""
+    from types import SimpleNamespace
+
+    from tfcluster.backends.gcp.backend import GcpBackend
+
+    backend = GcpBackend(store=SimpleNamespace(root=tmp_path), announce=lambda text: None)
+    cluster = ClusterState(name="c", backend="gcp", hosts=[])
+    assert backend.gpu_expectation(cluster) == (None, ())  # Nothing applied yet: the majority rule.
+    (tmp_path / "gcp" / "c").mkdir(parents=True)
+    (tmp_path / "gcp" / "c" / "terraform.tfvars.json").write_text('{"gpu_type": "nvidia-a100-80gb", "gpu_count": 2}')
+    count, words = backend.gpu_expectation(cluster)
+    assert (count, words) == (2, ("A100", "80GB"))
+    one = gpu_health.HostGpus("worker-0 (10.0.0.2)", [["0", "NVIDIA A100-SXM4-40GB", "0", "[N/A]"]], [])
+    assert [fault.line() for fault in gpu_health.faults(one, count, words)] == [
+        "worker-0 (10.0.0.2) its GPUs: count is 1 (expected 2: a GPU is missing from the machine)",
+        "worker-0 (10.0.0.2) GPU 0: name is NVIDIA A100-SXM4-40GB (expected A100 80GB)"]
+    healthy = [[str(i), name, "0", "[N/A]"] for i, name in enumerate([nvidia_smi.MODELS["nvidia-a100-80gb"][0]] * 2)]
+    assert gpu_health.faults(gpu_health.HostGpus("w", healthy, []), count, words) == []

@@ -13,6 +13,8 @@ from tfcluster.backends.base import Finding, Preemption, VmRow
 from tfcluster.backends.gcp import check as prerequisites
 from tfcluster.backends.gcp import budget, capacity, docker_login, failover, ledger_events, vm_control, vm_status
 from tfcluster.backends.gcp import placement
+from tfcluster import gpu_health
+from tfcluster.gpus import BY_ACCELERATOR
 from tfcluster.tfconfig import topology_order
 from tfcluster.backends.gcp.address import detect_operator_cidr
 from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
@@ -187,6 +189,15 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         self._resolve_roots(cluster, settings.remote_dir)
         self.preflight(cluster, self.hosts(cluster), need_tensorflow=True, image=settings.image)
         return cluster
+
+    def gpu_expectation(self, cluster) -> tuple[int | None, tuple[str, ...]]:
+        """What `up` applied: gpu_count GPUs of gpu_type on every VM (terraform.tfvars.json)."""
+        tfvars = self.workdir(cluster.name) / "terraform.tfvars.json"
+        applied = json.loads(tfvars.read_text()) if tfvars.exists() else {}
+        model = BY_ACCELERATOR.get(applied.get("gpu_type", ""))
+        if not applied.get("gpu_count") or model is None:
+            return None, ()
+        return int(applied["gpu_count"]), gpu_health.model_words(model.name)
 
     def preflight(self, cluster, hosts, need_tensorflow: bool, image: str = "") -> None:
         if image:
