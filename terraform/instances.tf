@@ -47,6 +47,9 @@ resource "google_compute_instance" "worker" {
     }
   }
 
+  # Compact placement (placement.tf), when tfcluster chose it for this cluster.
+  resource_policies = local.compact_placement ? [google_compute_resource_policy.placement[0].id] : []
+
   reservation_affinity {
     type = local.reservation_affinity
     dynamic "specific_reservation" {

@@ -25,6 +25,12 @@ locals {
   # Spot VMs cannot consume reservations, and Google's Flex-start requests consume none
   # (https://cloud.google.com/compute/docs/instances/reservations-consume; .../ai-hypercomputer/docs/create/create-vm).
   reservation_affinity = contains(["STANDARD", "RESERVATION_BOUND"], local.provisioning_model) ? var.reservation_affinity : "NO_RESERVATION"
+  # Compact placement as tfcluster chose it (tfcluster/backends/gcp/placement.py), except where the VMs'
+  # own model brings a placement: a specific reservation ("only with single-project reservations",
+  # https://cloud.google.com/compute/docs/instances/define-instance-placement) and Flex-start (VMs
+  # created together are colocated best-effort), and a DENSE reservation's VMs (RESERVATION_BOUND), which
+  # its blocks place (GoogleCloudPlatform/cluster-toolkit#3362). Per model, so `--capacity auto`'s rungs follow it.
+  compact_placement = var.compact_placement && !contains(["FLEX_START", "RESERVATION_BOUND"], local.provisioning_model) && local.reservation_affinity != "SPECIFIC_RESERVATION"
   # Types with bundled Local SSD (A3 High, A2 Ultra): a stop at the deadline must discard it.
   local_ssd = try(local.gpu_table.machine_types[var.machine_type].local_ssd_gb, 0) > 0
 

@@ -160,6 +160,12 @@ variable "reservation_name" {
   }
 }
 
+variable "compact_placement" {
+  description = "Place the VMs close together with a COLLOCATED group placement policy (placement.tf). tfcluster sets it for multi-VM clusters of a series that supports it (tfcluster/backends/gcp/placement.py); the setting compact_placement = false keeps it off."
+  type        = bool
+  default     = false
+}
+
 variable "docker" {
   description = "Install and start Docker on every VM (and the NVIDIA container toolkit on GPU VMs), for `train --image`. tfcluster sets it when an image is configured."
   type        = bool

@@ -59,6 +59,7 @@ BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 from tests.world import capacity, compute_auth, compute_lists, compute_resources, discovery, iam_api  # noqa: E402
 from tests.world import images as world_images  # noqa: E402
 from tests.world import quotas as world_quotas  # noqa: E402
+from tests.world import placement  # noqa: E402
 from tests.world.http import send_json  # noqa: E402
 from tests import fake_operations  # noqa: E402
 from tests.fake_operations import (_now_iso, advance, capacity_error, new_operation, preempt_instance,  # noqa: E402
@@ -200,7 +201,10 @@ def _instance_json(state: FakeCompute, name: str, zone: str) -> dict:
             **({"lastStopTimestamp": instance["stopped"]} if instance.get("stopped") else {}),
             "networkInterfaces": [{"kind": "compute#networkInterface", "name": "nic0",
                                    "networkIP": instance.get("internal_ip", ""), "accessConfigs": access}],
-            "scheduling": scheduling, **capacity.resource_status(state, instance),
+            "scheduling": scheduling, **placement.resource_status(state, name, instance,
+                                                                  capacity.resource_status(state, instance)),
+            **({"resourcePolicies": list(instance["body"]["resourcePolicies"])}
+               if (instance.get("body") or {}).get("resourcePolicies") else {}),
             "metadata": {"kind": "compute#metadata", "fingerprint": instance.get("fingerprint", "ZmluZ2VyMQ=="),
                          "items": [{"key": k, "value": v} for k, v in sorted(metadata.items())]}}
 

@@ -128,7 +128,7 @@ class HostLab:
 
     def __init__(self, root: Path, count: int, tag: str = "tc", client_alive: bool = True,
                  listen_all: bool = False, etc: dict[str, str | Path] | None = None, vm_login: bool = False,
-                 own_pids: bool = False):
+                 own_pids: bool = False, sbin: dict[int, Path] | None = None):
         """``client_alive=False`` leaves sshd's ClientAliveInterval at its default (off), as on most
         hosts: sshd then never notices on its own that a client behind a cut link is gone.
         ``vm_login=True`` makes each host what startup/startup.sh leaves on a VM, so the gcp backend
@@ -140,6 +140,9 @@ class HostLab:
         watchdog does, then sees the host's alone, not those of tests running beside it."""
         self.root = root
         self.own_pids = own_pids
+        # Host index -> a folder each login there finds at /usr/local/sbin (first on root's PATH): the
+        # programs of that host alone, such as its GPUs' nvidia-smi (tests/world/nvidia_smi.py).
+        self.sbin = sbin or {}
         self.vm_login = vm_login
         self.homes = Path("/home") / f"tfcluster-lab-{tag}{NET}"
         self.tag = tag
@@ -238,6 +241,8 @@ class HostLab:
         /opt/tfcluster/venv, in the mount namespace every login session inherits."""
         host_dir = self.root / f"h{host.index}"
         boot = [f"hostname {host.hostname}"]
+        if host.index in self.sbin:  # In this host's mount namespace only (`ip netns exec` made it a slave).
+            boot.append(f"mount --bind {shlex.quote(str(self.sbin[host.index]))} /usr/local/sbin")
         if self.vm_login:
             # A tmpfs over /opt in this host's mount namespace only (`ip netns exec` made it a slave).
             boot += ["mount -t tmpfs -o mode=755 tfcluster-opt /opt", "mkdir -p /opt/tfcluster",

@@ -251,9 +251,20 @@ def test_a_reservation_by_name_and_a_spot_cluster_back_on_it_when_spot_stays_ful
     assert ("✗ reservation a100-wrong: it holds a2-highgpu-2g, the cluster's VMs are a2-highgpu-1g: a VM consumes "
             "only a reservation it matches exactly") in checked.stdout, checked.stdout + checked.stderr
     state.capacity.room[(WEST, "SPOT")] = 2
+    # Where Compute puts them (tests/world/placement.py): default-1 on the first sub-block, default-0 on the second.
+    state.placement_slots = {"default-0": ("b1", "s2", "h9"), "default-1": ("b1", "s1", "h3")}
 
     up = gcp_cli.run("up", "--gpu", "a100", "--capacity", "auto", "--spot", timeout=240)
     assert up.returncode == 0, up.stdout + up.stderr
+    # A2 on Spot, 2 VMs: a compact placement policy, and TF_CONFIG in the order of the hosts Compute reports.
+    assert "placement: compact (COLLOCATED), 2 A2 VMs placed close together" in up.stdout, up.stdout
+    policy = state.resources["resourcePolicies"]["default-placement"]
+    assert policy["groupPlacementPolicy"] == {"collocation": "COLLOCATED"}
+    assert all(vm["body"]["resourcePolicies"][0].endswith("/regions/us-west1/resourcePolicies/default-placement")
+               for vm in state.instances.values())
+    assert [host["instance"] for host in gcp_cli.cluster()["hosts"]] == ["default-1", "default-0"]
+    placed = gcp_cli.run("status", timeout=120)
+    assert "placement: 2 VMs on 1 block, 2 sub-blocks" in placed.stdout, placed.stdout + placed.stderr
     assert ("plan: 2 x a2-highgpu-1g + 1 x nvidia-tesla-a100 (capacity auto, per zone: a matching reservation, then "
             "Spot, then on-demand, then Flex-start (waiting up to 30 min)) in us-west1-b") in up.stdout
     steps = [line[2:] for line in up.stdout.splitlines() if line.startswith("! zone ")]
@@ -284,6 +295,9 @@ def test_a_reservation_by_name_and_a_spot_cluster_back_on_it_when_spot_stays_ful
         "consumeReservationType": "SPECIFIC_RESERVATION", "key": "compute.googleapis.com/reservation-name",
         "values": ["a100-right"]}
 
+    # On the reservation by name, the VMs take its placement: the cluster's policy is gone with their move.
+    assert not state.resources.get("resourcePolicies") and not any(
+        vm["body"].get("resourcePolicies") for vm in state.instances.values())
     status = gcp_cli.run("status", timeout=120)
     assert status.returncode == 0, status.stdout + status.stderr
     assert status.stdout.count("on-demand, reservation a100-right") == 2, status.stdout

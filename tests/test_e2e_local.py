@@ -53,6 +53,7 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
     assert run["outcome"] == "succeeded"
     assert summary["replicas_in_sync"] == 3
     assert summary["last_epoch"] == 3
+    assert summary["collective"] == "ring over gRPC (CPU)"  # The summary's row (tfcluster/collective.py).
     assert "replicas in sync" in result.stdout and "validation accuracy" in result.stdout
     assert_console_folds_tensorflow_noise_and_logs_keep_it(cli, result.stdout, workers=3)
     # Without a terminal, the progress is one line per epoch: its metrics, the speed, the time left.
@@ -72,8 +73,11 @@ def test_three_worker_training_end_to_end(cli, tmp_path):
         # 3 epochs read the 6 MB of records three times: each worker keeps its share in memory after
         # the first pass (the 1-worker run's 6 steps read less than one pass: nothing to cache).
         assert strategy["cache"] is True and strategy["precision"] == "float32"
+        # No GPU: TensorFlow's ring, asked for by name (trainer/collective.py).
+        assert (strategy["collective"], strategy["communication"]) == ("ring", "RING")
     assert tasks == {("chief", 0), ("worker", 0), ("worker", 1)}
-    assert "precision float32 (auto: no GPU), XLA off, 1 step(s) per execution, training data cached in memory" \
+    assert ("precision float32 (auto: no GPU), all-reduce RING (auto: no GPU), XLA off, 1 step(s) per execution, "
+            "training data cached in memory") \
         in result.stdout
     assert [e for e in events_of((one_dir / "worker-0.log").read_text()) if e["event"] == "strategy"][0]["cache"] is False
 

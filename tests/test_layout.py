@@ -22,7 +22,7 @@ BOTTOM = {"tfcluster.state", "tfcluster.config", "tfcluster.errors", "tfcluster.
           "tfcluster.ui",
           "tfcluster.container", "tfcluster.steptime", "tfcluster.money", "tfcluster.holds", "tfcluster.machines",
           "tfcluster.pace", "tfcluster.sources", "tfcluster.provisioning",
-          "tfcluster.ports"}
+          "tfcluster.ports", "tfcluster.nccl"}
 
 
 def module_name(path: Path) -> str:

@@ -121,6 +121,9 @@ class Settings:
     # gcp: an opt-in lifecycle rule deleting the bucket's live objects after this many days;
     # 0 keeps them until the user deletes them (old versions always go a day after replacement).
     bucket_retention_days: int = 0
+    # gcp: a COLLOCATED placement policy for multi-VM GPU clusters of a series that supports it
+    # (tfcluster/backends/gcp/placement.py); false leaves the VMs anywhere in the zone.
+    compact_placement: bool = True
     # gcp: where the bucket lives (a region such as us-west1, or a multi-region such as US);
     # empty is the VMs' region, where reads from the VMs cost nothing.
     bucket_location: str = ""
@@ -364,6 +367,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         max_run_hours=max_run_hours, budget=parse_usd("budget", values["budget"]),
         termination_action=termination,
         bucket_force_destroy=parse_bool("bucket_force_destroy", values["bucket_force_destroy"]),
+        compact_placement=parse_bool("compact_placement", values["compact_placement"]),
         bucket_retention_days=bucket_retention_days,
         bucket_location=bucket_location,
         ready_timeout_seconds=ready_timeout,

@@ -14,14 +14,13 @@ import shlex
 import signal
 from concurrent.futures import ThreadPoolExecutor
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterator
 
-from tfcluster import container, stall, tfconfig
+from tfcluster import collective, container, stall, tfconfig
 from tfcluster.backends.base import WorkerHost
 from tfcluster.errors import HostUnreachable
-from tfcluster.pace import Pace
-from tfcluster.throughput import ThroughputMeter
+from tfcluster.progress import Progress  # noqa: F401 (launch.Progress: the commands' name for a run's progress)
 from trainer import events
 
 POLL_SECONDS = 0.5
@@ -126,7 +125,7 @@ wait $!"""
 cd {q(workdir)} || exit 97
 {exports}
 {made}echo $$ > {q(plan.path(attempt, "pgid"))}
-echo "=== tfcluster: {plan.name} ({plan.task}) attempt {attempt} on $(hostname) ===" >> {q(plan.log_path)}
+{collective.GPU_PROBE}echo "=== tfcluster: {plan.name} ({plan.task}) attempt {attempt} on $(hostname)$gpu_note ===" >> {q(plan.log_path)}
 {start}
 echo $? > {q(exit_file + ".tmp")} && mv {q(exit_file + ".tmp")} {q(exit_file)}
 """
@@ -290,70 +289,6 @@ class LogFollower:
                 self._partial[plan.index] = b""
             for line in lines:
                 yield plan, line.decode(errors="replace").rstrip("\r")
-
-
-@dataclass
-class Progress:
-    """What the workers reported through events, for the live view and the summary."""
-
-    replicas_in_sync: int | None = None
-    epochs: int | None = None
-    last_epoch: int = 0
-    # First epoch each attempt started at (1 = from scratch).
-    resumed_at: dict[int, int] = field(default_factory=dict)
-    metrics: dict[str, float] = field(default_factory=dict)
-    model_dir: str | None = None
-    keras_path: str | None = None
-    saved_model_path: str | None = None
-    # The served model's signatures, as `saved_model_cli show --all` prints them.
-    signatures: str | None = None
-    chance: float | None = None
-    first_step_at: float | None = None
-    scratch_dirs: dict[int, str] = field(default_factory=dict)
-    scratch_removed: list[str] = field(default_factory=list)
-    # Each preemption the launcher handled: worker, instance, address, at, attempt, noticed_at,
-    # restarted_at (epoch seconds), for run.json and the summary.
-    preemptions: list[dict] = field(default_factory=list)
-    # Each host-maintenance notice that ended an attempt: worker, instance, event, attempt,
-    # noticed_at, restarted_at (tfcluster/commands/maintenance.py).
-    maintenance: list[dict] = field(default_factory=list)
-    # The chief's strategy event (model, batch, data, devices, learning rate), for the summary.
-    strategy: dict = field(default_factory=dict)
-    # Every worker's step times and GPU samples, for the throughput figures.
-    throughput: ThroughputMeter = field(default_factory=ThroughputMeter)
-    # Where the chief is (epoch, step of steps, images/s, ETA), for the live line.
-    pace: Pace = field(default_factory=Pace)
-
-    def update(self, plan: WorkerPlan, event: dict, attempt: int) -> None:
-        kind = event["event"]
-        self.throughput.observe(plan.index, event)
-        if kind in ("scratch_dir", "scratch_removed"):
-            target = self.scratch_removed if kind == "scratch_removed" else None
-            if target is None:
-                self.scratch_dirs[plan.index] = event.get("path")
-            else:
-                target.append(event.get("path"))
-        if plan.index != 0:
-            return  # Everything else comes from the chief, which sees the global view.
-        self.pace.observe(event)
-        if kind == "strategy":
-            self.replicas_in_sync = event.get("replicas_in_sync")
-            self.strategy = event
-        elif kind == "first_step" and self.first_step_at is None:
-            self.first_step_at = event.get("time")
-        elif kind == "epoch_begin":
-            self.epochs = event.get("epochs", self.epochs)
-            self.resumed_at.setdefault(attempt, event.get("epoch", 1))
-        elif kind == "epoch_end":
-            self.last_epoch = event.get("epoch", self.last_epoch)
-            self.metrics = event.get("metrics", self.metrics)
-        elif kind == "done":
-            self.metrics = event.get("metrics", self.metrics)
-            self.model_dir = event.get("model_dir")
-            self.keras_path = event.get("keras_path")
-            self.saved_model_path = event.get("saved_model_path")
-            self.signatures = event.get("signatures")
-            self.chance = event.get("chance")
 
 
 @dataclass

@@ -39,3 +39,35 @@ def render(endpoints: list[str], index: int) -> dict:
 def render_all(endpoints: list[str]) -> list[str]:
     """TF_CONFIG JSON strings, one per worker, compact as TensorFlow expects in the env."""
     return [json.dumps(render(endpoints, i), separators=(",", ":")) for i in range(len(endpoints))]
+
+
+# compute.v1 Instance.resourceStatus.physicalHostTopology, from the widest level to the narrowest: "the
+# global name of the Compute Engine cluster", then block, sub-block and host ("Instances on the same
+# host experience the lowest possible network latency"), per the discovery document's descriptions.
+TOPOLOGY_LEVELS = ("cluster", "block", "subblock", "host")
+
+
+def topology_order(topologies: list[dict | None]) -> list[int]:
+    """The VMs' indices in TF_CONFIG order: sorted by their physicalHostTopology when Compute filled it
+    for every VM (neighbours in the ring are neighbours on the network; ties keep the VM index), else
+    by the VM's index (most VMs without a compact placement policy report none). The order is a
+    function of where the VMs are, so the chief stays the chief across restarts on the same hosts."""
+    complete = [topology for topology in topologies if topology and all(topology.get(level) for level in
+                                                                         TOPOLOGY_LEVELS)]
+    if len(complete) != len(topologies):
+        return list(range(len(topologies)))
+    return sorted(range(len(topologies)),
+                  key=lambda index: (tuple(str(topologies[index][level]) for level in TOPOLOGY_LEVELS), index))
+
+
+def spread(topologies: list[dict | None]) -> str:
+    """`status`'s line: "3 VMs on 1 block, 2 sub-blocks" ("" when Compute reports no topology)."""
+    known = [topology for topology in topologies if topology and topology.get("block")]
+    if not known:
+        return ""
+    blocks = {(t.get("cluster"), t["block"]) for t in known}
+    subblocks = {(t.get("cluster"), t["block"], t.get("subblock")) for t in known}
+    def count(n: int, word: str, plural: str) -> str:
+        return f"{n} {word if n == 1 else plural}"
+    return (f"{count(len(topologies), 'VM', 'VMs')} on {count(len(blocks), 'block', 'blocks')}, "
+            f"{count(len(subblocks), 'sub-block', 'sub-blocks')}")

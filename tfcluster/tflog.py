@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from tfcluster.nccl import is_nccl_line
+
 # absl/TF C++ log line: severity, MMDD, time, thread id, file:line] message. Before absl is
 # initialised the time is "00:00:<epoch seconds>":
 # "I0000 00:00:1795357008.749365    9100 port.cc:153] oneDNN custom operations are on. ..."
@@ -33,6 +35,10 @@ BENIGN_WARNINGS = (
     "will not be optimized because the dataset does not implement the AsGraphDefInternal",  # dataset.cc
     "TF-TRT Warning: Could not find TensorRT",  # tensorflow/compiler/tf2tensorrt (GPU images without TensorRT).
 )
+
+# TensorFlow's Python INFO records (Python's BASIC_FORMAT): the workers' sitecustomize lets the strategy's
+# line through (tfcluster/collective.py reads it); a script that raised the logger itself gets more.
+PYTHON_INFO = "INFO:tensorflow:"
 
 # Lines without a header that continue the C++ record above them.
 CONTINUATIONS = (
@@ -83,10 +89,11 @@ class StartupFold:
 
 
 def is_noise(line: str, after_noise: bool = False) -> bool:
-    """Known TensorFlow C++ noise: INFO lines, known warnings and benign errors. A FATAL line,
+    """Known TensorFlow C++ noise: INFO lines (NCCL's and TensorFlow's Python ones too), known warnings and
+    benign errors. A FATAL line,
     any other warning or error, and everything that is not a C++ log line are not noise."""
-    if line == ABSL_PREAMBLE:
-        return True
+    if line == ABSL_PREAMBLE or line.startswith(PYTHON_INFO) or is_nccl_line(line):
+        return True  # NCCL's INFO lines: NCCL_DEBUG=INFO on GPU workers (tfcluster/nccl.py).
     record = CPP_LINE.match(line)
     if record is None:
         return after_noise and any(pattern.match(line) for pattern in CONTINUATIONS)

@@ -9,6 +9,7 @@ import json
 import os
 
 from trainer import lr
+from trainer.collective import COLLECTIVES
 from trainer.model import MODELS, PRECISIONS, WEIGHTS
 
 # Flags that do not change what one training step costs: two runs that differ only in these are
@@ -88,6 +89,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     parser.add_argument("--precision", choices=PRECISIONS, default="auto",
                         help="auto: mixed_bfloat16 on GPUs of compute capability >= 8.0 (A100, L4, H100), "
                              "mixed_float16 from 7.0 (V100, T4), float32 below and on CPU")
+    parser.add_argument("--collective", choices=COLLECTIVES, default="auto",
+                        help="the all-reduce: auto is NCCL on GPU workers, TensorFlow's ring (gRPC) on CPU; "
+                             "nccl needs GPUs")
     parser.add_argument("--xla", action="store_true", help="compile the training step with XLA (jit_compile)")
     parser.add_argument("--steps-per-execution", type=_int_at_least(1), default=1,
                         help="training steps per call of the compiled step function (fewer Python round "

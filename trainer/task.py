@@ -30,6 +30,7 @@ import time
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 from trainer import lr  # noqa: E402
+from trainer import collective as collectives  # noqa: E402
 from trainer.callbacks import (BestEpoch, ImageCounter, backup_callback, evaluate, event_callback,  # noqa: E402
                                validation_callback)
 from trainer.events import emit  # noqa: E402
@@ -62,8 +63,10 @@ def main(argv=None) -> int:
     from trainer import data, export
     from trainer.create_tfrecords import read_manifest
 
-    # Created first: MWMS must exist before any other TF op runs.
-    strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    # Created first: MWMS must exist before any other TF op runs (listing devices is not an op).
+    # NCCL with GPUs, RING without (trainer/collective.py: TensorFlow's AUTO never picks NCCL).
+    strategy, collective, collective_why = collectives.strategy_for(tf, args.collective,
+                                                                    tf.config.list_physical_devices("GPU"))
     resolver = strategy.cluster_resolver
     task_type, task_id = resolver.task_type, resolver.task_id
     spec = resolver.cluster_spec().as_dict()
@@ -101,12 +104,14 @@ def main(argv=None) -> int:
          replicas_in_sync=strategy.num_replicas_in_sync, global_batch=global_batch,
          local_replicas=len(strategy.extended.worker_devices),
          mixed_precision=precision != "float32", precision=precision, xla=args.xla,
+         collective=collective, communication=collectives.communication_of(strategy),
          steps_per_execution=args.steps_per_execution, cache=cache, model=args.model,
          steps_per_epoch=steps_per_epoch, shard_policy=policy.name, batch_size=args.batch_size,
          image_size=image_size, data=data_fingerprint(manifest), args=config_hash(args), gpus=gpus,
          learning_rate={**lr_plan.as_event(), "text": lr_plan.describe()})
     if chief:
-        print(f"precision {precision} ({why}), XLA {'on' if args.xla else 'off'}, "
+        print(f"precision {precision} ({why}), all-reduce {collective.upper()} ({collective_why}), "
+              f"XLA {'on' if args.xla else 'off'}, "
               f"{args.steps_per_execution} step(s) per execution, training data "
               f"{'cached in memory' if cache else 'read from its files each epoch'}", flush=True)
 

@@ -47,7 +47,11 @@ MACHINE_TYPE = re.compile(r"n1-(standard-(1|2|4|8|16|32|64|96)|highmem-(2|4|8|16
 # a3-highgpu-1g/2g/4g are for Spot (or Flex-start) only. Compute's words for each refusal.
 NO_PD_STANDARD = ("g2-", "a3-")
 SPOT_ONLY = re.compile(r"a3-highgpu-[124]g")
-COLLECTIONS = {"networks": "global", "firewalls": "global", "subnetworks": "regions/[^/]+"}
+COLLECTIONS = {"networks": "global", "firewalls": "global", "subnetworks": "regions/[^/]+",
+               "resourcePolicies": "regions/[^/]+"}
+# Each collection's item kind and schema in compute.v1.
+KINDS = {"networks": "Network", "firewalls": "Firewall", "subnetworks": "Subnetwork",
+         "resourcePolicies": "ResourcePolicy"}
 
 
 def default_project(project: str) -> tuple[dict, dict]:
@@ -142,18 +146,26 @@ def _collection(state, kind, method, project, name, body, path, query):
             return _error(409, "alreadyExists", f"The resource '{path.removeprefix('/compute/v1/')}/"
                                                 f"{body['name']}' already exists")
         with state.lock:
-            items[body["name"]] = {**body, "kind": f"compute#{kind[:-1]}",
+            items[body["name"]] = {**body, "kind": f"compute#{KINDS[kind][0].lower()}{KINDS[kind][1:]}",
                                    "selfLink": f"https://www.googleapis.com{path}/{body['name']}"}
             _sync_others(state)
         return 200, _done(state, project, "insert", f"{kind}/{body['name']}")
     if method == "GET" and name is None:
-        schema = {"networks": "Network", "firewalls": "Firewall", "subnetworks": "Subnetwork"}[kind]
-        return compute_lists.listed(state, list(items.values()), query, schema, {"kind": f"compute#{kind[:-1]}List"})
+        schema = KINDS[kind]
+        return compute_lists.listed(state, list(items.values()), query, schema,
+                                    {"kind": f"compute#{schema[0].lower()}{schema[1:]}List"})
     if name not in items:
         return _error(404, "notFound", f"The resource '{path.removeprefix('/compute/v1/')}' was not found")
     if method == "GET":
         return 200, items[name]
     if method == "DELETE":
+        users = [instance_name for instance_name, instance in state.instances.items()
+                 if any(link.rstrip("/").endswith(f"/resourcePolicies/{name}")
+                        for link in (instance.get("body") or {}).get("resourcePolicies") or [])]
+        if kind == "resourcePolicies" and users:  # Compute refuses to delete a policy an instance uses.
+            return _error(400, "resourceInUseByAnotherResource",
+                          f"The resource_policy resource '{path.removeprefix('/compute/v1/')}' is already being "
+                          f"used by 'projects/{project}/zones/{state.instances[users[0]]['zone']}/instances/{users[0]}'")
         if kind == "networks":
             users = [f"projects/{project}/{'regions/x/' if k == 'subnetworks' else 'global/'}{k}/{n}"
                      for k in ("subnetworks", "firewalls") for n, r in state.resources.get(k, {}).items()

@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rich.markup import escape
 from rich.status import Status
 
 from tfcluster import holds, launch, ledger, runners, stall, tflog, throughput, ui
@@ -288,11 +289,17 @@ def _one_attempt(settings: Settings, runner, plans, attempt: int, progress: laun
             live.update(f"Attempt {attempt}: {running}/{len(plans)} workers running, "
                         + (bars if bars else "waiting for the first training step..."))
 
+    def on_line(plan, line):
+        view.line(plan, line)
+        warning = progress.collective.line(plan.index, plan.name, line)  # Once per run (tfcluster/collective.py).
+        if warning:
+            console.print(f"[bold yellow]! {escape(warning)}[/]", soft_wrap=True, highlight=False)
+
     follower = runner.follower()
     runner.start(attempt)
     try:
         watch = stall.StallWatch(stall_limit, [plan.index for plan in plans])
-        result = launch.follow_attempt(plans, attempt, follower, view.line, on_event, on_tick, should_stop, watch,
+        result = launch.follow_attempt(plans, attempt, follower, on_line, on_event, on_tick, should_stop, watch,
                                        lambda: runner.statuses(attempt))
     finally:
         live.stop()
@@ -353,6 +360,7 @@ def _finish(settings: Settings, store, run: RunRecord, outcome: str, progress: l
         "preemptions": list(progress.preemptions),
         "maintenance": list(progress.maintenance),
         "redone_seconds": _redone(progress),
+        "collective": progress.collective.describe(progress.strategy),
         **_speed(settings, store, run, progress),
         # What the launcher's caller recorded before: --then, and who stopped the run.
         **{key: run.summary[key] for key in ("then", "stopped_by") if key in run.summary},

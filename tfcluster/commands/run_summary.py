@@ -18,6 +18,7 @@ def print_summary(run: RunRecord, progress: launch.Progress, wall: float, tensor
     table.show_header = False
     table.add_row("workers", str(run.workers))
     table.add_row("replicas in sync", str(progress.replicas_in_sync or "n/a"))
+    table.add_row("collective", run.summary.get("collective") or progress.collective.describe(progress.strategy))
     rate = run.summary.get("learning_rate")
     table.add_row("learning rate", rate["text"] if rate else "n/a")
     speed = run.summary["throughput"]

@@ -114,3 +114,26 @@ class Firewall(ComputeResource):
         return {"direction": planned.get("direction") or "INGRESS", "destination_ranges": [],
                 "enable_logging": False, "creation_timestamp": "2026-11-22T05:00:00.000-08:00",
                 "deletion_policy": None}
+
+
+class ResourcePolicy(ComputeResource):
+    """resource_compute_resource_policy.go: name, region and every policy block are ForceNew (a
+    resource policy has no update call in compute.v1)."""
+
+    type_name = "google_compute_resource_policy"
+    collection = "regions/{region}/resourcePolicies"
+    label = "ResourcePolicy"
+    forces_new = ("name", "region", "project", "group_placement_policy")
+
+    def body(self, planned):
+        body = {"name": planned["name"]}
+        group = (planned.get("group_placement_policy") or [None])[0]
+        if group:
+            fields = {"collocation": group.get("collocation"), "vmCount": group.get("vm_count"),
+                      "availabilityDomainCount": group.get("availability_domain_count"),
+                      "gpuTopology": group.get("gpu_topology")}
+            body["groupPlacementPolicy"] = {key: value for key, value in fields.items() if value is not None}
+        return body
+
+    def computed(self, planned):
+        return {"region": planned.get("region") or self.provider.region(), "deletion_policy": None}

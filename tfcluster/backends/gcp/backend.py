@@ -12,6 +12,10 @@ from pathlib import Path
 from tfcluster.backends.base import Finding, Preemption, VmRow
 from tfcluster.backends.gcp import check as prerequisites
 from tfcluster.backends.gcp import budget, capacity, docker_login, failover, ledger_events, vm_control, vm_status
+from tfcluster.backends.gcp import placement
+from tfcluster import gpu_health
+from tfcluster.gpus import BY_ACCELERATOR
+from tfcluster.tfconfig import topology_order
 from tfcluster.backends.gcp.address import detect_operator_cidr
 from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
                                             wait_ready)
@@ -83,6 +87,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
             "termination_action": settings.termination_action, "boot_disk_gb": settings.boot_disk_gb,
             "boot_disk_type": settings.boot_disk_type, "nic_type": settings.nic_type,
             "bucket_force_destroy": settings.bucket_force_destroy, "boot_nonce": new_nonce(),
+            "compact_placement": placement.for_settings(settings).compact,  # Google's rules: placement.py.
             # Docker on the VMs when the workers run in an image (startup.sh, step 2a).
             "docker": bool(settings.image),
             "vertex": False,  # The VMs are the cluster (the vertex backend sets it, with workers = 0).
@@ -120,6 +125,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         self._announce(
             f"plan: {settings.workers} x {settings.machine_type} + {settings.gpu_count} x {gpu}"
             f"{capacity.plan_words(settings)} in {settings.zone}{others}, bucket, VPC, firewall, service account")
+        self._announce(placement.for_settings(settings).line)
         prices = self._quote(settings, settings.project, settings.zone, settings.workers, settings.spot)
         for line in prices.lines():
             self._announce(line)
@@ -171,9 +177,12 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         wait_ready(api, zone, names, settings.ready_timeout_seconds, nonce=variables["boot_nonce"])
         keys = in_parallel(outputs.instances, lambda vm: pinned_host_key(api, zone, vm.name),
                            lambda vm: vm.name, "reading host keys")
+        # Neighbours in TF_CONFIG are neighbours on the network where Compute says where the VMs are.
+        order = topology_order(in_parallel(outputs.instances, lambda vm: placement.topology(api, zone, vm.name),
+                                           lambda vm: vm.name, "reading placements"))
         records = [HostRecord(name=f"worker-{i}", address=vm.internal_ip, ssh_address=vm.external_ip,
                               tf_port=settings.tf_port, host_key=key, instance=vm.name)
-                   for i, (vm, key) in enumerate(zip(outputs.instances, keys))]
+                   for i, (vm, key) in enumerate([(outputs.instances[j], keys[j]) for j in order])]
         cluster = ClusterState(name=settings.cluster, backend=self.name, hosts=records,
                                ssh_user=settings.gcp_ssh_user, ssh_key=str(key_file),
                                python=settings.python or VM_PYTHON, project=settings.project,
@@ -181,6 +190,15 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         self._resolve_roots(cluster, settings.remote_dir)
         self.preflight(cluster, self.hosts(cluster), need_tensorflow=True, image=settings.image)
         return cluster
+
+    def gpu_expectation(self, cluster) -> tuple[int | None, tuple[str, ...]]:
+        """What `up` applied: gpu_count GPUs of gpu_type on every VM (terraform.tfvars.json)."""
+        tfvars = self.workdir(cluster.name) / "terraform.tfvars.json"
+        applied = json.loads(tfvars.read_text()) if tfvars.exists() else {}
+        model = BY_ACCELERATOR.get(applied.get("gpu_type", ""))
+        if not applied.get("gpu_count") or model is None:
+            return None, ()
+        return int(applied["gpu_count"]), gpu_health.model_words(model.name)
 
     def preflight(self, cluster, hosts, need_tensorflow: bool, image: str = "") -> None:
         if image:

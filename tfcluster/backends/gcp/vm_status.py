@@ -19,6 +19,8 @@ from datetime import datetime
 from tfcluster.backends.base import VmRow
 from tfcluster.backends.gcp import reservations
 from tfcluster.backends.gcp.compute import ComputeApi
+from tfcluster.backends.gcp.placement import topology_of
+from tfcluster.tfconfig import spread
 
 # Compute's provisioning model in a status line.
 MODEL_WORDS = {"SPOT": "Spot", "FLEX_START": "Flex-start", "STANDARD": "on-demand"}
@@ -60,6 +62,9 @@ def rows(backend, cluster, settings) -> list[VmRow]:
     if reserved:
         backend._announce(f"cost: {', '.join(reserved)} run on a reservation: no cost beyond it (the project pays "
                           "the reservation's hours whether a VM uses them or not)")
+    placed = spread([topology_of(vm) for vm in listed])  # resourceStatus.physicalHostTopology, where Compute says.
+    if placed:
+        backend._announce(f"placement: {placed}")
     return found
 
 

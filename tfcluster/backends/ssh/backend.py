@@ -12,6 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from tfcluster import gpu_health
 from tfcluster.backends.base import Backend, Staged
 from tfcluster.backends.group import in_parallel
 from tfcluster.backends.ssh import watchdog
@@ -128,9 +129,16 @@ class SshBackend(Backend):
 
     # ------------------------------------------------------------ preflight
 
+    def gpu_expectation(self, cluster) -> tuple[int | None, tuple[str, ...]]:
+        """GPUs per host and the words of their model (tfcluster/gpu_health.py); own hosts declare none,
+        so the host with the most GPUs and the commonest model set them."""
+        return None, ()
+
     def preflight(self, cluster, hosts: list[SshHost], need_tensorflow: bool, image: str = "") -> None:
         # need_tensorflow: tf.keras resolves to tf_keras (TF_USE_LEGACY_KERAS=1), so check it too.
         modules = "tensorflow, tf_keras" if need_tensorflow else "tensorflow"
+        # First, and cheap: hosts with an nvidia-smi have every GPU they should, each fit to train.
+        gpu_health.require_healthy(hosts, *self.gpu_expectation(cluster))
         if image:  # Python and TensorFlow come from the image; the host needs Docker.
             from tfcluster.backends import docker
 
