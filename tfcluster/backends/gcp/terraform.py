@@ -14,6 +14,7 @@ from pathlib import Path
 
 from tfcluster.backends.gcp.errors import terraform_error_line
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
+from tfcluster.state import write_json
 
 MODULE_DIR = Path(__file__).resolve().parents[3] / "terraform"
 
@@ -61,7 +62,7 @@ class Terraform:
         self.workdir.mkdir(parents=True, exist_ok=True)
         for source in [*MODULE_DIR.glob("*.tf"), MODULE_DIR / "machine_types.json"]:
             shutil.copyfile(source, self.workdir / source.name)
-        (self.workdir / "terraform.tfvars.json").write_text(json.dumps(variables, indent=2, sort_keys=True))
+        write_json(self.workdir / "terraform.tfvars.json", variables)  # Atomic: a kill leaves the old or the new.
         self.run("init", "-input=false", "-no-color")
 
     def apply(self, targets: list[str] | None = None) -> None:
@@ -73,7 +74,7 @@ class Terraform:
         path = self.workdir / "terraform.tfvars.json"
         variables = json.loads(path.read_text())
         variables.update(changes)
-        path.write_text(json.dumps(variables, indent=2, sort_keys=True))
+        write_json(path, variables)
 
     def variables(self) -> dict:
         return json.loads((self.workdir / "terraform.tfvars.json").read_text())
