@@ -224,6 +224,13 @@ def _tear_down(settings: Settings, store: StateStore, cluster: ClusterState, bac
     for record in cluster.hosts:
         if record.name in gone:
             _print_left_on_host(cluster, record, gone[record.name])
+    changed = [f"{record.name} ({record.address})" for record in cluster.hosts
+               if "host key CHANGED" in gone.get(record.name, "")]  # tfcluster/backends/ssh/connection.py
+    if changed and not force:  # Waiting cannot help: only the user can say the host was rebuilt.
+        raise ClusterError(f"the host key of {', '.join(changed)} CHANGED since `invoke up` pinned it, so tfcluster "
+                           f"will not connect there; the hosts it could verify are clean, and cluster '{cluster.name}' "
+                           "is kept: if the host was rebuilt, run `invoke down --force` to forget the cluster (what "
+                           "may be left on each host is named above)")
     if gone and not force:  # Never forgotten while something of it may run there.
         names = ", ".join(f"{record.name} ({record.address})" for record in cluster.hosts if record.name in gone)
         raise ClusterError(f"could not reach {names}; the hosts that answered are clean, and cluster '{cluster.name}' "
