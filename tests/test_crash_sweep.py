@@ -20,6 +20,7 @@ import os
 import random
 import shutil
 import subprocess
+import time
 import urllib.request
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ import pytest
 from tests.conftest import REPO
 from tests.hostlab import HostLab
 from tests.test_gcp_backend import make_gcp_cli, needs_hosts
+from tests.test_ssh_backend import lab, ssh_cli  # noqa: F401 - the ssh sweep's hosts and CLI
 from tests.world import discovery
 
 CLUSTER = "sweep"
@@ -138,10 +140,23 @@ def points(command: str, total: int) -> list[int]:
     return sorted(rng.sample(range(1, total), min(wanted, total - 1)))
 
 
+def ledger_problems(cli, made: list[tuple[str, float]], since: float) -> list[str]:
+    """The cost ledger against the VMs the world made since ``since`` (name, when): each one's start is there
+    (no VM-second lost), and no start is there twice (none counted twice)."""
+    from tfcluster.ledger import START, Ledger
+
+    starts = [(e.instance, e.at) for e in Ledger(cli.state_dir, CLUSTER).events() if e.kind == START and e.at >= since - 5]
+    problems = [f"the ledger has no start of {name}, made at {at:.0f}" for name, at in made if since <= at
+                and not any(n == name and abs(a - at) < 5 for n, a in starts)]
+    doubles = {(n, round(a)) for n, a in starts if sum(n == m and abs(a - b) < 1 for m, b in starts) > 1}
+    return problems + [f"the ledger counts the start of {name} at {at} twice" for name, at in sorted(doubles)]
+
+
 def sweep_one(cli, world, tally: Tally, args: tuple[str, ...], k: int, before=None) -> None:
     """Point ``k`` of ``args``: ``before()`` makes the cluster it needs; kill; the same command; `down`; look."""
     if before is not None:
         before()
+    since = time.time()
     _, killed_after = run_killed(cli, args, k)
     tally.tried += 1
     again = cli.run(*args, timeout=600)
@@ -150,6 +165,8 @@ def sweep_one(cli, world, tally: Tally, args: tuple[str, ...], k: int, before=No
         problem = one_line_or_ok(result)
         if problem:
             tally.broken.append((f"right after request {k}", killed_after, f"`{what}` after the kill: {problem}"))
+    for problem in ledger_problems(cli, cli.made, since):
+        tally.broken.append((f"right after request {k}", killed_after, problem))
     left = held_by_world(world, cli)
     if left or cli.cluster(CLUSTER) is not None:
         tally.leaked.append((f"right after request {k}", killed_after, left or ["the cluster's record"]))
@@ -163,6 +180,14 @@ def sweep_cli(tmp_path, world, synthetic_data):
     lab = HostLab(tmp_path / "lab", 2, tag="ts", listen_all=True, vm_login=True)
     cli = make_gcp_cli(tmp_path, world, lab, synthetic_data)
     cli.env["INVOKE_TFCLUSTER_CLUSTER"] = CLUSTER
+    cli.made = []  # (name, when) of each VM the world made: what the cost ledger must hold.
+    booting = world.compute.state.on_insert
+
+    def on_insert(name, record):
+        cli.made.append((name, time.time()))
+        return booting(name, record)
+
+    world.compute.state.on_insert = on_insert
     yield cli
     if cli.cluster(CLUSTER) is not None:
         cli.run("down", timeout=300)
@@ -184,7 +209,7 @@ def report(tallies: list[Tally], backend: str) -> None:
 
 # Requests the world received during one clean `up` and `down` of a 2-VM cluster when the sweep was last
 # measured (the full sweep counts them anew): CI draws its points from these spans without a clean run.
-MEASURED = {"up": 160, "down": 60}
+MEASURED = {"up": 95, "down": 108}
 
 
 @needs_hosts
@@ -206,7 +231,7 @@ def test_gcp_up_and_down_killed_anywhere_leave_nothing(sweep_cli, world):
 
 # ---------------------------------------------------------------- local: kill points in time
 
-LOCAL_POINTS = int(os.environ.get("TFCLUSTER_SWEEP_LOCAL_POINTS") or 1)
+LOCAL_POINTS = int(os.environ.get("TFCLUSTER_SWEEP_LOCAL_POINTS") or (3 if POINTS else 1))
 SHORT_RUN = """
 import os, time
 print("worker", os.environ["TFCLUSTER_WORKER_INDEX"], "up", flush=True)
@@ -224,8 +249,6 @@ def local_leftovers(cli, cluster_id: str) -> list[str]:
 def killed_in_time(cli, args: tuple[str, ...], after: float) -> None:
     """``args`` in its own session, its whole group SIGKILLed ``after`` seconds in (the kill point, drawn
     from the seeded sample; never a synchronisation)."""
-    import time
-
     process = subprocess.Popen(cli.argv(*args), cwd=REPO, env=cli.env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     try:
@@ -235,35 +258,34 @@ def killed_in_time(cli, args: tuple[str, ...], after: float) -> None:
         process.wait()
 
 
-# Seconds each command takes here on the local backend, about: the span the kill points are drawn from.
-LOCAL_SPANS = {"up": 2.0, "train": 6.0, "train --detach": 4.0, "stop": 3.0, "down": 3.0}
+# Seconds each command takes here, about: the span the kill points are drawn from.
+SPANS = {"local": {"up": 2.0, "train": 6.0, "train --detach": 4.0, "stop": 3.0, "down": 3.0},
+         "ssh": {"up": 4.0, "train": 10.0, "train --detach": 8.0, "stop": 4.0, "down": 4.0}}
 
 
-def test_local_commands_killed_anywhere_leave_nothing(cli, tmp_path):
-    """up, train (attached and --detach), stop and down on the embedded local cluster: killed at seeded moments
-    over each one's span (the local backend sends the world nothing to count), then the same command, then
-    `down`: no process of the cluster is left, nor its record."""
-    script = tmp_path / "short.py"
-    script.write_text(SHORT_RUN)
-    commands = {
-        "up": (("up", "--workers", "2"), None),
+def time_sweep(cli, backend: str, script, up: tuple[str, ...], commands: list[str], remote=None) -> list[Tally]:
+    """Kill each of ``commands`` at seeded moments of its span, the same command again, `down`: nothing left."""
+    table = {
+        "up": (up, None),
         "train": (("train", "--script", str(script)), "up"),
         "train --detach": (("train", "--detach", "--script", str(script)), "up"),
         "stop": (("stop",), "a detached run"),
         "down": (("down",), "a detached run"),
     }
     tallies = []
-    for name, (args, needs) in commands.items():
-        tally, rng = Tally(name), random.Random(f"{SEED}-local-{name}")
+    for name in commands:
+        args, needs = table[name]
+        tally, rng = Tally(name), random.Random(f"{SEED}-{backend}-{name}")
         for _ in range(LOCAL_POINTS):
             if needs is not None:
-                assert cli.run("up", "--workers", "2").returncode == 0
+                made = cli.run(*up, timeout=300)
+                assert made.returncode == 0, made.stdout + made.stderr
             if needs == "a detached run":
                 detached = subprocess.run(cli.argv("train", "--detach", "--script", str(script)), cwd=REPO,
                                           env={**cli.env, "SLEEP": "600"}, capture_output=True, text=True, timeout=300)
                 assert detached.returncode == 0, detached.stdout + detached.stderr
             cluster_id = (cli.cluster() or {}).get("cluster_id", "")
-            at = round(rng.uniform(0.05, 1.0) * LOCAL_SPANS[name], 2)
+            at = round(rng.uniform(0.05, 1.0) * SPANS[backend][name], 2)
             killed_in_time(cli, args, at)
             tally.tried += 1
             cluster_id = cluster_id or (cli.cluster() or {}).get("cluster_id", "")
@@ -272,10 +294,32 @@ def test_local_commands_killed_anywhere_leave_nothing(cli, tmp_path):
                 if problem:
                     tally.broken.append((f"{at} s in", "seeded", f"`{' '.join(what)}` after the kill: {problem}"))
             left = local_leftovers(cli, cluster_id) if cluster_id else (["the cluster's record"] if cli.cluster() else [])
+            if remote is not None and (remote / "default").exists() and any((remote / "default").iterdir()):
+                left.append(f"the hosts' folder {remote / 'default'}")
             if left:
                 tally.leaked.append((f"{at} s in", "seeded", left))
                 cli.run("down", "--force")
             else:
                 tally.converged += 1
         tallies.append(tally)
-    report(tallies, "local")
+    return tallies
+
+
+def test_local_commands_killed_anywhere_leave_nothing(cli, tmp_path):
+    """up, train (attached and --detach), stop and down on the embedded local cluster: killed at seeded moments
+    over each one's span (the local backend sends the world nothing to count), then the same command, then
+    `down`: no process of the cluster is left, nor its record."""
+    script = tmp_path / "short.py"
+    script.write_text(SHORT_RUN)
+    report(time_sweep(cli, "local", script, ("up", "--workers", "2"), list(SPANS["local"])), "local")
+
+
+@needs_hosts
+def test_ssh_train_and_down_killed_anywhere_leave_nothing(ssh_cli, tmp_path):
+    """On own hosts (OpenSSH in network namespaces): `train` killed while it stages, syncs or starts, and
+    in the full sweep every command (`down` killed while it ends the workers and removes the hosts' folders);
+    then the same command and `down`: no process of the cluster on any host, no folder of it there."""
+    script = tmp_path / "short.py"
+    script.write_text(SHORT_RUN)
+    commands = list(SPANS["ssh"]) if POINTS else ["train"]
+    report(time_sweep(ssh_cli, "ssh", script, ("up",), commands, remote=ssh_cli.remote), "ssh")

@@ -121,8 +121,29 @@ def remove_unrecorded(api, project: str, zone: str, cluster: str, workdir: Path,
     announce(f"removing {len(items)} resource(s) of '{cluster}' that a killed terraform made but never recorded: "
              f"{', '.join(items)}")
     for item in items:
+        if item.startswith("instance "):
+            _ledger_the_unrecorded(api, zone, item.split(" ", 1)[1], workdir.parent.parent, cluster)
         _delete(api, project, zone, item)
     return items
+
+
+def _ledger_the_unrecorded(api, zone: str, name: str, state_dir: Path, cluster: str) -> None:
+    """A VM that the killed command made bills from its start (the ledger may never have seen it: that
+    command died before its sync), until the deletion this module makes: both go into the cost ledger,
+    its start at Compute's own timestamp, never twice (a start already there at that time stands)."""
+    import time
+
+    from tfcluster.backends.gcp.ledger_events import seen_of
+    from tfcluster.ledger import DELETE, OBSERVED, OWN, START, Event, Ledger
+
+    vm = api.instance_or_none(zone, name)
+    started = seen_of(vm).last_start if vm is not None else None
+    book = Ledger(state_dir, cluster)
+    if started is not None and not any(e.instance == name and e.kind == START and abs(e.at - started) < 1.0
+                                       for e in book.events()):
+        book.append([Event(at=started, instance=name, kind=START, source=OBSERVED, detail="lastStartTimestamp")])
+    book.append([Event(at=time.time(), instance=name, kind=DELETE, source=OWN,
+                       detail="deleted: made by a killed command, never recorded by terraform")])
 
 
 def _delete(api, project: str, zone: str, item: str) -> None:
