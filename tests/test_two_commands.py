@@ -89,9 +89,9 @@ def test_train_and_train_then_train_tune_up_and_down_while_down_runs(cli, tmp_pa
         run_id = cli.runs()[-1].name
         runs_before = len(cli.runs())
         line = one_error_line(cli.run("train", "--script", str(script)))
-        assert re.fullmatch(rf"error: cluster 'default' is held by `invoke train` \(pid {launcher.pid}, {SINCE}\), "
-                            rf"which runs {run_id}; watch it with `invoke logs --follow` or end it with `invoke stop`",
-                            line), line
+        assert re.fullmatch(rf"error: a run is still active on cluster 'default': {run_id}, held by `invoke train` "
+                            rf"\(pid {launcher.pid}, {SINCE}\); watch it with `invoke logs --follow` or end it with "
+                            r"`invoke stop`", line), line
 
         # The launcher paused: `down` stops the run's workers, then waits for the launcher, holding the cluster.
         os.kill(launcher.pid, signal.SIGSTOP)

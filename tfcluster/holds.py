@@ -217,8 +217,9 @@ class LauncherLease:
                 if run_id != self.run_id:
                     other = Holder(info.get("command", "`invoke train`"), int(info.get("pid") or 0),
                                    info.get("host", ""), float(info.get("started_at") or 0))
-                    raise ClusterError(f"cluster '{name}' is held by {other.describe()}, which runs {run_id}; "
-                                       "watch it with `invoke logs --follow` or end it with `invoke stop`")
+                    raise ClusterError(f"a run is still active on cluster '{name}': {run_id}, held by "
+                                       f"{other.describe()}; watch it with `invoke logs --follow` or end it with "
+                                       "`invoke stop`")
             self._run = _open_lock(self.store.run_dir(self.run_id) / "launcher.lock")
             fcntl.flock(self._run, fcntl.LOCK_EX)  # Held for an instant at most by a reader.
             self._run.truncate(0)
