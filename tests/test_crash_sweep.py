@@ -203,8 +203,9 @@ def report(tallies: list[Tally], backend: str) -> None:
             failures.append(f"{tally.command}: killed {k} ({after}): the world still holds {', '.join(left)}")
         for k, after, problem in tally.broken:
             failures.append(f"{tally.command}: killed {k} ({after}): {problem}")
+    sample = f"TFCLUSTER_SWEEP_POINTS={POINTS} " if POINTS else ""
     assert not failures, ("\n".join(lines) + "\n" + "\n".join(failures) + f"\nreproduce: TFCLUSTER_SWEEP_SEED={SEED} "
-                          f"TFCLUSTER_SWEEP_POINTS={POINTS or 'N'} python -m pytest -n 0 -s tests/test_crash_sweep.py")
+                          f"{sample}python -m pytest -n 0 -s tests/test_crash_sweep.py -k {backend}")
 
 
 # Requests the world received during one clean `up` and `down` of a 2-VM cluster when the sweep was last
