@@ -9,8 +9,9 @@ instances, disks, addresses, firewall rules, networks, service accounts, the cus
 the bucket (empty here, so not kept). A leaked point names what leaked and where the kill landed.
 
 The points are sampled, seeded: CI runs a few (TFCLUSTER_SWEEP_POINTS, default below) from seed 46; the full
-sweep is `TFCLUSTER_SWEEP_POINTS=20 python -m pytest -n 0 -s tests/test_crash_sweep.py`, and any seed
-reproduces with TFCLUSTER_SWEEP_SEED=N. Every point of one command shares one world and one set of machines.
+sweep is `TFCLUSTER_SWEEP_POINTS=20 python -m pytest -n 0 -s tests/test_crash_sweep.py`, any seed
+reproduces with TFCLUSTER_SWEEP_SEED=N, and one point with TFCLUSTER_SWEEP_AT=up:36 (a leaked point's line
+names its command and k). Every point of one backend shares one world and one set of machines.
 """
 
 from __future__ import annotations
@@ -85,6 +86,11 @@ def forget_everything(world, cli) -> None:
             state.others[kind] = {n for n in state.others.get(kind, set()) if not n.startswith(f"{CLUSTER}-")}
         for email in [e for e in state.service_accounts if e.startswith(f"{CLUSTER}-")]:
             state.service_accounts.pop(email)
+    with urllib.request.urlopen(f"{world.storage_url}/storage/v1/b?project=demo-project", timeout=30) as answer:
+        for item in json.load(answer).get("items", []):
+            if f"-{CLUSTER}-" in item["name"]:
+                urllib.request.urlopen(urllib.request.Request(f"{world.storage_url}/storage/v1/b/{item['name']}",
+                                                              method="DELETE"), timeout=30)
     for path in (cli.state_dir / "clusters" / f"{CLUSTER}.json", cli.state_dir / "gcp" / CLUSTER):
         if path.is_dir():
             shutil.rmtree(path)
@@ -133,8 +139,14 @@ def requests_of(cli, args: tuple[str, ...]) -> int:
     return len(seen)
 
 
+# "up:36,down:60": exactly these points (a leaked point's line names its k), instead of a sample.
+AT = [item.split(":") for item in os.environ.get("TFCLUSTER_SWEEP_AT", "").split(",") if item]
+
+
 def points(command: str, total: int) -> list[int]:
     """The sampled kill points of ``command`` over its ``total`` requests, spread over its whole span."""
+    if AT:
+        return [int(k) for name, k in AT if name == command]
     wanted = POINTS or CI_POINTS.get(command, 0)
     rng = random.Random(f"{SEED}-{command}")
     return sorted(rng.sample(range(1, total), min(wanted, total - 1)))
@@ -261,7 +273,7 @@ def killed_in_time(cli, args: tuple[str, ...], after: float) -> None:
 
 # Seconds each command takes here, about: the span the kill points are drawn from.
 SPANS = {"local": {"up": 2.0, "train": 6.0, "train --detach": 4.0, "stop": 3.0, "down": 3.0},
-         "ssh": {"up": 4.0, "train": 10.0, "train --detach": 8.0, "stop": 4.0, "down": 4.0}}
+         "ssh": {"up": 4.0, "train": 10.0, "train --detach": 8.0, "stop": 4.0, "down": 4.0, "down (no run)": 3.0}}
 
 
 def time_sweep(cli, backend: str, script, up: tuple[str, ...], commands: list[str], remote=None) -> list[Tally]:
@@ -272,6 +284,7 @@ def time_sweep(cli, backend: str, script, up: tuple[str, ...], commands: list[st
         "train --detach": (("train", "--detach", "--script", str(script)), "up"),
         "stop": (("stop",), "a detached run"),
         "down": (("down",), "a detached run"),
+        "down (no run)": (("down",), "up"),
     }
     tallies = []
     for name in commands:
@@ -322,5 +335,5 @@ def test_ssh_train_and_down_killed_anywhere_leave_nothing(ssh_cli, tmp_path):
     then the same command and `down`: no process of the cluster on any host, no folder of it there."""
     script = tmp_path / "short.py"
     script.write_text(SHORT_RUN)
-    commands = list(SPANS["ssh"]) if POINTS else ["train"]
+    commands = list(SPANS["ssh"]) if POINTS else ["down (no run)"]  # CI: the cheapest point (a train preflights TF).
     report(time_sweep(ssh_cli, "ssh", script, ("up",), commands, remote=ssh_cli.remote), "ssh")

@@ -9,9 +9,10 @@ returns it, so a kill mid-apply leaves resources made in the project that no sta
 next `up` or `down` runs terraform (never while another terraform of the cluster still runs):
 - the stale lock info goes;
 - a state that does not parse is set aside (terraform.tfstate.cut) and the backup takes its place;
-- resources of the cluster that the state does not name (instances, disks and addresses by the
-  cluster's label; firewall rules and subnetworks by the cluster's network; the network, its service
-  accounts and custom role by their names) are deleted, so `up` makes them again and `down` leaves none.
+- resources of the cluster that the state does not name (instances, disks, addresses and empty buckets
+  by the cluster's label; firewall rules and subnetworks by the cluster's network; the network, its
+  service accounts and custom role by their names) are deleted, so `up` makes them again and `down`
+  leaves none.
 Each says so in one line.
 """
 
@@ -97,24 +98,40 @@ def _recorded(item: str, names: set[str]) -> bool:
     return ident in names or any(name.endswith("/" + ident) for name in names)
 
 
-def unrecorded(api, project: str, zone: str, cluster: str, workdir: Path) -> list[str]:
-    """The cluster's resources in the project that terraform's state does not name ("instance sweep-0")."""
+def unrecorded(api, project: str, zone: str, cluster: str, workdir: Path, keep: tuple[str, ...] = ()) -> list[str]:
+    """The cluster's resources in the project that terraform's state does not name ("instance sweep-0"),
+    but for ``keep`` (a bucket `down` keeps for its results)."""
     from tfcluster.backends.gcp.compute import default_credentials
     from tfcluster.backends.gcp.iam import iam_leftovers
 
     names = state_names(workdir)
-    found = api.leftovers(zone, cluster) + iam_leftovers(project, cluster, default_credentials()).found
-    return [item for item in found if not _recorded(item, names)]
+    found = (api.leftovers(zone, cluster) + iam_leftovers(project, cluster, default_credentials()).found
+             + _empty_buckets(project, cluster))
+    return [item for item in found if not _recorded(item, names) and item.rsplit(" ", 1)[-1] not in keep]
+
+
+def _empty_buckets(project: str, cluster: str) -> list[str]:
+    """The cluster's empty buckets, by its label (terraform/main.tf local.labels): a killed `up` that made
+    one and lost its random suffix (random_id.suffix) makes another next time. One that holds objects is
+    never taken for an orphan: it is a bucket `down` kept, or the user's."""
+    from tfcluster.backends.gcp import storage
+    from tfcluster.backends.gcp.compute import LABEL
+
+    client = storage.client(project)
+    return [f"bucket {bucket.name}" for bucket in client.list_buckets(project=project)
+            if (bucket.labels or {}).get(LABEL) == cluster
+            and not list(client.list_blobs(bucket.name, max_results=1, versions=True))]
 
 
 # Deleted in this order: what uses a thing goes before it (an instance before its disk and network).
-ORDER = ("instance", "disk", "address", "firewall rule", "subnetwork", "network", "service account", "custom role")
+ORDER = ("instance", "disk", "address", "firewall rule", "subnetwork", "network", "service account", "custom role",
+         "bucket")
 
 
 def remove_unrecorded(api, project: str, zone: str, cluster: str, workdir: Path,
-                      announce: Callable[[str], None]) -> list[str]:
-    """Delete the cluster's resources that the state does not name; returns them."""
-    items = sorted(unrecorded(api, project, zone, cluster, workdir),
+                      announce: Callable[[str], None], keep: tuple[str, ...] = ()) -> list[str]:
+    """Delete the cluster's resources that the state does not name (but ``keep``); returns them."""
+    items = sorted(unrecorded(api, project, zone, cluster, workdir, keep),
                    key=lambda item: next(i for i, kind in enumerate(ORDER) if item.startswith(kind + " ")))
     if not items:
         return []
@@ -166,10 +183,16 @@ def _delete(api, project: str, zone: str, item: str) -> None:
             v1.SubnetworksClient(**kwargs).delete(project=project, region=region, subnetwork=name).result(timeout=300)
         elif kind == "network":
             v1.NetworksClient(**kwargs).delete(project=project, network=name).result(timeout=300)
+        elif kind == "bucket":
+            from tfcluster.backends.gcp import storage
+
+            storage.client(project).bucket(name).delete()  # Refused (409) if an object came since: kept.
         else:
             _delete_iam(project, kind, name)
     except exceptions.NotFound:
         pass  # Gone already: what was wanted.
+    except exceptions.Conflict:
+        pass  # A bucket that holds an object now: never deleted with it.
 
 
 def _delete_iam(project: str, kind: str, name: str) -> None:

@@ -120,5 +120,5 @@ def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_
         from tfcluster.backends.gcp.compute import ComputeApi
 
         remove_unrecorded(ComputeApi(cluster.project), cluster.project, cluster.zone, cluster.name, terraform.workdir,
-                          announce)
+                          announce, keep=(cluster.bucket,))
     return kept
