@@ -181,7 +181,8 @@ def sweep_one(cli, world, tally: Tally, args: tuple[str, ...], k: int, before=No
         tally.broken.append((f"right after request {k}", killed_after, problem))
     left = held_by_world(world, cli)
     if left or cli.cluster(CLUSTER) is not None:
-        tally.leaked.append((f"right after request {k}", killed_after, left or ["the cluster's record"]))
+        said = [line.strip() for line in (again.stdout + down.stdout).splitlines() if "bucket" in line or "removing" in line]
+        tally.leaked.append((f"right after request {k}", killed_after, (left or ["the cluster's record"]) + said[-4:]))
         forget_everything(world, cli)
     else:
         tally.converged += 1
