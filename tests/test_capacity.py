@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -364,6 +365,12 @@ def test_flex_start_h100s_whole_or_not_at_all_pending_cancelled_and_made_after_a
         assert ("pending: `invoke up` (pid " in status.stdout and "waits for Flex-start capacity for 2 x "
                 "a3-highgpu-1g in us-west1-b since" in status.stdout and "`invoke down` cancels it" in status.stdout), \
             status.stdout + status.stderr
+        # tfcluster issue 46: a second `up` of the cluster while the first waits says who holds it, in one line.
+        second = gcp_cli.run("up", timeout=60)
+        assert second.returncode == 2 and re.fullmatch(
+            rf"error: cluster 'default' is being made by `invoke up` \(pid {waiting.pid}, since \d\d:\d\d:\d\d\), "
+            r"which waits for Flex-start capacity for 2 x a3-highgpu-1g in us-west1-b; let it wait, or end it there "
+            r"\(Ctrl-C\) or with `invoke down`", second.stderr.strip()), second.stdout + second.stderr
         waiting.send_signal(signal.SIGINT)
         output, _ = waiting.communicate(timeout=120)
     finally:

@@ -387,7 +387,8 @@ def test_host_keys_are_verified_never_trusted_silently(ssh_cli, lab, tmp_path):
     host.sshd.kill()
     host.sshd.wait()
     host.sshd = subprocess.Popen(
-        ["ip", "netns", "exec", host.netns, "/usr/sbin/sshd", "-D", "-f", str(lab.root / "h2" / "sshd_config")])
+        ["ip", "netns", "exec", host.netns, "/usr/sbin/sshd", "-D", "-f", str(lab.root / "h2" / "sshd_config"),
+         "-E", str(lab.root / "h2" / "rebuilt-sshd.log")])  # Every login from now on (none may come).
     lab._wait_for_port(host)
     refused = ssh_cli.run("train", "--", "--epochs", "1")
     assert refused.returncode == 2
@@ -399,6 +400,28 @@ def test_host_keys_are_verified_never_trusted_silently(ssh_cli, lab, tmp_path):
     assert shell.returncode == 2 and shell.stderr.startswith("error: worker-2: host key CHANGED since `invoke up` "
                                                              "pinned it (now SHA256:"), shell.stderr
     assert ssh_cli.run("ssh", "--", "hostname").stdout.strip() == lab.hosts[0].hostname
+
+    # tfcluster issue 46, the rebuilt host. `status` shows the cluster, that host marked; plain `down` cleans
+    # what it can verify, keeps the cluster and says to use --force; `down --force` forgets it, naming what
+    # may be left on that host, and never connects there (a login leaves a session process in its namespace).
+    status = ssh_cli.run("status")
+    assert status.returncode == 0, status.stdout + status.stderr
+    row = next(line for line in status.stdout.splitlines() if "worker-2" in line)
+    assert "host key CHANGED since `invoke up` pinned it" in row and "SHA256:" in row, status.stdout
+    assert "CHANGED" not in next(line for line in status.stdout.splitlines() if "worker-0" in line)
+    down = ssh_cli.run("down")
+    assert down.returncode == 2 and ssh_cli.cluster() is not None, down.stdout + down.stderr
+    assert down.stderr.strip().splitlines() == [
+        f"error: the host key of worker-2 ({SUBNET}.12) CHANGED since `invoke up` pinned it, so tfcluster will not "
+        "connect there; the hosts it could verify are clean, and cluster 'default' is kept: if the host was "
+        "rebuilt, run `invoke down --force` to forget the cluster (what may be left on each host is named above)"]
+    forced = ssh_cli.run("down", "--force")
+    assert forced.returncode == 0 and ssh_cli.cluster() is None, forced.stdout + forced.stderr
+    assert f"could not clean worker-2 ({SUBNET}.12): host key CHANGED since `invoke up` pinned it" in forced.stdout
+    assert "Traceback" not in forced.stdout + forced.stderr + down.stderr + status.stderr
+    assert "1 could not be cleaned (above)" in forced.stdout
+    logins = (lab.root / "h2" / "rebuilt-sshd.log").read_text()
+    assert "Accepted" not in logins and "[preauth]" in logins, logins  # Handshakes only, no login.
 
 
 def test_tf_port_taken_fails_preflight(ssh_cli, lab):

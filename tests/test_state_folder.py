@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -114,3 +115,43 @@ def test_a_projects_old_state_folder_moves_to_the_per_user_one_with_one_line(hom
     assert json.loads((state / "clusters" / "old.json").read_text())["name"] == "old"
     again = run([*tfcluster_command(), "status", "--cluster", "old"], elsewhere, env)
     assert "moved" not in again.stdout  # Once.
+
+
+WRITER = """
+import sys, time
+from pathlib import Path
+from tfcluster.config import Settings
+from tfcluster.state import ClusterState, HostRecord, StateStore
+store = StateStore(Settings(state_dir=sys.argv[1]), "big")
+states = [ClusterState(name="big", backend="ssh", hosts=[HostRecord(f"worker-{i}", f"10.0.{n}.{i % 250}", 2222, host_key="k" * 200)
+                                                          for i in range(6000)], cluster_id=str(n)) for n in (1, 2)]
+n = 0
+while True:
+    store.save_cluster(states[n % 2])
+    n += 1
+    if n == 1:
+        print("written", flush=True)
+"""
+
+
+def test_a_state_write_killed_at_any_moment_leaves_the_old_or_the_new_record_whole(tmp_path):
+    """SIGKILL lands while the cluster record (a few MB here, so that each write takes a while) is being
+    written, over and over: the next command finds one of the two records whole, never a cut one, and no
+    temporary file a reader would take for a cluster."""
+    import random
+    import signal
+
+    from tfcluster.state import StateStore
+
+    rng = random.Random(46)
+    store = StateStore(Settings(state_dir=str(tmp_path)), "big")
+    for attempt in range(12):
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path)], cwd=REPO, stdout=subprocess.PIPE,
+                                  text=True)
+        assert writer.stdout.readline().strip() == "written"
+        time.sleep(rng.uniform(0.0, 0.3))  # Not a synchronisation: where the kill lands, seeded.
+        writer.send_signal(signal.SIGKILL)
+        writer.wait(timeout=10)
+        loaded = store.load_cluster()  # A half-written record raises here (json.decoder.JSONDecodeError).
+        assert loaded is not None and loaded.cluster_id in ("1", "2") and loaded.workers == 6000, attempt
+        assert StateStore.cluster_names(tmp_path) == ["big"]

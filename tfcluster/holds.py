@@ -3,7 +3,18 @@
     <state_dir>/runs/<cluster>/<run_id>/stop.json      who stopped the run (`stop`, `down`), read by its launcher
     <state_dir>/runs/<cluster>/<run_id>/launcher.lock  held (flock) by the run's launcher while it lives
     <state_dir>/locks/<cluster>.lock                   shared by every launcher of the cluster, exclusive for `down`
+    <state_dir>/locks/<cluster>.command                held (flock) by the one `up` or `down` of the cluster, holding
+                                                       who it is (Holder): the other says so in one line, or waits
+    <state_dir>/locks/<cluster>.admit                  taken for an instant by a launcher: one launcher at a time
     clusters/<cluster>.json's `waiting`                 an `up` waiting for capacity: its pid, which `down` signals
+
+Two commands at once from two shells, on one cluster:
+- `up` + `up`, `down` + `down`, `up` while `down` runs: the second says who holds the cluster and exits;
+- `down` while `up` runs: waits for it (an `up` waiting for capacity is asked to stop at once);
+- `train`/`tune` + `train`/`tune`: the second says which launcher holds the cluster (its pid, since when);
+- `train`/`tune` while `down` (or `up`) runs: refused, naming it; a launcher that was already staging
+  sees `down`'s stop request before it starts anything (tfcluster/commands/train.py).
+Clusters of different names share nothing here: they proceed side by side.
 
 A flock is dropped by the kernel when its process dies, however it dies: a killed launcher holds nothing.
 """
@@ -68,6 +79,104 @@ def _open_lock(path: Path):
     return open(path, "a+")
 
 
+@dataclass
+class Holder:
+    """Who holds a cluster: written into the lock file its holder keeps locked."""
+
+    # The command, as a user would type it: "`invoke up`", "`invoke down`", "`invoke train`".
+    command: str
+    pid: int
+    host: str
+    # When it took the cluster (epoch seconds).
+    since: float
+
+    def describe(self) -> str:
+        where = f"pid {self.pid}" + ("" if self.host in ("", socket.gethostname()) else f" on {self.host}")
+        return f"{self.command} ({where}, since {time.strftime('%H:%M:%S', time.localtime(self.since))})"
+
+    @classmethod
+    def me(cls, command: str) -> "Holder":
+        return cls(command=command, pid=os.getpid(), host=socket.gethostname(), since=time.time())
+
+
+def _write_holder(handle, holder: Holder) -> None:
+    handle.seek(0)
+    handle.truncate(0)
+    json.dump(dataclasses.asdict(holder), handle)
+    handle.flush()
+
+
+def _held_by(path: Path) -> Holder | None:
+    """The live holder recorded in the lock file ``path``, or None when nobody holds it. A holder that
+    died dropped its flock (the kernel does, however it died) and is not reported."""
+    try:
+        handle = open(path)
+    except FileNotFoundError:
+        return None
+    with handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)
+            return None  # Nobody holds it (closing the file drops our own shared lock).
+        except BlockingIOError:
+            pass
+        try:
+            return Holder(**json.loads(handle.read() or "{}"))
+        except (ValueError, TypeError):
+            return Holder(command="another command", pid=0, host="", since=time.time())  # Still writing it.
+
+
+class CommandHold:
+    """The hold of the one `up` or `down` of a cluster at a time (the file ``locks/<cluster>.command``):
+    an exclusive flock, with the holder written inside for the others to name."""
+
+    def __init__(self, store: StateStore, command: str):
+        self.path = store.root / "locks" / f"{store.cluster_name}.command"
+        self.command = command
+        self._handle = None
+
+    def try_acquire(self) -> Holder | None:
+        """None once this process holds the cluster; else who holds it. A reader that looks for an
+        instant (``_held_by``) is not a holder: tried again a few times."""
+        handle = _open_lock(self.path)
+        for _ in range(20):
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _held_by(self.path)
+                if holder is None:
+                    time.sleep(0.01)
+                    continue
+                handle.close()
+                return holder
+            _write_holder(handle, Holder.me(self.command))
+            self._handle = handle
+            return None
+        handle.close()
+        return Holder(command="another command", pid=0, host="", since=time.time())
+
+    def release(self) -> None:
+        if self._handle is not None:
+            self._handle.truncate(0)
+            self._handle.close()
+            self._handle = None
+
+
+def command_holder(store: StateStore) -> Holder | None:
+    """The `up` or `down` that holds the cluster now, or None."""
+    return _held_by(store.root / "locks" / f"{store.cluster_name}.command")
+
+
+def cluster_holder(store: StateStore) -> Holder | None:
+    """Who holds the cluster now: its `up` or `down`, else a live launcher of it, else None."""
+    holder = command_holder(store)
+    if holder is not None:
+        return holder
+    for _, info in live_launchers(store):
+        return Holder(command=info.get("command", "`invoke train`"), pid=int(info.get("pid") or 0),
+                      host=info.get("host", ""), since=float(info.get("started_at") or time.time()))
+    return None
+
+
 class LauncherLease:
     """A launcher's hold on its cluster, from before it starts anything until it can start nothing more.
 
@@ -76,23 +185,52 @@ class LauncherLease:
     while it tears down), and an exclusive one on the run's ``launcher.lock`` holding its pid (so
     `stop` and `status` know whether a launcher is attached to the run)."""
 
-    def __init__(self, store: StateStore, run_id: str):
-        self.store, self.run_id = store, run_id
+    def __init__(self, store: StateStore, run_id: str, command: str = "`invoke train`"):
+        """``command``: what the lease names to a second command (`invoke train`, `invoke tune`)."""
+        self.store, self.run_id, self.command = store, run_id, command
         self._cluster = self._run = None
 
     def __enter__(self) -> "LauncherLease":
+        name = self.store.cluster_name
         self._cluster = _open_lock(self.store.lock_file)
         try:
             fcntl.flock(self._cluster, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
             self._cluster.close()
-            raise ClusterError(f"cluster '{self.store.cluster_name}' is being taken down by `invoke down`; "
-                               "wait for it to finish, then `invoke up`") from None
-        self._run = _open_lock(self.store.run_dir(self.run_id) / "launcher.lock")
-        fcntl.flock(self._run, fcntl.LOCK_EX)  # Held for an instant at most by a reader.
-        self._run.truncate(0)
-        json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time()}, self._run)
-        self._run.flush()
+            holder = command_holder(self.store)
+            by = holder.describe() if holder else "`invoke down`"
+            raise ClusterError(f"cluster '{name}' is being taken down by {by}; wait for it to finish, then "
+                               "`invoke up`") from None
+        # One launcher at a time is let in: it looks for another and takes its own run's lock under
+        # the admission lock, so two launchers started at once cannot both see none.
+        admit = _open_lock(self.store.root / "locks" / f"{name}.admit")
+        try:
+            fcntl.flock(admit, fcntl.LOCK_EX)
+            lifecycle = command_holder(self.store)
+            if lifecycle is not None and "down" in lifecycle.command:  # Nothing may start on what it removes.
+                raise ClusterError(f"cluster '{name}' is being taken down by {lifecycle.describe()}; wait for it to "
+                                   "finish, then `invoke up`")
+            if lifecycle is not None:
+                raise ClusterError(f"cluster '{name}' is held by {lifecycle.describe()}; wait for it to finish, then "
+                                   "run this again")
+            for run_id, info in live_launchers(self.store):
+                if run_id != self.run_id:
+                    other = Holder(info.get("command", "`invoke train`"), int(info.get("pid") or 0),
+                                   info.get("host", ""), float(info.get("started_at") or 0))
+                    raise ClusterError(f"a run is still active on cluster '{name}': {run_id}, held by "
+                                       f"{other.describe()}; watch it with `invoke logs --follow` or end it with "
+                                       "`invoke stop`")
+            self._run = _open_lock(self.store.run_dir(self.run_id) / "launcher.lock")
+            fcntl.flock(self._run, fcntl.LOCK_EX)  # Held for an instant at most by a reader.
+            self._run.truncate(0)
+            json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started_at": time.time(),
+                       "command": self.command}, self._run)
+            self._run.flush()
+        except BaseException:
+            self.__exit__()
+            raise
+        finally:
+            admit.close()
         return self
 
     def __exit__(self, *exc) -> None:

@@ -126,11 +126,32 @@ class RunRecord:
 
 
 def write_json(path: Path, payload: Any) -> None:
-    """Atomic write: readers never see half a file, and a crash leaves the old one."""
+    """Atomic write: readers never see half a file, and a process killed at any moment (or a machine
+    that loses power) leaves either the old file or the new one, whole. Written to a hidden temporary
+    file beside it, flushed to the disk (fsync), renamed over it (rename is atomic within a folder,
+    POSIX rename(2)), and the folder flushed too, so that the rename itself survives a power cut.
+    A kill before the rename leaves only the hidden ``.<name>.*.tmp``, which no reader looks at."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as tmp:
-        json.dump(payload, tmp, indent=2, sort_keys=True)
+    with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, prefix=f".{path.name}.",
+                                     suffix=".tmp") as tmp:
+        try:
+            json.dump(payload, tmp, indent=2, sort_keys=True)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        except BaseException:
+            os.unlink(tmp.name)
+            raise
     os.replace(tmp.name, path)
+    _fsync_folder(path.parent)
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Flush a folder's entries (a rename into it) to the disk."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class StateStore:

@@ -435,9 +435,58 @@ def api(name: str) -> Api:
         return Api(name, json.load(handle))
 
 
+class KillSwitch:
+    """The fault sweep's hook (tests/test_crash_sweep.py), shared by every REST stand-in since each
+    checks its requests here: it numbers the requests the world receives from the moment it is armed,
+    and when request k+1 arrives it first SIGKILLs the armed process group, so the command dies right
+    after its k-th request was answered. Request k+1 is then served as Google serves one whose sender
+    is gone: what it asked for happens, and nobody hears the answer."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self.pgid = 0
+        self.after: int | None = None
+        # "VERB path" of each request since arm(), in arrival order.
+        self.seen: list[str] = []
+        # The request after which the group was killed ("" while none was).
+        self.killed_after = ""
+
+    def arm(self, after: int | None) -> None:
+        """Count from now; kill the group set by ``target`` right after request ``after`` (None: count only)."""
+        with self._lock:
+            self.pgid, self.after, self.seen, self.killed_after = 0, after, [], ""
+
+    def target(self, pgid: int) -> None:
+        with self._lock:
+            self.pgid = pgid
+
+    def disarm(self) -> list[str]:
+        with self._lock:
+            self.after, self.pgid = None, 0
+            return list(self.seen)
+
+    def received(self, verb: str, path: str) -> None:
+        import os
+        import signal
+
+        with self._lock:
+            self.seen.append(f"{verb} {path}")
+            if self.after is not None and self.pgid and len(self.seen) == self.after + 1:
+                self.killed_after = self.seen[-2] if len(self.seen) > 1 else "(start)"
+                try:
+                    os.killpg(self.pgid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                self.after = None
+
+
+KILL_SWITCH = KillSwitch()
+
+
 def check(name: str, verb: str, path: str, query: dict, body) -> tuple[Call | None, tuple[int, dict] | None]:
     """(the call, None) when API ``name``'s document takes this request, else (call or None,
     Google's refusal); a refusal is recorded as a violation."""
+    KILL_SWITCH.received(verb, path)
     return api(name).resolve(verb, path, query, body)
 
 

@@ -24,8 +24,32 @@ from tfcluster.state import ClusterState, StateStore
 
 def up(settings: Settings, yes: bool = False) -> ClusterState:
     """``yes``: create without asking. On a terminal a backend whose machines bill asks first
-    (the gcp backend, with the hourly cost); without one nothing is asked."""
+    (the gcp backend, with the hourly cost); without one nothing is asked. One `up` or `down` of a
+    cluster at a time (tfcluster/holds.py CommandHold): a second says in one line who holds it."""
     store = StateStore(settings)
+    hold = holds.CommandHold(store, "`invoke up`")
+    holder = hold.try_acquire()
+    if holder is not None:
+        raise ClusterError(_held_for_up(store, holder))
+    try:
+        return _up(settings, store, yes)
+    finally:
+        hold.release()
+
+
+def _held_for_up(store: StateStore, holder: holds.Holder) -> str:
+    name = store.cluster_name
+    if "down" in holder.command:
+        return f"cluster '{name}' is being taken down by {holder.describe()}; run `invoke up` again once it is down"
+    cluster = store.load_cluster()
+    if cluster is not None and cluster.waiting:
+        return (f"cluster '{name}' is being made by {holder.describe()}, which waits for "
+                f"{cluster.waiting.get('what')}; let it wait, or end it there (Ctrl-C) or with `invoke down`")
+    return (f"cluster '{name}' is being made by {holder.describe()}; wait for it to finish (`invoke status` shows "
+            "the cluster then)")
+
+
+def _up(settings: Settings, store: StateStore, yes: bool) -> ClusterState:
     existing = store.load_cluster()
     if existing is not None and existing.status != "up":
         console.print(f"Resuming the unfinished `up` of cluster '{existing.name}'...")
@@ -101,6 +125,10 @@ def status(settings: Settings, every: bool = False) -> dict | list:
     ui.show(table)
     if cluster.waiting:  # An `up` waiting for capacity (tfcluster/backends/gcp/capacity.py).
         console.print(overview.waiting_line(cluster.waiting))
+    holder = holds.cluster_holder(store)
+    if holder is not None and holder.command in ("`invoke up`", "`invoke down`"):  # A run's launcher shows below.
+        console.print(f"Held by {holder.describe()}: other `up` and `down` of this cluster wait or say so.",
+                      highlight=False)
     rows = backend.vm_rows(cluster, settings) if cluster.status == "up" else []
     if rows:
         vms = ui.table("VMs", ["VM", "state", "capacity", "uptime", "cost so far"])
@@ -180,13 +208,46 @@ def down(settings: Settings, keep: bool = False, delete_bucket: bool = False, fo
     forgets the cluster anyway, naming what stays on each such host."""
     store = StateStore(settings)
     cluster = store.load_cluster()
-    if cluster is None:
+    if cluster is None and holds.command_holder(store) is None:  # No record, and no `up` making one.
         others = overview.named(settings)
         if others:  # A typo, or a cluster made under another name: never "nothing to do" while others bill.
             raise ClusterError(f"no cluster '{settings.cluster}' in {store.root}; the clusters there are {others}: "
                                "take one down with --cluster NAME")
         console.print(f"Cluster '{settings.cluster}' is not up. Nothing to do.")
         return
+    command = holds.CommandHold(store, "`invoke down`")
+    _hold_for_down(store, command)
+    try:
+        cluster = store.load_cluster()
+        if cluster is None:  # The `up` this one waited for failed before it recorded anything.
+            console.print(f"Cluster '{settings.cluster}' is not up. Nothing to do.")
+            return
+        _down_held(settings, store, cluster, keep, delete_bucket, force)
+    finally:
+        command.release()
+
+
+def _hold_for_down(store: StateStore, command: holds.CommandHold) -> None:
+    """Take the cluster from any `up` of it: one waiting for capacity is asked to stop at once
+    (holds.end_waiting_up), another is waited for; a second `down` says who is at it already."""
+    announced = False
+    while (holder := command.try_acquire()) is not None:
+        if "down" in holder.command:
+            raise ClusterError(f"cluster '{store.cluster_name}' is already being taken down by {holder.describe()}; "
+                               "it finishes the job (`invoke status` says when the cluster is gone)")
+        current = store.load_cluster()
+        if current is not None and current.waiting and holds.end_waiting_up(store, current.waiting, "`invoke down`"):
+            console.print("Cancelled the `invoke up` that waited for capacity.")
+            continue
+        if not announced:
+            console.print(f"Waiting for {holder.describe()} to finish before taking cluster "
+                          f"'{store.cluster_name}' down...", highlight=False)
+            announced = True
+        time.sleep(0.2)
+
+
+def _down_held(settings: Settings, store: StateStore, cluster: ClusterState, keep: bool, delete_bucket: bool,
+               force: bool) -> None:
     if holds.end_waiting_up(store, cluster.waiting, "`invoke down`"):  # It removed what it made, and left.
         console.print("Cancelled the `invoke up` that waited for capacity.")
         cluster = store.load_cluster() or cluster
@@ -224,6 +285,13 @@ def _tear_down(settings: Settings, store: StateStore, cluster: ClusterState, bac
     for record in cluster.hosts:
         if record.name in gone:
             _print_left_on_host(cluster, record, gone[record.name])
+    changed = [f"{record.name} ({record.address})" for record in cluster.hosts
+               if "host key CHANGED" in gone.get(record.name, "")]  # tfcluster/backends/ssh/connection.py
+    if changed and not force:  # Waiting cannot help: only the user can say the host was rebuilt.
+        raise ClusterError(f"the host key of {', '.join(changed)} CHANGED since `invoke up` pinned it, so tfcluster "
+                           f"will not connect there; the hosts it could verify are clean, and cluster '{cluster.name}' "
+                           "is kept: if the host was rebuilt, run `invoke down --force` to forget the cluster (what "
+                           "may be left on each host is named above)")
     if gone and not force:  # Never forgotten while something of it may run there.
         names = ", ".join(f"{record.name} ({record.address})" for record in cluster.hosts if record.name in gone)
         raise ClusterError(f"could not reach {names}; the hosts that answered are clean, and cluster '{cluster.name}' "

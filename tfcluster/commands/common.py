@@ -39,6 +39,8 @@ def active_run(store: StateStore, cluster: ClusterState,
     run = store.latest_run()
     if run is None or run.outcome is not None:
         return None
+    if run.started_at < cluster.created_at:  # A run of an earlier cluster of this name: `down` ended its machines.
+        return None
     attached = holds.attached_launcher(store, run.run_id) is not None
     if run.attempts == 0 and not attached:
         return None

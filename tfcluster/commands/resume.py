@@ -38,7 +38,7 @@ def resume(settings: Settings, run_id: str, retries: int | None = None, verbose:
     active = active_run(store, cluster, backend)
     if active is not None and not taken:
         raise ClusterError(f"run {active[0].run_id} is still running; follow it with `invoke logs --follow`")
-    with holds.LauncherLease(store, run_id):
+    with holds.LauncherLease(store, run_id, "`invoke train --resume`"):
         holds.clear_stop_request(store, run_id)  # A run stopped before is resumed on purpose.
         return _resume(settings, store, backend, cluster, run, taken, retries, verbose, limit)
 

@@ -135,7 +135,7 @@ def tune(settings: Settings, request: TuneRequest) -> RunRecord | None:
     run = RunRecord(run_id=run_id, cluster=cluster.name, workers=workers, command=argv, retries=retries,
                     kind="tune", oracle_port=oracle_port)
     store.save_run(run)
-    with holds.LauncherLease(store, run_id):  # `stop` and `down` wait for this launcher (tfcluster/holds.py).
+    with holds.LauncherLease(store, run_id, "`invoke tune`"):  # `stop` and `down` wait for this launcher (tfcluster/holds.py).
         return run_search(settings, store, backend, run, plans, bundled=script is None,
                           local_tune_dir=None if "://" in tune_dir else store.run_dir(run_id) / "tune")
 

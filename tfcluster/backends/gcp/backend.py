@@ -23,6 +23,7 @@ from tfcluster.backends.gcp.cost import Quote, quote
 from tfcluster.backends.gcp.errors import translated
 from tfcluster.backends.gcp.iam import iam_leftovers, service_account_email
 from tfcluster.backends.gcp.registry import adopt_kept_repository
+from tfcluster.backends.gcp.recovery import remove_unrecorded
 from tfcluster.backends.gcp.restart import ZoneFull, bring_back, bring_back_waiting, new_nonce
 from tfcluster.backends.gcp.teardown import bucket_rule, destroy_keeping_results
 from tfcluster.backends.gcp.terraform import MODULE_DIR, Terraform
@@ -105,7 +106,8 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         _require_place(settings)
         settings = failover.with_auto_zones(settings, self._announce)
         gpu = gpu_type(settings.gpu)
-        terraform = Terraform(self.workdir(settings.cluster), project=settings.project)  # Fails early if missing.
+        terraform = Terraform(self.workdir(settings.cluster), project=settings.project,  # Fails early if missing.
+                              announce=self._announce)
         api = ComputeApi(settings.project)  # Fails early without credentials.
         # Before anything is created: the same lines as `invoke check`, and a stop on any ✗.
         report = prerequisites.run(settings, failover.made_before(api, terraform, settings.cluster))
@@ -166,6 +168,9 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         variables["budget_run_seconds"] = budget.kept_run_seconds(previous, variables["budget_run_seconds"])
         failover.pin_locations(variables, previous, settings.bucket_location)
         terraform.prepare(variables)
+        if previous:  # Resuming: what a killed apply made but never recorded goes, and is made again.
+            remove_unrecorded(api, settings.project, previous.get("zone") or zones[0], settings.cluster,
+                              terraform.workdir, self._announce)
         adopt_kept_repository(terraform, settings.project, variables["registry_location"], settings.cluster,
                               self._announce)
         if settings.capacity == AUTO or settings.provisioning == FLEX_START:  # The ladder, the Flex-start wait.
@@ -375,7 +380,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         """Destroy everything that bills by the hour, then prove it through the Compute API.
         The bucket (results) and the registry (images) are kept when they hold something (and
         named, with size and cost) unless `--delete-bucket` or bucket_force_destroy says otherwise."""
-        terraform = Terraform(self.workdir(cluster.name), project=cluster.project)
+        terraform = Terraform(self.workdir(cluster.name), project=cluster.project, announce=self._announce)
         with translated(cluster.project, "down"):
             kept = destroy_keeping_results(cluster, terraform, delete_bucket, self._announce)
             left = self._api(cluster).leftovers(cluster.zone, cluster.name)

@@ -26,6 +26,7 @@ from typing import Callable
 
 from tfcluster.backends.gcp.cost import PRICES
 from tfcluster.backends.gcp.errors import translated
+from tfcluster.backends.gcp.recovery import remove_unrecorded
 from tfcluster.backends.gcp.registry import REPOSITORY, Stored, repository_path, repository_usage
 from tfcluster.backends.gcp.terraform import Terraform
 from tfcluster.state import ClusterState
@@ -76,7 +77,10 @@ def _kept_repository(stored: Stored, location: str, repository: str, project: st
 
 def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_stored: bool,
                             announce: Callable[[str], None]) -> list[str]:
-    """Destroy the cluster's resources, the VMs first; returns one line per kept bucket or repository."""
+    """Destroy the cluster's resources, the VMs first; returns one line per kept bucket or repository.
+    What a killed terraform left is mended first, and what it made but never recorded goes last
+    (tfcluster/backends/gcp/recovery.py)."""
+    terraform.mend()
     vms = bool(terraform.variables().get("workers", 1))  # A Vertex AI cluster has none (terraform/vertex.tf).
     if vms:
         announce("destroying the VMs first (what bills by the hour), then looking at what the bucket and the registry hold")
@@ -112,4 +116,9 @@ def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_
         announce(f"destroying {rest}" + (f", and the empty {' and '.join(empty)}" if empty else "")
                  + ("; keeping what holds results and images" if kept else ""))
     terraform.destroy()
+    if vms and cluster.zone:
+        from tfcluster.backends.gcp.compute import ComputeApi
+
+        remove_unrecorded(ComputeApi(cluster.project), cluster.project, cluster.zone, cluster.name, terraform.workdir,
+                          announce, keep=(cluster.bucket,))
     return kept

@@ -11,9 +11,11 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from tfcluster.backends.gcp.errors import terraform_error_line
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
+from tfcluster.state import write_json
 
 MODULE_DIR = Path(__file__).resolve().parents[3] / "terraform"
 
@@ -37,8 +39,11 @@ class TerraformError(TfClusterError):
 class Terraform:
     """The terraform CLI on one working directory: argument lists, -chdir, -input=false."""
 
-    def __init__(self, workdir: Path, binary: str | None = None, project: str = ""):
+    def __init__(self, workdir: Path, binary: str | None = None, project: str = "",
+                 announce: Callable[[str], None] = lambda line: None):
         self.workdir = workdir
+        # Where mend() says what it mended.
+        self.announce = announce
         # Names the project in the fixes for Google errors found in terraform's output.
         self.project = project
         self.binary = binary or os.environ.get("TFCLUSTER_TERRAFORM") or shutil.which("terraform")
@@ -56,12 +61,22 @@ class Terraform:
             raise TerraformError(action, result.stderr, self.project)
         return result.stdout
 
+    def mend(self) -> None:
+        """What a killed terraform left in the folder (tfcluster/backends/gcp/recovery.py), mended
+        before this one runs; an error while a terraform of the cluster still runs."""
+        from tfcluster.backends.gcp.recovery import mend_folder
+
+        if self.workdir.is_dir():
+            for line in mend_folder(self.workdir, self.workdir.name):
+                self.announce(line)
+
     def prepare(self, variables: dict) -> None:
         """Copy the module into the cluster's own folder (its own state), write the tfvars, init."""
+        self.mend()
         self.workdir.mkdir(parents=True, exist_ok=True)
         for source in [*MODULE_DIR.glob("*.tf"), MODULE_DIR / "machine_types.json"]:
             shutil.copyfile(source, self.workdir / source.name)
-        (self.workdir / "terraform.tfvars.json").write_text(json.dumps(variables, indent=2, sort_keys=True))
+        write_json(self.workdir / "terraform.tfvars.json", variables)  # Atomic: a kill leaves the old or the new.
         self.run("init", "-input=false", "-no-color")
 
     def apply(self, targets: list[str] | None = None) -> None:
@@ -73,7 +88,7 @@ class Terraform:
         path = self.workdir / "terraform.tfvars.json"
         variables = json.loads(path.read_text())
         variables.update(changes)
-        path.write_text(json.dumps(variables, indent=2, sort_keys=True))
+        write_json(path, variables)
 
     def variables(self) -> dict:
         return json.loads((self.workdir / "terraform.tfvars.json").read_text())

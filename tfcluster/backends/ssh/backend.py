@@ -16,7 +16,7 @@ from tfcluster import gpu_health
 from tfcluster.backends.base import Backend, Staged
 from tfcluster.backends.group import in_parallel
 from tfcluster.backends.ssh import watchdog
-from tfcluster.backends.ssh.connection import HostAddress, SshConnection, parse_hosts, pin_host_key
+from tfcluster.backends.ssh.connection import HostAddress, HostKeyChanged, SshConnection, parse_hosts, pin_host_key
 from tfcluster.backends.ssh.host import SshHost
 from tfcluster.backends.ssh.mesh import check_tf_port_mesh
 from tfcluster.backends.ssh.sync import collect_files, make_bundle, upload_bundle
@@ -117,6 +117,8 @@ class SshBackend(Backend):
                 host.connection.shell("true")
             except HostUnreachable as error:
                 return f"unreachable ({error.detail})"
+            except HostKeyChanged as error:  # Marked broken too: nothing more is sent to it.
+                return error.detail
             return None
 
         hosts = self.hosts(cluster)

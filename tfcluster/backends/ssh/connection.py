@@ -57,6 +57,19 @@ CONTROL_SHELL = (
 TRANSIENT = (socket.timeout, TimeoutError, ConnectionError, EOFError, OSError, paramiko.SSHException)
 
 
+class HostKeyChanged(ClusterError):
+    """The host presents another key than the one `up` pinned: nothing is sent to it, no login tried.
+    A rebuilt host; or someone in between. Either way only the user can tell, so the cluster can be
+    forgotten (`down --force`) but never cleaned there by us."""
+
+    def __init__(self, name: str, presented: str):
+        self.host = name
+        self.detail = f"host key CHANGED since `invoke up` pinned it (now {presented}); not connected"
+        super().__init__(f"{name}: host key CHANGED since `invoke up` pinned it (now {presented}); refusing to "
+                         "connect. If the host was rebuilt, `invoke down --force` forgets the cluster without "
+                         "connecting to it (naming what may be left there), then `invoke up` pins the new key")
+
+
 @dataclass(frozen=True)
 class HostAddress:
     # Hostname or IP as the user gave it; also what other workers use to reach this one.
@@ -194,10 +207,7 @@ class SshConnection:
                 return client
             except paramiko.BadHostKeyException as error:
                 client.close()
-                raise ClusterError(
-                    f"{self.name}: host key CHANGED since `invoke up` pinned it "
-                    f"(now {fingerprint(error.key)}); refusing to connect. If the host was rebuilt, "
-                    "run `invoke down` and `invoke up` again") from None
+                raise HostKeyChanged(self.name, fingerprint(error.key)) from None
             except paramiko.AuthenticationException as error:
                 client.close()
                 raise ClusterError(
@@ -227,8 +237,9 @@ class SshConnection:
                 self.close()
                 try:
                     self._client = self._connect()
-                except HostUnreachable as error:
-                    # Later calls fail at once instead of each waiting out the connect deadline.
+                except (HostUnreachable, HostKeyChanged) as error:
+                    # Later calls fail at once instead of each waiting out the connect deadline, and
+                    # a host whose key changed is never offered a login by this process.
                     self.broken = error.detail
                     raise
             return self._client

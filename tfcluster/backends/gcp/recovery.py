@@ -1,0 +1,209 @@
+"""What a killed command leaves of terraform's work, found and mended before the next terraform runs.
+
+tfcluster keeps terraform's state locally, one folder a cluster (<state_dir>/gcp/<cluster>/). Terraform's
+local state manager (internal/states/statemgr/filesystem.go) locks terraform.tfstate with an flock the
+kernel drops with a killed process, leaving only `.terraform.tfstate.lock.info` behind; it copies the
+previous state to terraform.tfstate.backup once, then truncates terraform.tfstate and writes it in
+place, so a kill mid-write leaves it cut short; and it records a resource only once the provider
+returns it, so a kill mid-apply leaves resources made in the project that no state names. Before the
+next `up` or `down` runs terraform (never while another terraform of the cluster still runs):
+- the stale lock info goes;
+- a state that does not parse is set aside (terraform.tfstate.cut) and the backup takes its place;
+- resources of the cluster that the state does not name (instances, disks, addresses and empty buckets
+  by the cluster's label; firewall rules and subnetworks by the cluster's network; the network, its
+  service accounts and custom role by their names) are deleted, so `up` makes them again and `down`
+  leaves none.
+Each says so in one line.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from tfcluster.errors import ClusterError
+
+LOCK_INFO = ".terraform.tfstate.lock.info"
+STATE, BACKUP = "terraform.tfstate", "terraform.tfstate.backup"
+# The attributes by which a state names the project's objects (hashicorp/google resource schemas).
+NAMING_ATTRIBUTES = ("name", "email", "role_id", "id", "self_link")
+
+
+def terraform_running(workdir: Path) -> list[int]:
+    """Pids of terraform processes (or their providers, started in the folder) working on ``workdir``."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"-chdir={workdir}".encode() in argv:
+            found.append(int(proc.name))
+    return found
+
+
+def mend_folder(workdir: Path, cluster: str) -> list[str]:
+    """Mend what a killed terraform left in ``workdir``; one line for each thing mended. A terraform of
+    the cluster that still runs is an error naming it: its work is its own to finish."""
+    running = terraform_running(workdir)
+    if running:
+        raise ClusterError(f"terraform (pid {', '.join(map(str, running))}) still works on cluster '{cluster}'; wait for "
+                           f"it to end, or end it (kill {' '.join(map(str, running))}), then run this again")
+    lines = []
+    info = workdir / LOCK_INFO
+    if info.exists():
+        info.unlink()
+        lines.append(f"removed the lock info a killed terraform left ({info.name}); no terraform of '{cluster}' runs")
+    state, backup = workdir / STATE, workdir / BACKUP
+    if state.exists() and _cut(state):
+        cut = workdir / f"{STATE}.cut"
+        state.replace(cut)
+        if backup.exists() and not _cut(backup):
+            backup.replace(state)
+            lines.append(f"terraform's state was cut short by a kill (kept as {cut.name}); took the one before it, "
+                         f"{BACKUP}; resources made since are found by the cluster's labels")
+        else:
+            lines.append(f"terraform's state was cut short by a kill (kept as {cut.name}) and has no backup; the "
+                         "cluster's resources are found by its labels")
+    return lines
+
+
+def _cut(path: Path) -> bool:
+    """Whether a state file is not a whole state (terraform writes a JSON object with a `version`)."""
+    try:
+        return "version" not in json.loads(path.read_text() or "null")
+    except (ValueError, TypeError):
+        return True
+
+
+def state_names(workdir: Path) -> set[str]:
+    """Every name, email and id the state records (empty when there is no state)."""
+    try:
+        state = json.loads((workdir / STATE).read_text())
+    except (OSError, ValueError):
+        return set()
+    names = set()
+    for resource in state.get("resources", []):
+        for instance in resource.get("instances", []):
+            attributes = instance.get("attributes") or {}
+            names.update(str(attributes[key]) for key in NAMING_ATTRIBUTES if attributes.get(key))
+    return names
+
+
+def _recorded(item: str, names: set[str]) -> bool:
+    ident = item.rsplit(" ", 1)[-1]
+    return ident in names or any(name.endswith("/" + ident) for name in names)
+
+
+def unrecorded(api, project: str, zone: str, cluster: str, workdir: Path, keep: tuple[str, ...] = ()) -> list[str]:
+    """The cluster's resources in the project that terraform's state does not name ("instance sweep-0"),
+    but for ``keep`` (a bucket `down` keeps for its results)."""
+    from tfcluster.backends.gcp.compute import default_credentials
+    from tfcluster.backends.gcp.iam import iam_leftovers
+
+    names = state_names(workdir)
+    found = (api.leftovers(zone, cluster) + iam_leftovers(project, cluster, default_credentials()).found
+             + _empty_buckets(project, cluster))
+    return [item for item in found if not _recorded(item, names) and item.rsplit(" ", 1)[-1] not in keep]
+
+
+def _empty_buckets(project: str, cluster: str) -> list[str]:
+    """The cluster's empty buckets, by its label (terraform/main.tf local.labels): a killed `up` that made
+    one and lost its random suffix (random_id.suffix) makes another next time. One that holds objects is
+    never taken for an orphan: it is a bucket `down` kept, or the user's."""
+    from tfcluster.backends.gcp import storage
+    from tfcluster.backends.gcp.compute import LABEL
+
+    client = storage.client(project)
+    return [f"bucket {bucket.name}" for bucket in client.list_buckets(project=project)
+            if (bucket.labels or {}).get(LABEL) == cluster
+            and not list(client.list_blobs(bucket.name, max_results=1, versions=True))]
+
+
+# Deleted in this order: what uses a thing goes before it (an instance before its disk and network).
+ORDER = ("instance", "disk", "address", "firewall rule", "subnetwork", "network", "service account", "custom role",
+         "bucket")
+
+
+def remove_unrecorded(api, project: str, zone: str, cluster: str, workdir: Path,
+                      announce: Callable[[str], None], keep: tuple[str, ...] = ()) -> list[str]:
+    """Delete the cluster's resources that the state does not name (but ``keep``); returns them."""
+    items = sorted(unrecorded(api, project, zone, cluster, workdir, keep),
+                   key=lambda item: next(i for i, kind in enumerate(ORDER) if item.startswith(kind + " ")))
+    if not items:
+        return []
+    announce(f"removing {len(items)} resource(s) of '{cluster}' that a killed terraform made but never recorded: "
+             f"{', '.join(items)}")
+    for item in items:
+        if item.startswith("instance "):
+            _ledger_the_unrecorded(api, zone, item.split(" ", 1)[1], workdir.parent.parent, cluster)
+        _delete(api, project, zone, item)
+    return items
+
+
+def _ledger_the_unrecorded(api, zone: str, name: str, state_dir: Path, cluster: str) -> None:
+    """A VM that the killed command made bills from its start (the ledger may never have seen it: that
+    command died before its sync), until the deletion this module makes: both go into the cost ledger,
+    its start at Compute's own timestamp, never twice (a start already there at that time stands)."""
+    import time
+
+    from tfcluster.backends.gcp.ledger_events import seen_of
+    from tfcluster.ledger import DELETE, OBSERVED, OWN, START, Event, Ledger
+
+    vm = api.instance_or_none(zone, name)
+    started = seen_of(vm).last_start if vm is not None else None
+    book = Ledger(state_dir, cluster)
+    if started is not None and not any(e.instance == name and e.kind == START and abs(e.at - started) < 1.0
+                                       for e in book.events()):
+        book.append([Event(at=started, instance=name, kind=START, source=OBSERVED, detail="lastStartTimestamp")])
+    book.append([Event(at=time.time(), instance=name, kind=DELETE, source=OWN,
+                       detail="deleted: made by a killed command, never recorded by terraform")])
+
+
+def _delete(api, project: str, zone: str, item: str) -> None:
+    from google.api_core import exceptions
+
+    from tfcluster.backends.gcp.compute import region_of
+
+    kind, name = item.rsplit(" ", 1)
+    v1, kwargs, region = api.compute_v1, api.client_kwargs, region_of(zone)
+    try:
+        if kind == "instance":
+            api.instances.delete(project=project, zone=zone, instance=name).result(timeout=300)
+        elif kind == "disk":
+            v1.DisksClient(**kwargs).delete(project=project, zone=zone, disk=name).result(timeout=300)
+        elif kind == "address":
+            v1.AddressesClient(**kwargs).delete(project=project, region=region, address=name).result(timeout=300)
+        elif kind == "firewall rule":
+            v1.FirewallsClient(**kwargs).delete(project=project, firewall=name).result(timeout=300)
+        elif kind == "subnetwork":
+            v1.SubnetworksClient(**kwargs).delete(project=project, region=region, subnetwork=name).result(timeout=300)
+        elif kind == "network":
+            v1.NetworksClient(**kwargs).delete(project=project, network=name).result(timeout=300)
+        elif kind == "bucket":
+            from tfcluster.backends.gcp import storage
+
+            storage.client(project).bucket(name).delete()  # Refused (409) if an object came since: kept.
+        else:
+            _delete_iam(project, kind, name)
+    except exceptions.NotFound:
+        pass  # Gone already: what was wanted.
+    except exceptions.Conflict:
+        pass  # A bucket that holds an object now: never deleted with it.
+
+
+def _delete_iam(project: str, kind: str, name: str) -> None:
+    """projects.serviceAccounts.delete / projects.roles.delete (IAM v1 REST)."""
+    from google.auth.transport.requests import AuthorizedSession
+
+    from tfcluster.backends.gcp.compute import default_credentials
+    from tfcluster.backends.gcp.iam import IAM
+
+    path = f"projects/{project}/serviceAccounts/{name}" if kind == "service account" else name
+    answer = AuthorizedSession(default_credentials()).delete(f"{IAM}/{path}", timeout=60)
+    if answer.status_code not in (200, 204, 404):
+        raise ClusterError(f"could not delete {kind} {name} ({answer.status_code}: {answer.text[:200]}); delete it in "
+                           f"the console (project {project}), then run this again")
