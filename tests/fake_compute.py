@@ -91,6 +91,9 @@ class FakeCompute:
     # Permissions the caller's account lacks (e.g. "compute.regions.get"): a call that needs one
     # answers 403 forbidden, "Required '<permission>' permission for '<resource>'".
     missing_permissions: set = field(default_factory=set)
+    # The project's effective organisation policies, constraint -> rules (the world shares Org
+    # Policy's own dict, tests/world/project_apis.py): Compute enforces them at insert (tests/world/oslogin.py).
+    org_policies: dict = field(default_factory=dict)
     # Refresh tokens Google has expired or revoked (an old `gcloud auth application-default login`).
     revoked_refresh_tokens: set = field(default_factory=set)
     # The new ephemeral external IP each instance gets at its next start (name -> address).
