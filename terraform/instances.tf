@@ -78,11 +78,11 @@ resource "google_compute_instance" "worker" {
     scopes = ["cloud-platform"]
   }
 
+  # enable-oslogin and ssh-keys follow var.ssh_identity (tfcluster/backends/gcp/oslogin.py): with
+  # OS Login the VMs ask the operator's login profile for the key and ignore metadata keys, so
+  # none is set; else the cluster's key comes from ssh-keys and OS Login is off.
   metadata = {
     "block-project-ssh-keys"       = "true"
-    # OS Login (var.ssh_identity, tfcluster/backends/gcp/oslogin.py): the VMs ask the operator's
-    # login profile for the key, and metadata keys are ignored, so none is set; else the cluster's
-    # key comes from ssh-keys and OS Login is off.
     "enable-oslogin"               = var.ssh_identity == "oslogin" ? "TRUE" : "false"
     "enable-guest-attributes"      = "TRUE"
     "serial-port-enable"           = "false"

@@ -72,6 +72,8 @@ class InstanceMetadata(FakeMetadataServer):
                 return record["guest"].get(path.removeprefix(GUEST))
             if path.startswith("instance/attributes/"):
                 return record.get("metadata", {}).get(path.removeprefix("instance/attributes/"))
+            if path.startswith("project/attributes/"):
+                return self.state.project_metadata.get(path.removeprefix("project/attributes/"))
             if path.startswith("oslogin/") and self.oslogin is not None:
                 route, _, query = path.partition("?")
                 return guest_answer(self.oslogin, self.state, record, route,
