@@ -121,8 +121,8 @@ def test_the_key_goes_into_the_profile_with_an_expiry_and_down_deletes_it(world,
 def test_os_login_refuses_another_users_profile_and_compute_refuses_enable_oslogin_false(world):
     from tfcluster.backends.gcp.compute import default_credentials
 
-    google = check.Google(default_credentials())
-    with pytest.raises(check.Refused) as other:
+    google = oslogin.Api(default_credentials())
+    with pytest.raises(oslogin.Refused) as other:
         google.call("GET", "https://oslogin.googleapis.com/v1/users/someone@example.com/loginProfile")
     assert (other.value.status, other.value.message) == (403, "The caller does not have permission")
     body = {"name": "vm", "machineType": "zones/us-west1-b/machineTypes/n1-standard-8",
@@ -131,7 +131,7 @@ def test_os_login_refuses_another_users_profile_and_compute_refuses_enable_oslog
     for constraint in ("compute.requireOsLogin", "compute.managed.requireOsLogin"):
         world.project_apis.apis.policies.clear()
         world.project_apis.apis.policies[constraint] = [{"enforce": True}]
-        with pytest.raises(check.Refused) as refused:
+        with pytest.raises(oslogin.Refused) as refused:
             google.call("POST", url, json=body)
         assert (refused.value.status, refused.value.message) == (
             412, f"Constraint constraints/{constraint} violated for project projects/demo-project. See "

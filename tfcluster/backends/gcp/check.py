@@ -348,7 +348,7 @@ def run(settings, made: dict | None = None) -> Report:
         findings += [apis, permissions_finding(google, settings.project), *constraint_findings(google, target)]
         from tfcluster.backends.gcp.iam import service_account_email
 
-        identity, lines = oslogin.findings(google, credentials, settings, [
+        identity, lines = oslogin.findings(credentials, settings, [
             service_account_email(settings.project, settings.cluster, index) for index in range(settings.workers)])
         findings = oslogin.reconciled(findings, identity) + lines
         quota_line, judged = quota_finding(settings, gpu, zones, made)

@@ -41,6 +41,41 @@ ACT_AS, EXTERNAL = "iam.serviceAccounts.actAs", "compute.oslogin.updateExternalU
 RECORD = "oslogin.json"  # In the cluster's workdir: whose profile holds which key, for `down`.
 
 
+class Refused(Exception):
+    """A Google API answered an error (or none): its status (0: unreachable) and Google's words."""
+
+    def __init__(self, status: int, status_name: str, message: str):
+        super().__init__(message)
+        self.status, self.status_name, self.message = status, status_name, message
+
+    def why(self) -> str:
+        return f"{self.status} {self.status_name}: {self.message}"[:200] if self.status else self.message[:200]
+
+
+class Api:
+    """JSON over HTTPS with the operator's credentials, each error answer a Refused."""
+
+    def __init__(self, credentials):
+        from google.auth.transport.requests import AuthorizedSession
+
+        self.session = AuthorizedSession(credentials)
+
+    def call(self, method: str, url: str, **kwargs) -> dict:
+        from google.auth.exceptions import TransportError
+        from requests import RequestException
+
+        try:
+            response = self.session.request(method, url, timeout=30, **kwargs)
+            payload = response.json() if response.content else {}
+        except (RequestException, TransportError, OSError, ValueError) as error:
+            raise Refused(0, "", f"{url.split('/')[2]}: {type(error).__name__}") from None
+        if response.status_code >= 400:
+            error = (payload.get("error") if isinstance(payload, dict) else None) or {}
+            error = error if isinstance(error, dict) else {"message": str(error)}
+            raise Refused(response.status_code, str(error.get("status", "")), str(error.get("message", "")))
+        return payload
+
+
 @dataclass(frozen=True)
 class Identity:
     mode: str  # "oslogin" or "metadata".
@@ -59,8 +94,6 @@ class Identity:
 
 def choose(google, settings) -> Identity:
     """The mode --ssh-identity asks for; for auto, what the project's policies and metadata require."""
-    from tfcluster.backends.gcp.check import Refused
-
     if settings.ssh_identity != "auto":
         return Identity(settings.ssh_identity, f"--ssh-identity {settings.ssh_identity}")
     for name in REQUIRE:
@@ -83,8 +116,6 @@ def choose(google, settings) -> Identity:
 
 def operator_email(credentials, google) -> str | None:
     """The account OS Login knows the operator by: a key file's service account, else the token's e-mail."""
-    from tfcluster.backends.gcp.check import Refused
-
     email = getattr(credentials, "service_account_email", None)
     if email and email != "default":
         return email
@@ -105,10 +136,9 @@ def reconciled(findings: list[Finding], identity: Identity) -> list[Finding]:
             if f.holds is False and f.subject.removeprefix("constraints/") in REQUIRE else f for f in findings]
 
 
-def findings(google, credentials, settings, accounts: list[str]) -> tuple[Identity, list[Finding]]:
+def findings(credentials, settings, accounts: list[str]) -> tuple[Identity, list[Finding]]:
     """In OS Login mode, the choice's line and one line per missing piece of IAM (none in metadata mode)."""
-    from tfcluster.backends.gcp.check import Refused
-
+    google = Api(credentials)
     identity = choose(google, settings)
     if not identity.os_login:
         return identity, []
@@ -146,8 +176,6 @@ def _outside(google, project: str, email: str) -> bool | None:
     with no organisation has no outside. Resource Manager v1 projects.getAncestry and
     organizations.get (its displayName is the organisation's domain,
     https://cloud.google.com/resource-manager/reference/rest/v1/organizations)."""
-    from tfcluster.backends.gcp.check import Refused
-
     def organisation(of: str) -> str | None:
         ancestry = google.call("POST", f"https://cloudresourcemanager.googleapis.com/v1/projects/{of}:getAncestry", json={})
         return next((a["resourceId"]["id"] for a in ancestry.get("ancestor", [])
@@ -170,11 +198,10 @@ def _outside(google, project: str, email: str) -> bool | None:
 def import_key(workdir: Path, project: str, public_key: str, hours: int) -> str:
     """The cluster's key into the operator's profile, expiring with the VMs' deadline (+1 hour);
     returns the profile's POSIX username. Recorded in ``workdir`` so that `down` deletes it."""
-    from tfcluster.backends.gcp.check import Google, Refused
     from tfcluster.backends.gcp.compute import default_credentials
 
     credentials = default_credentials()
-    google = Google(credentials)
+    google = Api(credentials)
     email = operator_email(credentials, google)
     if not email:
         raise ClusterError("OS Login needs your account's e-mail, which Google did not tell; log in again with "
@@ -201,7 +228,6 @@ def import_key(workdir: Path, project: str, public_key: str, hours: int) -> str:
 def forget_key(workdir: Path, announce) -> None:
     """`down`: delete the cluster's key from the profile; a refusal is said, never raised (the key
     expires by itself)."""
-    from tfcluster.backends.gcp.check import Google, Refused
     from tfcluster.backends.gcp.compute import default_credentials
 
     record_file = workdir / RECORD
@@ -210,7 +236,7 @@ def forget_key(workdir: Path, announce) -> None:
     record = json.loads(record_file.read_text())
     name = f"users/{record['email']}/sshPublicKeys/{record['fingerprint']}"
     try:
-        Google(default_credentials()).call("DELETE", f"{OSLOGIN}/{name}")
+        Api(default_credentials()).call("DELETE", f"{OSLOGIN}/{name}")
     except Refused as error:
         if error.status != 404:
             until = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(record["expires_usec"] / 1e6))
