@@ -109,6 +109,10 @@ def test_the_key_goes_into_the_profile_with_an_expiry_and_down_deletes_it(world,
     # Expires with the VMs' deadline (12 hours) plus an hour: a killed run's key goes by itself.
     assert before + 13 * 3600 <= int(key["expirationTimeUsec"]) / 1e6 <= time.time() + 13 * 3600
     assert ("GET", f"/v1/users/{email}/loginProfile") in world.oslogin.state.requests
+    # A restart (`up` on the cluster) moves the expiry to the new deadline's.
+    key["expirationTimeUsec"] = str(int(before * 1e6))
+    oslogin.renew_key(tmp_path, 2)
+    assert before + 3 * 3600 <= int(key["expirationTimeUsec"]) / 1e6 <= time.time() + 3 * 3600
     said = []
     oslogin.forget_key(tmp_path, said.append)
     assert said == [f"deleted the cluster's key from your OS Login profile (users/{email}/sshPublicKeys/{fingerprint})"]

@@ -11,7 +11,8 @@ From the OS Login pages and the reference (https://cloud.google.com/compute/docs
 - users.getLoginProfile, GET v1/users/{user}/loginProfile?projectId=P: {name, posixAccounts,
   sshPublicKeys: {fingerprint: SshPublicKey}}.
 - users.sshPublicKeys.delete, DELETE v1/users/{user}/sshPublicKeys/{fingerprint}: {} (Empty); an
-  unknown fingerprint is 404 NOT_FOUND.
+  unknown fingerprint is 404 NOT_FOUND. users.sshPublicKeys.patch (?updateMask=expirationTimeUsec)
+  changes the fields the mask names and answers the key.
 - POSIX usernames: a user's is the e-mail with every character that is not a letter or digit as
   "_" (user@example.com -> user_example_com, GoogleCloudPlatform/compute-image-packages#692); a
   service account's is "sa_" + its unique ID, and a user from outside the organisation's "ext_" +
@@ -154,11 +155,16 @@ class OsLoginServer(JsonServer):
                 profile["keys"][print_] = entry
                 return 200, {"loginProfile": state.profile(email)}
             keyed = re.fullmatch(r"/sshPublicKeys/(?P<fp>[^/]+)", rest)
-            if keyed and method in ("GET", "DELETE"):
+            if keyed and method in ("GET", "DELETE", "PATCH"):
                 keys = (state.profiles.get(email) or {}).get("keys", {})
                 if keyed["fp"] not in keys:
-                    return _error(404, "NOT_FOUND", f"Requested entity was not found.")
+                    return _error(404, "NOT_FOUND", "Requested entity was not found.")
                 if method == "GET":
+                    return 200, dict(keys[keyed["fp"]])
+                if method == "PATCH":  # users.sshPublicKeys.patch: the fields updateMask names.
+                    for name in (query.get("updateMask", [""])[0] or "key,expirationTimeUsec").split(","):
+                        if name in ("key", "expirationTimeUsec") and name in (body or {}):
+                            keys[keyed["fp"]][name] = str(body[name])
                     return 200, dict(keys[keyed["fp"]])
                 del keys[keyed["fp"]]
                 return 200, {}

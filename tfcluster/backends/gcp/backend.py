@@ -279,6 +279,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         api = self._api(cluster)
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project)
         with translated(cluster.project, "up"):
+            oslogin.renew_key(self.workdir(cluster.name), settings.max_run_hours)  # The new deadline's.
             back = bring_back(cluster, api, terraform, self._max_run_seconds(cluster, settings, api, terraform),
                               settings.termination_action, settings.ready_timeout_seconds, self._announce)
             if back:
@@ -307,6 +308,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         api = self._api(cluster)
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project)
         with translated(cluster.project, "restarting preempted VMs"):
+            oslogin.renew_key(self.workdir(cluster.name), settings.max_run_hours)
             try:
                 bring_back_waiting(cluster, api, terraform, self._max_run_seconds(cluster, settings, api, terraform),
                                    settings.termination_action, settings.ready_timeout_seconds, self._announce,

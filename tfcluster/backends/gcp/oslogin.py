@@ -225,6 +225,27 @@ def import_key(workdir: Path, project: str, public_key: str, hours: int) -> str:
     return primary["username"]
 
 
+def renew_key(workdir: Path, hours: int) -> None:
+    """A restart (`up` on a cluster, a preempted VM back): the key expires with the new deadline
+    (+1 hour), users.sshPublicKeys.patch with updateMask=expirationTimeUsec
+    (https://cloud.google.com/compute/docs/oslogin/rest/v1/users.sshPublicKeys/patch)."""
+    from tfcluster.backends.gcp.compute import default_credentials
+
+    record_file = workdir / RECORD
+    if not record_file.exists():
+        return
+    record = json.loads(record_file.read_text())
+    expires = int((time.time() + (hours + 1) * 3600) * 1_000_000)
+    try:
+        Api(default_credentials()).call("PATCH", f"{OSLOGIN}/users/{record['email']}/sshPublicKeys/"
+                                        f"{record['fingerprint']}", params={"updateMask": "expirationTimeUsec"},
+                                        json={"expirationTimeUsec": str(expires)})
+    except Refused as error:
+        raise ClusterError(f"OS Login refused to renew the cluster's key for {record['email']} ({error.why()}); "
+                           "run `invoke down`, then `invoke up`") from None
+    record_file.write_text(json.dumps({**record, "expires_usec": expires}))
+
+
 def forget_key(workdir: Path, announce) -> None:
     """`down`: delete the cluster's key from the profile; a refusal is said, never raised (the key
     expires by itself)."""
