@@ -13,6 +13,10 @@ What Compute Engine does for a VM, done to the machine that plays it:
   instance's service account, guest attributes in and out.
 - **The guest agent** is in the image (.ci/vm-cache.sh): host keys at the first boot of an
   instance id, accounts from ssh-keys.
+- **OS Login's guest environment** (tests/world/oslogin_guest.py, mounted into each machine): sshd
+  asks it for a login's keys (AuthorizedKeysCommand), and it answers from the instance's
+  enable-oslogin and the world's OS Login through the metadata server; it makes the login
+  profiles' POSIX accounts as the NSS module would.
 - **Boots.** Each boot has its own kernel boot id (/proc/sys/kernel/random/boot_id), as a VM's
   kernel makes one; the watchdog counts idleness afresh from a new one.
 - **Lifecycle.** A stop inside the guest (`shutdown -h`, the watchdog's stop) halts the machine
