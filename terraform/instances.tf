@@ -1,7 +1,7 @@
 resource "google_compute_instance" "worker" {
   # checkov:skip=CKV_GCP_40: An external IP is how the operator's SSH arrives; the firewall admits only operator_cidr.
   # checkov:skip=CKV_GCP_38: Google-managed encryption; customer-supplied keys would have to be handled by every user.
-  # checkov:skip=CKV_GCP_34: The cluster's own per-cluster key arrives in instance metadata, which OS Login would ignore; project keys are blocked.
+  # checkov:skip=CKV_GCP_34: With ssh_identity metadata the cluster's own key arrives in instance metadata, which OS Login would ignore; project keys are blocked (ssh_identity oslogin turns OS Login on).
   count        = var.workers
   name         = "${var.cluster_name}-${count.index}"
   machine_type = var.machine_type
@@ -81,13 +81,16 @@ resource "google_compute_instance" "worker" {
     scopes = ["cloud-platform"]
   }
 
+  # enable-oslogin and ssh-keys follow var.ssh_identity (tfcluster/backends/gcp/oslogin.py): with
+  # OS Login the VMs ask the operator's login profile for the key and ignore metadata keys, so
+  # none is set; else the cluster's key comes from ssh-keys and OS Login is off.
   metadata = {
     "block-project-ssh-keys"       = "true"
-    "enable-oslogin"               = "false"
+    "enable-oslogin"               = var.ssh_identity == "oslogin" ? "TRUE" : "false"
     "enable-guest-attributes"      = "TRUE"
     "serial-port-enable"           = "false"
     "install-nvidia-driver"        = local.has_gpu ? "True" : "False"
-    "ssh-keys"                     = "${var.ssh_user}:${var.ssh_public_key}"
+    "ssh-keys"                     = var.ssh_identity == "oslogin" ? "" : "${var.ssh_user}:${var.ssh_public_key}"
     "tfcluster-cluster"            = var.cluster_name
     "tfcluster-tf-port"            = tostring(var.tf_port)
     "tfcluster-idle-minutes"       = tostring(var.idle_minutes)

@@ -92,6 +92,12 @@ class FakeCompute:
     # Permissions the caller's account lacks (e.g. "compute.regions.get"): a call that needs one
     # answers 403 forbidden, "Required '<permission>' permission for '<resource>'".
     missing_permissions: set = field(default_factory=set)
+    # The project's effective organisation policies, constraint -> rules (the world shares Org
+    # Policy's own dict, tests/world/project_apis.py): Compute enforces them at insert (tests/world/oslogin.py).
+    org_policies: dict = field(default_factory=dict)
+    # The project's own metadata (projects.get commonInstanceMetadata.items), key -> value, which
+    # every instance inherits where its own metadata does not set the key.
+    project_metadata: dict = field(default_factory=dict)
     # Refresh tokens Google has expired or revoked (an old `gcloud auth application-default login`).
     revoked_refresh_tokens: set = field(default_factory=set)
     # The new ephemeral external IP each instance gets at its next start (name -> address).
@@ -348,7 +354,11 @@ def _answer(state: FakeCompute, method: str, path: str, query: dict, body: dict 
     if match and method == "GET":
         quotas = [{"metric": metric, "limit": limit, "usage": usage}
                   for metric, (limit, usage) in world_quotas.project_quotas(state).items()]
-        return 200, {"kind": "compute#project", "name": match["project"], "quotas": quotas}
+        answer = {"kind": "compute#project", "name": match["project"], "quotas": quotas}
+        if state.project_metadata:
+            answer["commonInstanceMetadata"] = {"kind": "compute#metadata", "items": [
+                {"key": key, "value": value} for key, value in state.project_metadata.items()]}
+        return 200, answer
     match = re.fullmatch(BASE + "/zones/(?P<zone>[^/]+)/instances/(?P<name>[^/]+)/getGuestAttributes", path)
     if match and method == "GET":
         instance = state.instances.get(match["name"])

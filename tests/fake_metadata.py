@@ -80,6 +80,8 @@ class FakeMetadataServer:
                 path = self._check()
                 if path is None:
                     return
+                if path.startswith("oslogin/") and "?" in self.path:  # OS Login's paths take a query.
+                    path += "?" + self.path.split("?", 1)[1]
                 value = server.read(self.client_address[0], path)
                 if value is None:
                     self._reply(404, b"Not Found")

@@ -1,8 +1,12 @@
 """The gcp backend end to end on VMs that boot (tests/world/booted.py): real terraform through the
 provider stand-ins creates the instances, each becomes a systemd machine that runs the
 startup-script terraform read from startup/startup.sh, and the product works on them with its
-own defaults (the `tfcluster` login the guest agent makes from ssh-keys, /opt/tfcluster/venv,
-~/.tfcluster-remote). Nothing is overridden but the world around it.
+own defaults (/opt/tfcluster/venv, ~/.tfcluster-remote). Nothing is overridden but the world around it.
+The project enforces compute.requireOsLogin, so `auto` picks OS Login: `check` holds, `up` imports the
+cluster's key into the operator's login profile, the VMs' sshd asks OS Login (tests/world/oslogin_guest.py)
+and the login is the profile's username; the sshd's refusals (a metadata key with OS Login on, an
+expired key, no role, an external account without its role, OS Login off) are tried on the booted VMs,
+and `down` leaves no key in the profile.
 
 One cluster of 2 VMs lives through one ordered scenario (each step needs the one before):
 up -> train on gs:// -> pull -> a run with --budget, the laptop gone: each VM halts itself at the
@@ -74,6 +78,8 @@ def booted(tmp_path, world, synthetic_data):
                     "INVOKE_TFCLUSTER_GPU_COUNT": "0"})
     cli.enter(world)
     cli.machines = machines
+    # An organisation that enforces OS Login (tests/world/oslogin.py: Compute then refuses enable-oslogin=false).
+    world.project_apis.apis.policies["compute.requireOsLogin"] = [{"enforce": True}]
     try:
         yield cli
     finally:
@@ -121,14 +127,66 @@ def ssh_refused_from(address: str, target: str) -> bool:
         subprocess.run(["ip", "addr", "del", f"{address}/24", "dev", BRIDGE], check=True)
 
 
+def ssh_logs_in(cluster: dict, user: str, address: str) -> subprocess.CompletedProcess:
+    """A login with the cluster's own key, as `user`, by the VM's sshd alone (no product code)."""
+    return subprocess.run(["ssh", "-i", cluster["ssh_key"], "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+                           "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o",
+                           "ConnectTimeout=10", "-o", "LogLevel=ERROR", f"{user}@{address}", "true"],
+                          capture_output=True, text=True, timeout=60)
+
+
+def os_login_refusals(world, machines, cluster: dict) -> None:
+    """Each login OS Login refuses, tried against VM 0's sshd, and the login it lets in."""
+    user, state = cluster["ssh_user"], world.oslogin.state
+    address = cluster["hosts"][0]["ssh_address"]
+    [key] = state.profiles[state.operator_email]["keys"].values()
+    assert ssh_logs_in(cluster, user, address).returncode == 0
+    # A metadata key, as the guest agent writes it from ssh-keys: ignored while OS Login is on.
+    machines.exec("default-0", "useradd", "-m", "metadatauser")
+    machines.exec("default-0", "sh", "-c", "mkdir -p ~metadatauser/.ssh && cp /dev/stdin ~metadatauser/.ssh/"
+                  f"authorized_keys <<EOF\n{key['key']}\nEOF\nchown -R metadatauser ~metadatauser/.ssh")
+    assert ssh_logs_in(cluster, "metadatauser", address).returncode == 255
+    expires = key["expirationTimeUsec"]
+    key["expirationTimeUsec"] = str(int((time.time() - 1) * 1e6))  # The key of a run long gone.
+    assert ssh_logs_in(cluster, user, address).returncode == 255
+    key["expirationTimeUsec"] = expires
+    missing = world.compute.state.missing_permissions
+    missing |= {"compute.instances.osLogin", "compute.instances.osAdminLogin"}  # No OS Login role.
+    assert ssh_logs_in(cluster, user, address).returncode == 255
+    missing.clear()
+    state.external.add(state.operator_email)  # An account from outside the organisation...
+    missing.add("compute.oslogin.updateExternalUser")  # ...without roles/compute.osLoginExternalUser.
+    assert ssh_logs_in(cluster, user, address).returncode == 255
+    missing.clear()
+    state.external.clear()
+    record = world.compute.state.instances["default-0"]["metadata"]
+    record["enable-oslogin"] = "false"  # OS Login off: the profile's key no longer logs in, the metadata one does.
+    assert ssh_logs_in(cluster, user, address).returncode == 255
+    assert ssh_logs_in(cluster, "metadatauser", address).returncode == 0
+    record["enable-oslogin"] = "TRUE"
+    machines.exec("default-0", "userdel", "-r", "metadatauser")
+    assert ssh_logs_in(cluster, user, address).returncode == 0
+
+
 def test_a_booted_cluster_from_up_to_down(booted, world):
     cli, machines = booted, booted.machines
     names = ["default-0", "default-1"]
+
+    # ---- check, in a project that enforces OS Login: auto picks it, and every check holds.
+    checked = cli.run("check", timeout=300)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "✓ constraints/compute.requireOsLogin: enforced: the VMs log in through OS Login" in checked.stdout
+    assert "✓ ssh identity: OS Login (constraints/compute.requireOsLogin is enforced)" in checked.stdout
 
     # ---- up: real terraform, machines that boot startup.sh, readiness by nonce, host keys pinned.
     project_before = cluster_resources(world)  # The project's own (the default VPC's rules).
     up = cli.run("up", timeout=1500)
     assert up.returncode == 0, up.stdout[-3000:] + up.stderr[-3000:] + machines.journals()
+    assert "ssh: OS Login (constraints/compute.requireOsLogin is enforced)" in up.stdout
+    user = cli.cluster()["ssh_user"]
+    assert user == "sa_111111111111111111111"  # The profile's POSIX username (users.getLoginProfile).
+    assert {r["metadata"]["enable-oslogin"] for r in instances(world).values()} == {"TRUE"}
+    os_login_refusals(world, machines, cli.cluster())
     first = instances(world)
     assert sorted(first) == names
     pinned = {host["instance"]: host for host in cli.cluster()["hosts"]}
@@ -202,7 +260,7 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
     try:
         capped_dir = wait_for(lambda: cli.runs() and cli.runs()[-1].name != run["run_id"] and cli.runs()[-1],
                               60, what="the capped run's folder")
-        capped_log = f"/home/tfcluster/.tfcluster-remote/default/runs/{capped_dir.name}/worker-0/worker-0.log"
+        capped_log = f"/home/{user}/.tfcluster-remote/default/runs/{capped_dir.name}/worker-0/worker-0.log"
         wait_for(lambda: '"progress"' in on_vm(machines, "default-0", capped_log), 120, 1, "the capped run's steps")
     finally:
         capped.kill()  # The laptop goes away; the run goes on, busy.
@@ -246,7 +304,7 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
     try:
         run_dir = wait_for(lambda: cli.runs() and cli.runs()[-1].name not in (run["run_id"], capped_dir.name)
                            and cli.runs()[-1], 60, what="the third run's folder")
-        remote = f"/home/tfcluster/.tfcluster-remote/default/runs/{run_dir.name}"
+        remote = f"/home/{user}/.tfcluster-remote/default/runs/{run_dir.name}"
         chief_log = f"{remote}/worker-0/worker-0.log"
 
         def epoch_done() -> bool:
@@ -281,7 +339,7 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
     try:
         earlier = {r.name for r in cli.runs()}
         hung_dir = wait_for(lambda: [r for r in cli.runs() if r.name not in earlier], 60, what="the hung run's folder")[0]
-        hung_remote = f"/home/tfcluster/.tfcluster-remote/default/runs/{hung_dir.name}"
+        hung_remote = f"/home/{user}/.tfcluster-remote/default/runs/{hung_dir.name}"
         hung_logs = {name: f"{hung_remote}/worker-{index}/worker-{index}.log" for index, name in enumerate(names)}
         wait_for(lambda: "hanging at step 6" in on_vm(machines, names[1], hung_logs[names[1]]), 300, 1,
                  "worker-1 to hang at step 6")
@@ -334,3 +392,6 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
     assert cluster_resources(world) == project_before
     assert bucket in [b.name for b in gcs.client("demo-project").list_buckets()]
     assert not machines.vms
+    # ---- and the cluster's key is gone from the operator's OS Login profile.
+    assert "deleted the cluster's key from your OS Login profile" in down.stdout
+    assert world.oslogin.state.profiles[world.oslogin.state.operator_email]["keys"] == {}

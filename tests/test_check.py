@@ -67,7 +67,7 @@ def test_reads_that_are_refused_are_question_marks(world):
         "? managed constraints: cannot read compute.managed.requireOsLogin, compute.managed.vmExternalIpAccess, "
         "compute.managed.disableGuestAttributesAccess (Org Policy v2: 403 IAM_PERMISSION_DENIED")
     world.project_apis.apis.policies["compute.requireOsLogin"] = [{"enforce": True}]
-    assert lines()["constraints/compute.requireOsLogin"].startswith(
+    assert lines(ssh_identity="metadata")["constraints/compute.requireOsLogin"].startswith(
         "✗ constraints/compute.requireOsLogin: enforced: the VMs take the cluster's SSH key from metadata")
     world.compute.state.missing_permissions.clear()
     world.project_apis.apis.policies.clear()
@@ -102,7 +102,7 @@ def test_reads_that_are_refused_are_question_marks(world):
 ])
 def test_each_organisation_constraint_that_refuses_the_cluster_is_named(world, name, rules, expected):
     world.project_apis.apis.policies[name] = rules
-    line = lines()[f"constraints/{name}"]
+    line = lines(ssh_identity="metadata")[f"constraints/{name}"]  # OS Login would comply (test_oslogin.py).
     if expected is None and "parameters" in rules[0]:  # A managed constraint's parameters: only Google can tell.
         assert line.startswith(f"? constraints/{name}: enforced with parameters tfcluster cannot judge")
         return
@@ -187,6 +187,7 @@ def test_the_command_exits_2_on_a_cross_0_on_a_question_mark_and_up_stops_before
     check_cli.env["PATH"] = f"{old.parent}:{check_cli.env['PATH']}"
     world.project_apis.apis.policies["compute.requireOsLogin"] = [{"enforce": True}]
     world.project_apis.apis.disabled.clear()
+    check_cli.env["INVOKE_TFCLUSTER_SSH_IDENTITY"] = "metadata"  # Which the constraint refuses.
     failed = check_cli.run("check", timeout=120)
     assert failed.returncode == 2, failed.stdout + failed.stderr
     assert "✗ terraform: 1.8.5 is older than the module's required_version >= 1.9.0: upgrade it" in failed.stdout

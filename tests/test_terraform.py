@@ -106,7 +106,8 @@ def test_hypervisor_deadline_and_vm_hardening():
     metadata = worker["metadata"]
     assert metadata["block-project-ssh-keys"] == "true"
     assert metadata["enable-guest-attributes"] == "TRUE"
-    assert metadata["ssh-keys"] == "${var.ssh_user}:${var.ssh_public_key}"
+    assert metadata["ssh-keys"] == '${var.ssh_identity == "oslogin" ? "" : "${var.ssh_user}:${var.ssh_public_key}"}'
+    assert metadata["enable-oslogin"] == '${var.ssh_identity == "oslogin" ? "TRUE" : "false"}'
     for key in ("tfcluster-idle-minutes", "tfcluster-idle-action", "startup-script", "tfcluster-watchdog"):
         assert key in metadata
     # Each VM runs as its own service account (iam.tf: one per VM).

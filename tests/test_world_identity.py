@@ -25,6 +25,7 @@ READS = {
     "serviceusage": f"https://serviceusage.googleapis.com/v1/projects/{P}/services:batchGet"
                     f"?names=projects/{P}/services/compute.googleapis.com",
     "orgpolicy": f"https://orgpolicy.googleapis.com/v2/projects/{P}/policies/compute.requireOsLogin:getEffectivePolicy",
+    "oslogin": "https://oslogin.googleapis.com/v1/users/operator@example.com/loginProfile",
     "storage JSON API": "https://storage.googleapis.com/storage/v1/b/some-bucket",
     "storage XML API": "https://storage.googleapis.com/some-bucket/some-object",
 }

@@ -106,6 +106,7 @@ spoken.respell_console(ui.console)  # Every hint the console prints names the co
             "budget": "gcp: cap the cluster at USD: each VM's hypervisor deadline is set so it cannot bill past it",
             "image": "container image the workers run in; pulled on every host now",
             "boot_image": "gcp: VM boot image, projects/P/global/images/NAME or .../family/FAMILY",
+            "ssh_identity": "gcp: oslogin, metadata or auto (default: OS Login where the project requires it)",
             "yes": "gcp: create without asking (on a terminal `up` shows the hourly cost and asks first)"})
 @_user_errors
 def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
@@ -118,7 +119,8 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
        idle_action: Optional[str] = None, max_run_hours: Optional[int] = None,
        image: Optional[str] = None, boot_image: Optional[str] = None, budget: Optional[str] = None,
        yes: bool = False, region: Optional[str] = None, provisioning: Optional[str] = None,
-       reservation: Optional[str] = None, capacity: Optional[str] = None, capacity_wait: Optional[float] = None):
+       reservation: Optional[str] = None, capacity: Optional[str] = None, capacity_wait: Optional[float] = None,
+       ssh_identity: Optional[str] = None):
     """Create the cluster. Idempotent: running it twice changes nothing."""
     if hosts and workers is None and backend in (None, "ssh"):
         workers = len([h for h in hosts.split(",") if h.strip()])  # One worker per host given.
@@ -130,8 +132,8 @@ def up(c, workers: Optional[int] = None, backend: Optional[str] = None,
                          idle_minutes=idle_minutes, idle_action=idle_action,
                          max_run_hours=max_run_hours, image=image, boot_image=boot_image, budget=budget,
                          region=region, provisioning=provisioning, reservation=reservation, capacity=capacity,
-                         capacity_wait_minutes=capacity_wait)
-    sources.check_backend_flags(settings.backend, {
+                         capacity_wait_minutes=capacity_wait, ssh_identity=ssh_identity)
+    sources.check_backend_flags(settings.backend, {"ssh_identity": ssh_identity,
         "hosts": hosts, "ssh_user": ssh_user, "ssh_key": ssh_key, "known_hosts": known_hosts,
         "trust_new_hosts": trust_new_hosts, "tf_port": tf_port, "project": project, "zone": zone, "gpu": gpu,
         "gpu_count": gpu_count, "machine_type": machine_type, "spot": spot, "operator_cidr": operator_cidr,
@@ -281,18 +283,20 @@ def down(c, cluster: Optional[str] = None, keep: bool = False, delete_bucket: bo
             "boot_image": "gcp: projects/P/global/images/NAME or .../images/family/FAMILY "
                           "(default: the Deep Learning VM CUDA family)",
             "operator_cidr": "gcp: only source allowed to SSH in (default: your public IP/32)",
+            "ssh_identity": "gcp: oslogin, metadata or auto (default: OS Login where the project requires it)",
             "cluster": "cluster name (default: default)"})
 @_user_errors
 def check(c, backend: Optional[str] = None, project: Optional[str] = None, zone: Optional[str] = None,
           gpu: Optional[str] = None, gpu_count: Optional[int] = None, workers: Optional[int] = None,
           spot: bool = False, boot_image: Optional[str] = None, operator_cidr: Optional[str] = None,
           cluster: Optional[str] = None, region: Optional[str] = None, provisioning: Optional[str] = None,
-          reservation: Optional[str] = None):
+          reservation: Optional[str] = None, ssh_identity: Optional[str] = None):
     """Before anything is created: one line per prerequisite (✓, ✗ with the fix, ? when it cannot tell)."""
     settings = _settings(c, backend=backend, project=project, zone=zone, gpu=gpu, gpu_count=gpu_count,
                          workers=workers, spot=spot or None, boot_image=boot_image, operator_cidr=operator_cidr,
-                         cluster=cluster, region=region, provisioning=provisioning, reservation=reservation)
-    sources.check_backend_flags(settings.backend, {"project": project, "zone": zone, "gpu": gpu, "gpu_count": gpu_count,
+                         cluster=cluster, region=region, provisioning=provisioning, reservation=reservation,
+                         ssh_identity=ssh_identity)
+    sources.check_backend_flags(settings.backend, {"ssh_identity": ssh_identity, "project": project, "zone": zone, "gpu": gpu, "gpu_count": gpu_count,
                                                    "spot": spot, "boot_image": boot_image, "operator_cidr": operator_cidr,
                                                    "region": region, "provisioning": provisioning,
                                                    "reservation": reservation})

@@ -105,6 +105,10 @@ class Settings:
     operator_cidr: str = ""
     # gcp: login created on the VMs for the cluster's own key.
     gcp_ssh_user: str = "tfcluster"
+    # gcp: how the operator logs in to the VMs: oslogin (the key in the operator's OS Login profile),
+    # metadata (the key in instance metadata) or auto (OS Login where the project requires it);
+    # tfcluster/backends/gcp/oslogin.py.
+    ssh_identity: str = "auto"
     # Idle watchdog: minutes idle before acting (0 = off) and the action (stop or delete).
     idle_minutes: int = 30
     idle_action: str = "stop"
@@ -338,6 +342,10 @@ def validate(values: Mapping[str, Any]) -> Settings:
         ready_timeout = 0.0
     if ready_timeout <= 0:
         raise ConfigError(f"ready_timeout_seconds must be a positive number (got {values['ready_timeout_seconds']!r})")
+    ssh_identity = str(values["ssh_identity"] or "auto").strip().lower()
+    if ssh_identity not in ("auto", "oslogin", "metadata"):
+        raise ConfigError(f"ssh_identity must be oslogin, metadata or auto (got {values['ssh_identity']!r}); "
+                          f"set it in {flag_hint('ssh_identity')}")
     keras = str(values["keras"]).strip()
     if keras not in KERAS_VERSIONS:
         raise ConfigError(f"keras must be one of {', '.join(KERAS_VERSIONS)} (got {values['keras']!r}); "
@@ -361,6 +369,7 @@ def validate(values: Mapping[str, Any]) -> Settings:
         **chosen,
         operator_cidr=operator_cidr,
         gcp_ssh_user=str(values["gcp_ssh_user"] or "tfcluster"),
+        ssh_identity=ssh_identity,
         idle_minutes=idle_minutes,
         idle_action=idle_action,
         boot_grace_minutes=boot_grace_minutes,

@@ -62,6 +62,7 @@ BACKEND_FLAGS = {
     "trust_new_hosts": ("ssh",), "tf_port": ("ssh", "gcp"), "oracle_port": ("ssh", "gcp"),
     "idle_minutes": ("ssh", "gcp"), "idle_action": ("ssh", "gcp"),
     **dict.fromkeys(("operator_cidr", "budget", "boot_image", "reservation", "capacity"), ("gcp",)),
+    "ssh_identity": ("gcp",),
     **dict.fromkeys(("project", "zone", "gpu", "gpu_count", "machine_type", "spot", "max_run_hours", "provisioning",
                      "capacity_wait"), ("gcp", "vertex")),
     "region": ("vertex",),

@@ -13,6 +13,10 @@ What Compute Engine does for a VM, done to the machine that plays it:
   instance's service account, guest attributes in and out.
 - **The guest agent** is in the image (.ci/vm-cache.sh): host keys at the first boot of an
   instance id, accounts from ssh-keys.
+- **OS Login's guest environment** (tests/world/oslogin_guest.py, mounted into each machine): sshd
+  asks it for a login's keys (AuthorizedKeysCommand), and it answers from the instance's
+  enable-oslogin and the world's OS Login through the metadata server; it makes the login
+  profiles' POSIX accounts as the NSS module would.
 - **Boots.** Each boot has its own kernel boot id (/proc/sys/kernel/random/boot_id), as a VM's
   kernel makes one; the watchdog counts idleness afresh from a new one.
 - **Lifecycle.** A stop inside the guest (`shutdown -h`, the watchdog's stop) halts the machine
@@ -52,6 +56,7 @@ BRIDGE = f"tfvbr{NET}"
 INTERNAL = f"10.251.{NET}"
 EXTERNAL = f"10.252.{NET}"
 LAPTOP = f"{EXTERNAL}.1"
+GUEST_OSLOGIN = "/usr/local/sbin/tfcluster-test-oslogin"
 # Wait for the interface this lab plugs in from outside, then boot: systemd's units (the guest
 # agent, the startup script) need the network the moment they start.
 INIT = ["/bin/sh", "-c", 'until [ "$(cat /sys/class/net/eth0/operstate 2>/dev/null)" = up ]; do sleep 0.1; done; '
@@ -150,7 +155,8 @@ class BootedMachines:
         for address in (f"{INTERNAL}.1/24", f"{INTERNAL}.2/24", f"{INTERNAL}.3/24", f"{LAPTOP}/24"):
             sh("ip", "addr", "add", address, "dev", BRIDGE)
         sh("ip", "link", "set", BRIDGE, "up")
-        self.metadata = InstanceMetadata(self.state, self.name_at, bind=(f"{INTERNAL}.1", 80))
+        self.metadata = InstanceMetadata(self.state, self.name_at, bind=(f"{INTERNAL}.1", 80),
+                                         oslogin=self.world.oslogin.state)
         self.wheels = WheelServer(f"{INTERNAL}.1", self.cache["WHEELHOUSE"])
         compute = TcpRelay((f"{INTERNAL}.2", 443), (self.world.compute_address, 443))
         self.world.storage_proxy.listen(f"{INTERNAL}.3", 443, self.world.tls_context)
@@ -162,6 +168,9 @@ class BootedMachines:
             f"{INTERNAL}.1 metadata.google.internal metadata\n"
             f"{INTERNAL}.2 {' '.join(COMPUTE_NAMES)}\n{INTERNAL}.3 {' '.join(STORAGE_NAMES)}\n")
         (self.root / "pip.conf").write_text(pip_conf_wheelhouse(self.wheels.url))
+        # OS Login's guest part (tests/world/oslogin_guest.py): sshd asks it for a user's keys.
+        (self.root / "oslogin.conf").write_text(f"AuthorizedKeysFile none\nAuthorizedKeysCommand {GUEST_OSLOGIN} keys %u\n"
+                                                "AuthorizedKeysCommandUser root\n")
         (self.root / "tfcluster.list").write_text("deb [trusted=yes] file:/srv/tfcluster-apt ./\n")
         self.world.trust_store(self.root / "ssl")
         self.world.checkip.public = LAPTOP  # The laptop as the VMs see it.
@@ -186,6 +195,8 @@ class BootedMachines:
                 "-v", "/sys/fs/cgroup:/sys/fs/cgroup:ro",
                 "-v", f"{self.root / 'hosts'}:/etc/hosts:ro", "-v", f"{self.root / 'ssl'}:/etc/ssl:ro",
                 "-v", f"{self.root / 'pip.conf'}:/etc/pip.conf:ro",
+                "-v", f"{self.root / 'oslogin.conf'}:/etc/ssh/sshd_config.d/tfcluster-oslogin.conf:ro",
+                "-v", f"{Path(__file__).with_name('oslogin_guest.py')}:{GUEST_OSLOGIN}:ro",
                 "-v", f"{self.root / 'tfcluster.list'}:/etc/apt/sources.list.d/tfcluster.list:ro",
                 "-v", f"{self.cache['APT_REPO']}:/srv/tfcluster-apt:ro",
                 self.cache["IMAGE"], *INIT).stdout.strip()
@@ -231,6 +242,8 @@ class BootedMachines:
         sh(*inside, "addr", "add", f"{vm.external_ip}/24", "dev", "eth0")
         sh(*inside, "link", "set", "lo", "up")
         sh(*inside, "link", "set", "eth0", "up")
+        # OS Login's accounts (the guest environment's NSS part) for as long as this boot runs.
+        sh("docker", "exec", "-d", vm.container, "/usr/bin/python3", GUEST_OSLOGIN, "sync")
         threading.Thread(target=self._watch, args=(vm, vm.pid), daemon=True).start()
 
     def _watch(self, vm: BootedVm, pid: int) -> None:

@@ -17,7 +17,9 @@ What it serves, from https://cloud.google.com/compute/docs/metadata/predefined-m
   https://cloud.google.com/compute/docs/access/authenticate-workloads#applications); an instance
   without a service account has no such path (404);
 - instance/guest-attributes/NS/KEY: read and written in the record's guest attributes, which
-  getGuestAttributes serves to the operator.
+  getGuestAttributes serves to the operator;
+- oslogin/users?username=U, oslogin/users?pagesize=N and oslogin/authorize?email=E&policy=P: the
+  OS Login guest environment's questions, answered from the world's OS Login (tests/world/oslogin.py).
 """
 
 from __future__ import annotations
@@ -25,13 +27,18 @@ from __future__ import annotations
 import time
 
 from tests.fake_metadata import GUEST, FakeMetadataServer, GuestWrite, token_answer
+from urllib.parse import parse_qs
+
 from tests.world.compute_auth import account_of, token_for
+from tests.world.oslogin import guest_answer
 
 
 class InstanceMetadata(FakeMetadataServer):
-    def __init__(self, state, name_at, bind: tuple[str, int]):
+    def __init__(self, state, name_at, bind: tuple[str, int], oslogin=None):
         # The Compute stand-in's state; name_at(address) -> instance name or None.
         self.state, self.name_at = state, name_at
+        # The world's OS Login (tests/world/oslogin.py), for the oslogin/ paths.
+        self.oslogin = oslogin
         # Every guest-attribute write, as (instance name, GuestWrite), in arrival order.
         self.named_writes: list[tuple[str, GuestWrite]] = []
         super().__init__({}, bind=bind)
@@ -65,6 +72,12 @@ class InstanceMetadata(FakeMetadataServer):
                 return record["guest"].get(path.removeprefix(GUEST))
             if path.startswith("instance/attributes/"):
                 return record.get("metadata", {}).get(path.removeprefix("instance/attributes/"))
+            if path.startswith("project/attributes/"):
+                return self.state.project_metadata.get(path.removeprefix("project/attributes/"))
+            if path.startswith("oslogin/") and self.oslogin is not None:
+                route, _, query = path.partition("?")
+                return guest_answer(self.oslogin, self.state, record, route,
+                                    {k: v[0] for k, v in parse_qs(query).items()})
             return self._fixed(name, record).get(path)
 
     def write(self, client: str, key: str, value: str) -> bool:

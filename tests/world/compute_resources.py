@@ -29,7 +29,7 @@ import re
 import time
 
 from tests.fake_operations import _now_iso, busy, capacity_error, new_operation
-from tests.world import capacity, compute_lists, iam_api, instance_rules
+from tests.world import capacity, compute_lists, iam_api, instance_rules, oslogin
 from tests.world.instance_rules import label_refusal
 from tests.world import quotas as world_quotas
 
@@ -237,7 +237,7 @@ def _insert_instance(state, project: str, zone: str, body: dict) -> tuple[int, d
         if state.insert_errors:
             return state.insert_errors.pop(0)
     refused = _refusal(state, zone, body) or iam_api.unseen_account(state, body) or \
-        capacity.insert_refusal(state, project, zone, body)
+        oslogin.insert_refusal(state, project, body) or capacity.insert_refusal(state, project, zone, body)
     if refused:
         return refused
     if name in state.instances:

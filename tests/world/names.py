@@ -36,6 +36,7 @@ sees them through a patched name resolution (the same mapping, for in-process te
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import ssl
@@ -51,6 +52,7 @@ from tests.world.checkip import CHECKIP_NAMES, CheckIpServer
 from tests.world.cloud_logging import LOGGING_NAMES, LoggingServer, LoggingState
 from tests.world.cloudquotas import CLOUDQUOTAS_NAMES, CloudQuotas, CloudQuotasServer
 from tests.world.monitoring import MONITORING_NAMES, Monitoring, MonitoringServer
+from tests.world.oslogin import OSLOGIN_NAMES, OsLogin, OsLoginServer
 from tests.world.project_apis import PROJECT_NAMES, ProjectApis, ProjectApisServer
 from tests.world.tls import GOOGLE_NAMES, make_certificates, operator_key, service_account_key
 from tests.world.vertex import VERTEX_NAMES, Vertex, VertexServer, VertexState
@@ -97,9 +99,11 @@ class GoogleWorld:
         self.cloudquotas_address, self.monitoring_address = f"127.77.{net}.8", f"127.77.{net}.9"
         self.artifacts_address = f"127.77.{net}.3"
         self.vertex_address, self.logging_address = f"127.77.{net}.11", f"127.77.{net}.12"
+        self.oslogin_address = f"127.77.{net}.13"
         self.ca, cert, key = make_certificates(root / "tls", GOOGLE_NAMES + BILLING_NAMES + ARTIFACTS_NAMES
                                                + ("iam.googleapis.com",) + CHECKIP_NAMES + PROJECT_NAMES
-                                               + CLOUDQUOTAS_NAMES + MONITORING_NAMES + VERTEX_NAMES + LOGGING_NAMES)
+                                               + CLOUDQUOTAS_NAMES + MONITORING_NAMES + VERTEX_NAMES + LOGGING_NAMES
+                                               + OSLOGIN_NAMES)
         self.artifacts = FakeArtifactRegistryServer(FakeArtifactRegistry(project=project),
                                                     tls=(self.artifacts_address, str(cert), str(key)))
         self.credentials = service_account_key(root / "operator-key.json", project)
@@ -134,12 +138,18 @@ class GoogleWorld:
                               f"{self.cloudquotas_address} {' '.join(CLOUDQUOTAS_NAMES)}\n"
                               f"{self.monitoring_address} {' '.join(MONITORING_NAMES)}\n"
                               f"{self.vertex_address} {' '.join(VERTEX_NAMES)}\n"
-                              f"{self.logging_address} {' '.join(LOGGING_NAMES)}\n")
+                              f"{self.logging_address} {' '.join(LOGGING_NAMES)}\n"
+                              f"{self.oslogin_address} {' '.join(OSLOGIN_NAMES)}\n")
         self.billing = CatalogServer(Catalog(disabled_projects={project}, identity=self.compute.state),
                                      self.billing_address, context)
         self.checkip = CheckIpServer(self.checkip_address, context)
         self.project_apis = ProjectApisServer(ProjectApis(project), self.compute.state, self.billing.catalog,
                                               self.project_address, context)
+        # Compute enforces the project's organisation policies at insert (tests/world/oslogin.py).
+        self.compute.state.org_policies = self.project_apis.apis.policies
+        account = json.loads(self.credentials.read_text())
+        self.oslogin = OsLoginServer(OsLogin(operator_email=account["client_email"], operator_id=account["client_id"]),
+                                     self.compute.state, self.oslogin_address, context)
         vertex_state = VertexState(project, self.project_apis.apis.project_number)
         self.cloudquotas = CloudQuotasServer(CloudQuotas(), self.compute.state, self.project_apis.enabled,
                                              self.cloudquotas_address, context,
@@ -202,7 +212,8 @@ class GoogleWorld:
                    **dict.fromkeys(CLOUDQUOTAS_NAMES, self.cloudquotas_address),
                    **dict.fromkeys(MONITORING_NAMES, self.monitoring_address),
                    **dict.fromkeys(VERTEX_NAMES, self.vertex_address),
-                   **dict.fromkeys(LOGGING_NAMES, self.logging_address)}
+                   **dict.fromkeys(LOGGING_NAMES, self.logging_address),
+                   **dict.fromkeys(OSLOGIN_NAMES, self.oslogin_address)}
         real = socket.getaddrinfo
 
         def getaddrinfo(host, *args, **kwargs):
@@ -219,7 +230,7 @@ class GoogleWorld:
         if self._replicas is not None:  # Containers and the lab's network first: no replica outlives the world.
             self._replicas.close()
         closers = [self.cloudquotas.close, self.monitoring.close, self.vertex.close, self.cloud_logging.close,
-                   self.project_apis.close, self.checkip.close, self.billing.close, self.artifacts.close, self.storage_proxy.close, self.storage.stop,
+                   self.project_apis.close, self.oslogin.close, self.checkip.close, self.billing.close, self.artifacts.close, self.storage_proxy.close, self.storage.stop,
                    self.compute.close]
         threads = [threading.Thread(target=close) for close in closers]
         for thread in threads:

@@ -49,6 +49,10 @@ class ProjectApis:
     policies: dict = field(default_factory=dict)
     # Host names asked, with the path, for the tests to read.
     requests: list = field(default_factory=list)
+    # The organisation each project is in (project ID -> organisation ID; none by default, as a
+    # project made without one), and each organisation's domain (ID -> displayName).
+    ancestry: dict = field(default_factory=dict)
+    organizations: dict = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -133,6 +137,9 @@ class ProjectApisServer(TlsServer):
                 return 200, ({"permissions": granted} if granted else {})
             if method == "POST" and re.fullmatch(rf"/v1/projects/{re.escape(apis.project)}:getEffectiveOrgPolicy", path):
                 return self.v1_policy((body or {}).get("constraint", ""), holds)
+            found = self.ancestry_or_organization(method, path)
+            if found is not None:
+                return found
         if host == "orgpolicy.googleapis.com":
             match = re.fullmatch(r"/v2/projects/(?P<project>[^/]+)/policies/(?P<name>[^/:]+):getEffectivePolicy", path)
             if method == "GET" and match:
@@ -142,6 +149,28 @@ class ProjectApisServer(TlsServer):
                 return 200, {"name": f"projects/{apis.project_number}/policies/{match['name']}",
                              "spec": {"rules": apis.policies.get(match["name"], [])}}
         return _error(404, "NOT_FOUND", f"stand-in: no route for {method} {host}{path}")
+
+    def ancestry_or_organization(self, method: str, path: str) -> tuple[int, dict] | None:
+        """Resource Manager v1 projects.getAncestry ({"ancestor": [{"resourceId": {"type", "id"}}]},
+        the project first, its organisation last) and organizations.get ({"name", "displayName": the
+        domain, "lifecycleState"}); a project or organisation the caller cannot see is 403 "The caller
+        does not have permission" (https://cloud.google.com/resource-manager/reference/rest/v1/projects/getAncestry,
+        .../v1/organizations/get)."""
+        apis = self.apis
+        match = re.fullmatch(r"/v1/projects/(?P<project>[^/:]+):getAncestry", path)
+        if method == "POST" and match:
+            if match["project"] != apis.project and match["project"] not in apis.ancestry:
+                return _error(403, "PERMISSION_DENIED", "The caller does not have permission")
+            org = apis.ancestry.get(match["project"])
+            return 200, {"ancestor": [{"resourceId": {"type": "project", "id": match["project"]}}]
+                         + ([{"resourceId": {"type": "organization", "id": org}}] if org else [])}
+        match = re.fullmatch(r"/v1/organizations/(?P<org>[^/:]+)", path)
+        if method == "GET" and match:
+            if match["org"] not in apis.organizations:
+                return _error(403, "PERMISSION_DENIED", "The caller does not have permission")
+            return 200, {"name": f"organizations/{match['org']}", "displayName": apis.organizations[match["org"]],
+                         "lifecycleState": "ACTIVE"}
+        return None
 
     def v1_policy(self, constraint: str, holds) -> tuple[int, dict]:
         """Resource Manager v1 projects.getEffectiveOrgPolicy: the same effective policies as v2, in

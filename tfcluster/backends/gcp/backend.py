@@ -11,7 +11,7 @@ from pathlib import Path
 
 from tfcluster.backends.base import Finding, Preemption, VmRow
 from tfcluster.backends.gcp import check as prerequisites
-from tfcluster.backends.gcp import budget, capacity, docker_login, failover, ledger_events, vm_control, vm_status
+from tfcluster.backends.gcp import budget, capacity, docker_login, failover, ledger_events, oslogin, vm_control, vm_status
 from tfcluster.backends.gcp import placement
 from tfcluster import gpu_health
 from tfcluster.gpus import BY_ACCELERATOR
@@ -119,15 +119,18 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
                               f"{len(blocking)} prerequisites fail ({', '.join(f.subject for f in blocking)}); "
                               "each ✗ line above names its fix")
         with translated(settings.project, "up"):  # The zones whose offer and quota hold, in order.
-            return self._create(failover.keep_zones(settings, report.zones), terraform, api, gpu, report.image)
+            return self._create(failover.keep_zones(settings, report.zones), terraform, api, gpu, report.image,
+                                report.identity)
 
-    def _create(self, settings, terraform: Terraform, api: ComputeApi, gpu: str, image: str):
+    def _create(self, settings, terraform: Terraform, api: ComputeApi, gpu: str, image: str,
+                identity: oslogin.Identity):
         zones = list(settings.zones) or [settings.zone]
         others = f" (else {', '.join(zones[1:])}, in turn)" if zones[1:] else ""
         self._announce(
             f"plan: {settings.workers} x {settings.machine_type} + {settings.gpu_count} x {gpu}"
             f"{capacity.plan_words(settings)} in {settings.zone}{others}, bucket, VPC, firewall, service account")
         self._announce(placement.for_settings(settings).line)
+        self._announce(identity.plan_words())
         prices = self._quote(settings, settings.project, settings.zone, settings.workers, settings.spot)
         for line in prices.lines():
             self._announce(line)
@@ -145,6 +148,9 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         operator = settings.operator_cidr or detect_operator_cidr()
         key_file = self.workdir(settings.cluster) / "id_ed25519"
         public_key = generate_cluster_key(key_file, f"tfcluster-{settings.cluster}")
+        # OS Login: the key into the operator's profile before any VM boots (oslogin.py).
+        ssh_user = (oslogin.import_key(self.workdir(settings.cluster), settings.project, public_key,
+                                       settings.max_run_hours) if identity.os_login else settings.gcp_ssh_user)
 
         began = time.time()  # The cluster's creation: its spend counts from here (commands/spend.py).
 
@@ -157,7 +163,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
 
         record(zones[0])
         variables = {**self.variables(settings, public_key, operator), "image": image,
-                     "budget_run_seconds": run_seconds if settings.budget else 0}
+                     "budget_run_seconds": run_seconds if settings.budget else 0, "ssh_identity": identity.mode}
         # Resuming a failed `up`: VMs it already made keep the nonce they booted with (the
         # metadata key is in ignore_changes), so the resumed apply and its readiness keep it too,
         # and the image they booted (a family's newest may have moved on since).
@@ -189,7 +195,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
                               tf_port=settings.tf_port, host_key=key, instance=vm.name)
                    for i, (vm, key) in enumerate([(outputs.instances[j], keys[j]) for j in order])]
         cluster = ClusterState(name=settings.cluster, backend=self.name, hosts=records,
-                               ssh_user=settings.gcp_ssh_user, ssh_key=str(key_file),
+                               ssh_user=ssh_user, ssh_key=str(key_file),
                                python=settings.python or VM_PYTHON, project=settings.project,
                                zone=zone, bucket=outputs.bucket, registry=outputs.registry, created_at=began)
         self._resolve_roots(cluster, settings.remote_dir)
@@ -297,6 +303,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         api = self._api(cluster)
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project)
         with translated(cluster.project, "up"):
+            oslogin.renew_key(self.workdir(cluster.name), settings.max_run_hours)  # The new deadline's.
             back = bring_back(cluster, api, terraform, self._max_run_seconds(cluster, settings, api, terraform),
                               settings.termination_action, settings.ready_timeout_seconds, self._announce)
             if back:
@@ -325,6 +332,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         api = self._api(cluster)
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project)
         with translated(cluster.project, "restarting preempted VMs"):
+            oslogin.renew_key(self.workdir(cluster.name), settings.max_run_hours)
             try:
                 bring_back_waiting(cluster, api, terraform, self._max_run_seconds(cluster, settings, api, terraform),
                                    settings.termination_action, settings.ready_timeout_seconds, self._announce,
@@ -383,6 +391,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project, announce=self._announce)
         with translated(cluster.project, "down"):
             kept = destroy_keeping_results(cluster, terraform, delete_bucket, self._announce)
+            oslogin.forget_key(self.workdir(cluster.name), self._announce)
             left = self._api(cluster).leftovers(cluster.zone, cluster.name)
             iam = iam_leftovers(cluster.project, cluster.name, default_credentials())
         if left or iam.found:

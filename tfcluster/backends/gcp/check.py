@@ -30,6 +30,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from tfcluster.backends.base import Finding
+from tfcluster.backends.gcp import oslogin
 from tfcluster.backends.gcp import prerequisites as rules
 from tfcluster.backends.gcp import reservations
 from tfcluster.backends.gcp.address import detect_operator_cidr
@@ -53,6 +54,8 @@ class Report:
     zones: list[str] = field(default_factory=list)
     # One line for each zone dropped before anything is made (its offer or quota falls short).
     dropped: list[str] = field(default_factory=list)
+    # How the operator logs in to the VMs (oslogin.py): --ssh-identity, or what auto chose.
+    identity: oslogin.Identity = oslogin.Identity("metadata", "not checked")
 
     @property
     def failed(self) -> list[Finding]:
@@ -351,6 +354,11 @@ def run(settings, made: dict | None = None) -> Report:
         google = Google(credentials)
         apis = services_finding(google, settings.project, rules.services_for(takes_family_quota(settings, gpu)))
         findings += [apis, permissions_finding(google, settings.project), *constraint_findings(google, target)]
+        from tfcluster.backends.gcp.iam import service_account_email
+
+        identity, lines = oslogin.findings(credentials, settings, [
+            service_account_email(settings.project, settings.cluster, index) for index in range(settings.workers)])
+        findings = oslogin.reconciled(findings, identity) + lines
         quota_line, judged = quota_finding(settings, gpu, zones, made)
         findings += [quota_line, prices_finding(settings.project)]
         if settings.reservation not in ("any", "none"):  # --reservation NAME (reservations.py).
@@ -360,4 +368,5 @@ def run(settings, made: dict | None = None) -> Report:
     findings.append(address_finding(settings.operator_cidr))
     usable = judged.usable if judged is not None else zones
     return Report(findings, image, usable, [f"zone {zone} dropped: {why}" for zone, why in
-                                            (judged.dropped if judged is not None and judged.usable else [])])
+                                            (judged.dropped if judged is not None and judged.usable else [])],
+                  identity if credentials is not None else oslogin.Identity("metadata", "not checked"))
