@@ -128,10 +128,9 @@ def _known_name(record: HostRecord) -> str:
 
 def _check_pinned_key(record: HostRecord) -> None:
     """The host's key now against the one `up` pinned: a changed key is refused before OpenSSH runs."""
-    from tfcluster.backends.ssh.connection import HostAddress, fingerprint, key_line, scan_host_key
+    from tfcluster.backends.ssh.connection import HostAddress, HostKeyChanged, fingerprint, key_line, scan_host_key
 
     key = scan_host_key(HostAddress(_ssh_address(record), record.ssh_port), preferred=[record.host_key.split()[0]])
     if key_line(key) != record.host_key:
-        raise ClusterError(f"{record.name}: host key CHANGED since `invoke up` pinned it (now {fingerprint(key)}); "
-                           "refusing to connect. If the host was rebuilt, run `invoke down` and `invoke up` again")
+        raise HostKeyChanged(record.name, fingerprint(key))  # down's words: the fix is `down --force`.
 
