@@ -33,7 +33,7 @@ resource "google_compute_instance" "worker" {
     preemptible                 = local.provisioning_model == "SPOT"
     instance_termination_action = var.termination_action
     # The hypervisor's hard deadline: stops (or deletes) the VM even if nobody is watching; sooner
-    # when the cluster's budget runs out first (tfcluster/backends/gcp/budget.py).
+    # when the cluster's budget runs out first (tfcluster/backends/gcp/spend/budget.py).
     max_run_duration {
       seconds = var.budget_run_seconds > 0 ? min(var.budget_run_seconds, var.max_run_hours * 3600) : var.max_run_hours * 3600
     }

@@ -1,6 +1,6 @@
 """Capacity (issue 40): the world's Flex-start requests, reservations and run-duration ends
 (tests/world/capacity.py), met with the real google-cloud-compute client; then the product's
-provisioning models, the capacity ladder and reservations (tfcluster/backends/gcp/capacity.py,
+provisioning models, the capacity ladder and reservations (tfcluster/backends/gcp/zones/capacity.py,
 reservations.py, tfcluster/provisioning.py)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ IMAGE = "projects/deeplearning-platform-release/global/images/common-cu129-ubunt
 def _client():
     from google.cloud import compute_v1
 
-    from tfcluster.backends.gcp.compute import default_credentials
+    from tfcluster.backends.gcp.cloud.compute import default_credentials
 
     return compute_v1, compute_v1.InstancesClient(transport="rest", credentials=default_credentials())
 
@@ -405,7 +405,7 @@ def test_provisioning_settings_refuse_what_google_refuses(values, error):
 
 def test_provisioning_settings_and_what_terraform_gets():
     from tfcluster import config
-    from tfcluster.backends.gcp.capacity import model_variables, plan_words
+    from tfcluster.backends.gcp.zones.capacity import model_variables, plan_words
     from tfcluster.provisioning import Choice
 
     base = {"backend": "gcp", "project": "p", "zone": WEST}
@@ -428,8 +428,8 @@ def test_the_ladder_per_zone_in_order(world):
     """--capacity auto's steps, per zone of `zones`: a matching reservation with room for every VM, Spot (with
     --spot), on-demand, Flex-start; one line for each step it leaves out."""
     from tfcluster import config
-    from tfcluster.backends.gcp.capacity import steps
-    from tfcluster.backends.gcp.compute import ComputeApi
+    from tfcluster.backends.gcp.zones.capacity import steps
+    from tfcluster.backends.gcp.cloud.compute import ComputeApi
 
     state = world.compute.state
     state.capacity.reservations = {
@@ -460,8 +460,8 @@ def test_a_wait_ends_on_ctrl_c_and_nothing_is_left(tmp_path):
     from types import SimpleNamespace
 
     from tfcluster import config
-    from tfcluster.backends.gcp.capacity import Maker, Step
-    from tfcluster.backends.gcp.terraform import TerraformError
+    from tfcluster.backends.gcp.zones.capacity import Maker, Step
+    from tfcluster.backends.gcp.cloud.terraform import TerraformError
     from tfcluster.errors import ClusterError
     from tfcluster.provisioning import Choice
 
@@ -542,7 +542,7 @@ def test_each_provisioning_model_is_priced_at_its_own_rate(world, tmp_path):
     cost beyond its disk and address."""
     from tests.world.billing import FAMILY_PRICES, GPU_PRICES
     from tfcluster import ledger
-    from tfcluster.backends.gcp import cost
+    from tfcluster.backends.gcp.prices import cost
     from tfcluster.ledger import Event, Prices
 
     world.billing.catalog.disabled_projects.clear()

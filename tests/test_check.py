@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import Cli
 from tfcluster import config
-from tfcluster.backends.gcp import check
+from tfcluster.backends.gcp.access import check
 
 
 def settings(**overrides) -> config.Settings:
@@ -215,7 +215,7 @@ def test_no_credentials_is_a_cross_that_names_the_login(check_cli, tmp_path):
 
 def test_the_driver_branch_must_fit_the_gpu():
     """Each GPU's bounds from tfcluster/gpus.py: Volta ends at 580; Ada and Hopper start at 525."""
-    from tfcluster.backends.gcp import prerequisites as rules
+    from tfcluster.backends.gcp.access import prerequisites as rules
 
     assert rules.driver_fits("nvidia-tesla-v100", 590) == "V100 (Volta) needs 580 or older"
     assert rules.driver_fits("nvidia-tesla-v100", 580) == ""

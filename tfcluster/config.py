@@ -113,7 +113,7 @@ class Settings:
     boot_grace_minutes: int = 45
     # gcp: hypervisor deadline (hours after each start) and what it does (STOP or DELETE).
     max_run_hours: int = 12
-    # gcp: the cluster's cap in USD (`up --budget`; the deadline of tfcluster/backends/gcp/budget.py); 0 = none.
+    # gcp: the cluster's cap in USD (`up --budget`; the deadline of tfcluster/backends/gcp/spend/budget.py); 0 = none.
     budget: float = 0.0
     termination_action: str = "STOP"
     # gcp: let `down` delete a bucket that still holds objects.
@@ -135,7 +135,7 @@ class Settings:
     # Container image the workers run in (`train --image`); empty runs `python` on the hosts.
     image: str = ""
     # gcp: the VMs' boot image, projects/P/global/images/NAME or .../images/family/FAMILY; empty is
-    # the Deep Learning VM CUDA family (tfcluster/backends/gcp/check.py). `up` writes the exact image.
+    # the Deep Learning VM CUDA family (tfcluster/backends/gcp/access/check.py). `up` writes the exact image.
     boot_image: str = ""
     # Registry `invoke image build` pushes to (HOST[:PORT]/PATH); gcp: the cluster's Artifact Registry.
     registry: str = ""

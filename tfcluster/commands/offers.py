@@ -1,5 +1,5 @@
 """`invoke offers`: the zones that offer a GPU, with the price of one VM and the project's free
-quota in each region, cheapest first (tfcluster/backends/gcp/offers.py asks Google); without a
+quota in each region, cheapest first (tfcluster/backends/gcp/zones/offers.py asks Google); without a
 project, one VM's price from the dated table."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from tfcluster.errors import ConfigError
 
 def offers(settings: Settings) -> None:
     """Print one line per zone; nothing is created."""
-    from tfcluster.backends.gcp.errors import translated
-    from tfcluster.backends.gcp.offers import find_offers, without_project
+    from tfcluster.backends.gcp.cloud import translated
+    from tfcluster.backends.gcp.zones import find_offers, without_project
 
     if settings.backend == "vertex":  # Vertex AI's own training prices and quota, per region.
         from tfcluster.backends.vertex.preflight import offers as vertex_offers

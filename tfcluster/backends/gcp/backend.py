@@ -10,18 +10,20 @@ import time
 from pathlib import Path
 
 from tfcluster.backends.base import Finding, Preemption, VmRow
-from tfcluster.backends.gcp import check as prerequisites
-from tfcluster.backends.gcp import budget, capacity, docker_login, failover, ledger_events, vm_control, vm_status
-from tfcluster.backends.gcp.address import detect_operator_cidr
-from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
-                                            wait_ready)
-from tfcluster.backends.gcp.cost import Quote, quote
-from tfcluster.backends.gcp.errors import translated
-from tfcluster.backends.gcp.iam import iam_leftovers, service_account_email
-from tfcluster.backends.gcp.registry import adopt_kept_repository
-from tfcluster.backends.gcp.restart import ZoneFull, bring_back, bring_back_waiting, new_nonce
-from tfcluster.backends.gcp.teardown import bucket_rule, destroy_keeping_results
-from tfcluster.backends.gcp.terraform import MODULE_DIR, Terraform
+from tfcluster.backends.gcp.access import check as prerequisites
+from tfcluster.backends.gcp.access.address import detect_operator_cidr
+from tfcluster.backends.gcp.access.iam import iam_leftovers, service_account_email
+from tfcluster.backends.gcp.cloud.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
+                                                  wait_ready)
+from tfcluster.backends.gcp.cloud.errors import translated
+from tfcluster.backends.gcp.cloud.registry import adopt_kept_repository
+from tfcluster.backends.gcp.cloud.terraform import MODULE_DIR, Terraform
+from tfcluster.backends.gcp.prices.cost import Quote, quote
+from tfcluster.backends.gcp.spend import budget, ledger_events
+from tfcluster.backends.gcp.vms import docker_login, vm_control, vm_status
+from tfcluster.backends.gcp.vms.teardown import bucket_rule, destroy_keeping_results
+from tfcluster.backends.gcp.zones import capacity, failover
+from tfcluster.backends.gcp.zones.restart import ZoneFull, bring_back, bring_back_waiting, new_nonce
 from tfcluster.backends.group import in_parallel
 from tfcluster.backends.ssh import SshBackend
 from tfcluster.errors import ClusterError, ConfigError

@@ -30,11 +30,11 @@ import subprocess
 from dataclasses import dataclass, field
 
 from tfcluster.backends.base import Finding
-from tfcluster.backends.gcp import prerequisites as rules
-from tfcluster.backends.gcp import reservations
-from tfcluster.backends.gcp.address import detect_operator_cidr
-from tfcluster.backends.gcp.quota import Zones
-from tfcluster.backends.gcp.terraform import MODULE_DIR
+from tfcluster.backends.gcp.access import prerequisites as rules
+from tfcluster.backends.gcp.zones import reservations
+from tfcluster.backends.gcp.access.address import detect_operator_cidr
+from tfcluster.backends.gcp.quotas.quota import Zones
+from tfcluster.backends.gcp.cloud.terraform import MODULE_DIR
 from tfcluster.errors import ConfigError
 from tfcluster.provisioning import preemptible_quota
 
@@ -287,8 +287,8 @@ def quota_finding(settings, gpu: str, zones: list[str], made: dict | None = None
     """Every quota the cluster takes, judged zone by zone (quota.py); the zones that can take it."""
     from google.api_core import exceptions
 
-    from tfcluster.backends.gcp.compute import ComputeApi
-    from tfcluster.backends.gcp.quota_source import QuotaSource, judge_zones
+    from tfcluster.backends.gcp.cloud.compute import ComputeApi
+    from tfcluster.backends.gcp.quotas.quota_source import QuotaSource, judge_zones
 
     hours = settings.max_run_hours if settings.termination_action == "DELETE" else None
     try:
@@ -309,7 +309,7 @@ def quota_finding(settings, gpu: str, zones: list[str], made: dict | None = None
 def prices_finding(project: str) -> Finding:
     """Whether live prices can be read: the Cloud Billing Catalog needs cloudbilling.googleapis.com,
     which most projects have off (https://cloud.google.com/billing/docs/how-to/get-pricing-information-api)."""
-    from tfcluster.backends.gcp.pricing import catalog_problem
+    from tfcluster.backends.gcp.prices.pricing import catalog_problem
 
     problem = catalog_problem(project)
     if not problem:
@@ -324,7 +324,7 @@ def prices_finding(project: str) -> Finding:
 def run(settings, made: dict | None = None) -> Report:
     """Every check, in the order a user fixes them. ``made``: zone -> VMs of this cluster already
     there (a resumed `up`)."""
-    from tfcluster.backends.gcp.compute import gpu_type
+    from tfcluster.backends.gcp.cloud.compute import gpu_type
 
     gpu = gpu_type(settings.gpu)
     findings = [terraform_finding()]

@@ -12,10 +12,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from tfcluster.backends.gcp.errors import terraform_error_line
+from tfcluster.backends.gcp.cloud.errors import terraform_error_line
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
 
-MODULE_DIR = Path(__file__).resolve().parents[3] / "terraform"
+MODULE_DIR = Path(__file__).resolve().parents[4] / "terraform"
 
 
 class TerraformError(TfClusterError):

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import math
 
-from tfcluster.backends.gcp import vm_control
-from tfcluster.backends.gcp.errors import translated
-from tfcluster.backends.gcp.terraform import Terraform
+from tfcluster.backends.gcp.vms import vm_control
+from tfcluster.backends.gcp.cloud.errors import translated
+from tfcluster.backends.gcp.cloud.terraform import Terraform
 
 from tfcluster.errors import ConfigError
 from tfcluster.ledger import Ledger, cluster_spent_usd

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from tfcluster import ledger
-from tfcluster.backends.gcp import reservations
-from tfcluster.backends.gcp.cost import PRICES
+from tfcluster.backends.gcp.zones import reservations
+from tfcluster.backends.gcp.prices.cost import PRICES
 from tfcluster.ledger import (COMPUTE_OPERATION, DELETE, HALTS, OBSERVED, OWN, PREEMPTED, START, STOP,
                               TERMINATED_SEEN, Event, Ledger, Prices, Storage)
 
@@ -128,7 +128,7 @@ class GcpSpend:
     """Backend.spend_sync for GcpBackend (mixed in: backend.py holds only the call)."""
 
     def spend_sync(self, cluster, settings, book: Ledger, own: str = "", run: str = "") -> list[str]:
-        from tfcluster.backends.gcp.errors import translated
+        from tfcluster.backends.gcp.cloud.errors import translated
 
         with translated(cluster.project, "reading the VMs' starts and stops for the cost ledger"):
             api = self._api(cluster)
@@ -150,8 +150,8 @@ class GcpSpend:
     def _spend_storage(self, cluster, now: float, gone: bool) -> Storage:
         """What the bucket and the registry hold now; nothing once `down` is done (what it kept is
         no longer the cluster's: `down` names it with its monthly cost)."""
-        from tfcluster.backends.gcp.registry import repository_usage
-        from tfcluster.backends.gcp.teardown import bucket_usage
+        from tfcluster.backends.gcp.cloud.registry import repository_usage
+        from tfcluster.backends.gcp.vms.teardown import bucket_usage
 
         if gone:
             return Storage(now, 0, 0)

@@ -24,10 +24,10 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from tfcluster.backends.gcp.cost import PRICES
-from tfcluster.backends.gcp.errors import translated
-from tfcluster.backends.gcp.registry import REPOSITORY, Stored, repository_path, repository_usage
-from tfcluster.backends.gcp.terraform import Terraform
+from tfcluster.backends.gcp.prices.cost import PRICES
+from tfcluster.backends.gcp.cloud.errors import translated
+from tfcluster.backends.gcp.cloud.registry import REPOSITORY, Stored, repository_path, repository_usage
+from tfcluster.backends.gcp.cloud.terraform import Terraform
 from tfcluster.state import ClusterState
 
 BUCKET = "google_storage_bucket.cluster"
@@ -38,7 +38,7 @@ def bucket_usage(project: str, bucket: str) -> Stored | None:
     """What the bucket holds, old versions included (they bill too); None if it is gone."""
     from google.api_core import exceptions
 
-    from tfcluster.backends.gcp import storage
+    from tfcluster.backends.gcp.cloud import storage
 
     try:
         blobs = list(storage.client(project).list_blobs(bucket, versions=True))

@@ -17,8 +17,8 @@ import time
 from datetime import datetime
 
 from tfcluster.backends.base import VmRow
-from tfcluster.backends.gcp import reservations
-from tfcluster.backends.gcp.compute import ComputeApi
+from tfcluster.backends.gcp.zones import reservations
+from tfcluster.backends.gcp.cloud.compute import ComputeApi
 
 # Compute's provisioning model in a status line.
 MODEL_WORDS = {"SPOT": "Spot", "FLEX_START": "Flex-start", "STANDARD": "on-demand"}
