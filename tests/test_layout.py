@@ -313,3 +313,88 @@ def test_others_use_only_what_the_gcp_rooms_export():
              if gcp not in path.parents and (uses := outside_uses(path))}
     assert found == {}
 
+
+
+# ---------------------------------------------------------------- no mixins
+
+def product_classes() -> dict[str, tuple[ast.ClassDef, str]]:
+    classes = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                classes.setdefault(node.name, (node, module_name(path)))
+    return classes
+
+
+def base_names(node: ast.ClassDef) -> list[str]:
+    return [base.attr if isinstance(base, ast.Attribute) else getattr(base, "id", "") for base in node.bases]
+
+
+def defined_names(node: ast.ClassDef) -> set[str]:
+    """What a class itself defines: methods, class attributes and fields, and every ``self.x = ...``."""
+    names = set()
+    for item in node.body:
+        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            names.add(item.name)
+        elif isinstance(item, ast.Assign):
+            names.update(t.id for t in item.targets if isinstance(t, ast.Name))
+        elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            names.add(item.target.id)
+    for sub in ast.walk(node):
+        targets = sub.targets if isinstance(sub, ast.Assign) else [sub.target] if isinstance(
+            sub, (ast.AnnAssign, ast.AugAssign)) else []
+        while any(isinstance(t, (ast.Tuple, ast.List)) for t in targets):  # self.a, self.b = a, b
+            targets = [e for t in targets for e in (t.elts if isinstance(t, (ast.Tuple, ast.List)) else [t])]
+        names.update(t.attr for t in targets if isinstance(t, ast.Attribute) and getattr(t.value, "id", "") == "self")
+    return names
+
+
+def mixins(classes: dict[str, tuple[ast.ClassDef, str]]) -> list[str]:
+    """Product classes that hold another concern's code by inheritance: a class with two or more product
+    bases, or one whose methods use ``self.x`` that neither it nor any of its bases defines (it reaches
+    into the class it is mixed into)."""
+    found = []
+
+    def everything(name: str) -> set[str] | None:
+        """What a class and its bases define; None when a base is not ours (it may define anything)."""
+        node = classes[name][0]
+        names = defined_names(node)
+        for base in base_names(node):
+            if base in classes:
+                inherited = everything(base)
+                if inherited is None:
+                    return None
+                names |= inherited
+            elif base not in ("object", "Protocol"):
+                return None
+        return names
+
+    for name, (node, module) in sorted(classes.items()):
+        product_bases = [base for base in base_names(node) if base in classes]
+        if len(product_bases) > 1:
+            found.append(f"{module}.{name} inherits {', '.join(product_bases)}: hold the others as collaborators")
+            continue
+        known = everything(name)
+        if known is None:
+            continue
+        used = {sub.attr for sub in ast.walk(node) if isinstance(sub, ast.Attribute)
+                and getattr(sub.value, "id", "") == "self" and not sub.attr.startswith("__")}
+        missing = sorted(used - known)
+        if missing:
+            found.append(f"{module}.{name} uses self.{', self.'.join(missing)}, which neither it nor its bases define "
+                         "(a mixin: give it what it needs)")
+    return found
+
+
+def test_no_class_holds_another_concerns_code_by_inheritance():
+    """No mixins (DEVELOPERS.md): a concern is a named collaborator the class holds. Seen failing with the
+    old GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend)."""
+    assert mixins(product_classes()) == []
+    planted = ast.parse("class Base:\n    def run(self):\n        self.x = 1\n"
+                        "class Budget:\n    def rate(self):\n        return self._quote()\n"
+                        "class Both(Budget, Base):\n    pass\n"
+                        "class Fine(Base):\n    def go(self):\n        return self.run(), self.x\n")
+    classes = {node.name: (node, "m") for node in planted.body}
+    assert mixins(classes) == ["m.Both inherits Budget, Base: hold the others as collaborators",
+                               "m.Budget uses self._quote, which neither it nor its bases define "
+                               "(a mixin: give it what it needs)"]

@@ -1,6 +1,7 @@
 """The gcp backend: Google Cloud GPU VMs provisioned by Terraform, run over the ssh backend.
 
-backend.py holds GcpBackend, which composes the rooms below. The rooms, one concern each, lowest first (a room imports only rooms before it):
+backend.py holds GcpBackend: the ssh backend plus provisioning, composed of the rooms below and holding
+its collaborators (prices.Quoter, spend.SpendTracker, spend.Budget), never mixing them in. The rooms, one concern each, lowest first (a room imports only rooms before it):
 - cloud/: the clients: Google's errors as one line, Compute, Terraform, Cloud Storage, Artifact Registry;
 - quotas/: every quota a cluster takes, where each is read, the zones judged with them;
 - prices/: the Cloud Billing Catalog and the quotes built from it (or the dated table);

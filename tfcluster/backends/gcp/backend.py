@@ -8,6 +8,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Callable
 
 from tfcluster.backends.base import Finding, Preemption, VmRow
 from tfcluster.backends.gcp.access import check as prerequisites
@@ -18,7 +19,7 @@ from tfcluster.backends.gcp.cloud.compute import (LABEL, ComputeApi, default_cre
 from tfcluster.backends.gcp.cloud.errors import translated
 from tfcluster.backends.gcp.cloud.registry import adopt_kept_repository
 from tfcluster.backends.gcp.cloud.terraform import MODULE_DIR, Terraform
-from tfcluster.backends.gcp.prices.cost import Quote, quote
+from tfcluster.backends.gcp.prices.quoter import Quoter
 from tfcluster.backends.gcp.spend import budget, ledger_events
 from tfcluster.backends.gcp.vms import docker_login, vm_control, vm_status
 from tfcluster.backends.gcp.vms.teardown import bucket_rule, destroy_keeping_results
@@ -54,12 +55,22 @@ def generate_cluster_key(path: Path, comment: str) -> str:
     return line
 
 
-class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
-    """Terraform-provisioned GPU VMs reached with the cluster's own SSH key and pinned host keys."""
+class GcpBackend(SshBackend):
+    """Terraform-provisioned GPU VMs reached with the cluster's own SSH key and pinned host keys.
+
+    It is the ssh backend (docs/design.md says why it inherits it) plus the provisioning, and holds its
+    collaborators: ``prices`` (the Quote of a cluster's VMs), ``spend`` (the cost ledger kept from what
+    Compute shows) and ``budget`` (--budget as the VMs' hypervisor deadline)."""
 
     name = "gcp"
     hosts_outlive_cluster = False  # `terraform destroy` removes the VMs with whatever they hold.
     can_halt_machines = True  # Compute stops them; each watchdog halts its own VM for --then.
+
+    def __init__(self, store, announce: Callable[[str], None] = print):
+        super().__init__(store, announce)
+        self.prices = Quoter(store)
+        self.spend = ledger_events.SpendTracker(self._api, self.workdir, self.prices.quote)
+        self.budget = budget.Budget(store, self.spend, self.prices.quote, self._api, self.workdir, announce)
 
     def workdir(self, cluster_name: str) -> Path:
         return self._store.root / "gcp" / cluster_name
@@ -122,7 +133,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         self._announce(
             f"plan: {settings.workers} x {settings.machine_type} + {settings.gpu_count} x {gpu}"
             f"{capacity.plan_words(settings)} in {settings.zone}{others}, bucket, VPC, firewall, service account")
-        prices = self._quote(settings, settings.project, settings.zone, settings.workers, settings.spot)
+        prices = self.prices.quote(settings, settings.project, settings.zone, settings.workers, settings.spot)
         for line in prices.lines():
             self._announce(line)
         rate = budget.budget_rate(prices, self._announce) if settings.budget else prices.in_use.total
@@ -275,7 +286,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         api = self._api(cluster)
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project)
         with translated(cluster.project, "up"):
-            back = bring_back(cluster, api, terraform, self._max_run_seconds(cluster, settings, api, terraform),
+            back = bring_back(cluster, api, terraform, self.budget.max_run_seconds(cluster, settings, terraform),
                               settings.termination_action, settings.ready_timeout_seconds, self._announce)
             if back:
                 self._connections.clear()  # New addresses and keys: connect afresh.
@@ -304,7 +315,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project)
         with translated(cluster.project, "restarting preempted VMs"):
             try:
-                bring_back_waiting(cluster, api, terraform, self._max_run_seconds(cluster, settings, api, terraform),
+                bring_back_waiting(cluster, api, terraform, self.budget.max_run_seconds(cluster, settings, terraform),
                                    settings.termination_action, settings.ready_timeout_seconds, self._announce,
                                    settings.capacity_wait_seconds, settings.capacity_tries)
             except ZoneFull as full:  # --capacity auto: the rest of the ladder; else the next zone, if any.
@@ -343,16 +354,16 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         with translated(cluster.project, "status"):
             return vm_status.rows(self, cluster, settings)
 
-    def _quote(self, settings, project: str, zone: str, workers: int, spot: bool,
-               applied: dict | None = None) -> Quote:
-        """On-demand and Spot per hour for the VMs Terraform made (``applied``, its variables) or is
-        about to make (``settings``); catalog prices cached per region for the day in the state dir."""
-        made = applied or {}
-        flex = made.get("provisioning_model", "FLEX_START" if settings.provisioning == FLEX_START else "") == "FLEX_START"
-        return quote(project, zone, made.get("machine_type", settings.machine_type),
-                     made.get("gpu_type") or gpu_type(settings.gpu), made.get("gpu_count", settings.gpu_count),
-                     made.get("boot_disk_gb", settings.boot_disk_gb), workers, spot and not flex,
-                     self._store.root / "cache", made.get("boot_disk_type", settings.boot_disk_type), flex_start=flex)
+    # ------------------------------------------------------------ money: what the collaborators answer
+
+    def spend_sync(self, cluster, settings, book, own: str = "", run: str = "") -> list[str]:
+        return self.spend.sync(cluster, settings, book, own, run)
+
+    def hourly_rate(self, cluster, settings) -> float | None:
+        return self.budget.hourly_rate(cluster, settings)
+
+    def set_budget_end(self, cluster, end: float | None) -> None:
+        self.budget.set_end(cluster, end)
 
     def teardown(self, cluster, keep: bool, delete_bucket: bool = False) -> None:
         """Destroy everything that bills by the hour, then prove it through the Compute API.

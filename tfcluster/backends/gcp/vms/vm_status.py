@@ -43,7 +43,7 @@ def rows(backend, cluster, settings) -> list[VmRow]:
     tfvars = backend.workdir(cluster.name) / "terraform.tfvars.json"
     applied = json.loads(tfvars.read_text()) if tfvars.exists() else {}
     spot = any(vm.scheduling.provisioning_model == "SPOT" for vm in listed) or bool(applied.get("spot", settings.spot))
-    prices = backend._quote(settings, cluster.project, cluster.zone, len(cluster.hosts), spot, applied)
+    prices = backend.prices.quote(settings, cluster.project, cluster.zone, len(cluster.hosts), spot, applied)
     for line in prices.lines():
         backend._announce(line)
     names = {vm.name for vm in listed}
