@@ -30,11 +30,20 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+def imported_from(node: ast.ImportFrom, path: Path) -> str:
+    """The absolute module a ``from ... import`` in ``path`` names (relative imports resolved)."""
+    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
+    base = node.module or ""
+    if node.level:
+        anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+        base = ".".join(anchor + ([base] if base else []))
+    return base
+
+
 def imports_of(path: Path, runtime_only: bool = False) -> set[str]:
     """Every module a file imports, resolved to absolute names (relative imports included);
     with ``runtime_only``, not those under ``if TYPE_CHECKING:`` (annotations only)."""
     found = set()
-    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
     tree = ast.parse(path.read_text())
     if runtime_only:
         for node in ast.walk(tree):
@@ -44,10 +53,7 @@ def imports_of(path: Path, runtime_only: bool = False) -> set[str]:
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
+            base = imported_from(node, path)
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
     return found
@@ -158,15 +164,11 @@ def written_imports(path: Path, known: set[str]) -> set[str]:
     of ``pkg``'s __init__ (Python needs no more of a package being imported than its path), while
     ``from pkg import name`` of a name that is not a module is an import of ``pkg``'s __init__."""
     found = set()
-    package = module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
             found.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
-                base = ".".join(anchor + ([base] if base else []))
+            base = imported_from(node, path)
             for alias in node.names:
                 found.add(f"{base}.{alias.name}" if f"{base}.{alias.name}" in known else base)
     return found & known
