@@ -31,7 +31,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--skus", default="5000,30000")
     options = parser.parse_args()
-    from tfcluster.backends.gcp import cost
+    from tfcluster.backends.gcp.prices import cost
 
     root = Path(tempfile.mkdtemp(prefix="bench-prices-"))
     world = GoogleWorld(root / "world")

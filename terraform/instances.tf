@@ -33,7 +33,7 @@ resource "google_compute_instance" "worker" {
     preemptible                 = local.provisioning_model == "SPOT"
     instance_termination_action = var.termination_action
     # The hypervisor's hard deadline: stops (or deletes) the VM even if nobody is watching; sooner
-    # when the cluster's budget runs out first (tfcluster/backends/gcp/budget.py).
+    # when the cluster's budget runs out first (tfcluster/backends/gcp/spend/budget.py).
     max_run_duration {
       seconds = var.budget_run_seconds > 0 ? min(var.budget_run_seconds, var.max_run_hours * 3600) : var.max_run_hours * 3600
     }
@@ -81,7 +81,7 @@ resource "google_compute_instance" "worker" {
     scopes = ["cloud-platform"]
   }
 
-  # enable-oslogin and ssh-keys follow var.ssh_identity (tfcluster/backends/gcp/oslogin.py): with
+  # enable-oslogin and ssh-keys follow var.ssh_identity (tfcluster/backends/gcp/access/oslogin.py): with
   # OS Login the VMs ask the operator's login profile for the key and ignore metadata keys, so
   # none is set; else the cluster's key comes from ssh-keys and OS Login is off.
   metadata = {

@@ -25,7 +25,7 @@ locals {
   # Spot VMs cannot consume reservations, and Google's Flex-start requests consume none
   # (https://cloud.google.com/compute/docs/instances/reservations-consume; .../ai-hypercomputer/docs/create/create-vm).
   reservation_affinity = contains(["STANDARD", "RESERVATION_BOUND"], local.provisioning_model) ? var.reservation_affinity : "NO_RESERVATION"
-  # Compact placement as tfcluster chose it (tfcluster/backends/gcp/placement.py), except where the VMs'
+  # Compact placement as tfcluster chose it (tfcluster/backends/gcp/zones/placement.py), except where the VMs'
   # own model brings a placement: a specific reservation ("only with single-project reservations",
   # https://cloud.google.com/compute/docs/instances/define-instance-placement) and Flex-start (VMs
   # created together are colocated best-effort), and a DENSE reservation's VMs (RESERVATION_BOUND), which

@@ -1,6 +1,6 @@
 # Compact placement: the cluster's VMs as close together as Compute can place them (a lower-latency
 # all-reduce). tfcluster decides compact_placement from Google's rules, each with its source
-# (tfcluster/backends/gcp/placement.py): G2, A2 and A3 series, 2 to 150 VMs, not for VMs that consume
+# (tfcluster/backends/gcp/zones/placement.py): G2, A2 and A3 series, 2 to 150 VMs, not for VMs that consume
 # a reservation or Flex-start (they bring their own placement), never for N1. vm_count stays unset
 # (compute.v1 ResourcePolicyGroupPlacementPolicy.vmCount: "Google does not recommend that you use this
 # field unless ... this exact number of VMs").

@@ -161,7 +161,7 @@ variable "reservation_name" {
 }
 
 variable "compact_placement" {
-  description = "Place the VMs close together with a COLLOCATED group placement policy (placement.tf). tfcluster sets it for multi-VM clusters of a series that supports it (tfcluster/backends/gcp/placement.py); the setting compact_placement = false keeps it off."
+  description = "Place the VMs close together with a COLLOCATED group placement policy (placement.tf). tfcluster sets it for multi-VM clusters of a series that supports it (tfcluster/backends/gcp/zones/placement.py); the setting compact_placement = false keeps it off."
   type        = bool
   default     = false
 }

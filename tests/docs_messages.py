@@ -25,7 +25,7 @@ TROUBLESHOOTING = REPO / "docs" / "troubleshooting.md"
 ERROR_CLASSES = {"TfClusterError", "ConfigError", "ClusterError", "TrainingFailed", "HostUnreachable",
                  "HostErrors", "GoogleError", "NoCapacity", "TerraformError", "Exit"}
 # Functions whose returned strings are shown as the message (the fix for a Google error).
-MESSAGE_FUNCTIONS = {("tfcluster/backends/gcp/errors.py", "explain")}
+MESSAGE_FUNCTIONS = {("tfcluster/backends/gcp/cloud/errors.py", "explain")}
 # Calls whose message reaches the user as the command's `error:` line from elsewhere: a tuner's or
 # the oracle's `fail("...")` becomes the `tune` run's ConfigError (tfcluster/commands/tune_loop.py).
 MESSAGE_CALLS = {("trainer/tune_hooks.py", "fail")}

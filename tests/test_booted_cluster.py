@@ -230,7 +230,7 @@ def test_a_booted_cluster_from_up_to_down(booted, world):
     assert run["summary"]["replicas_in_sync"] == 2
     bucket = cluster["bucket"]
     prefix = f"runs/{run['run_id']}/"
-    from tfcluster.backends.gcp import storage as gcs
+    from tfcluster.backends.gcp.cloud import storage as gcs
 
     stored = [blob.name for blob in gcs.client("demo-project").list_blobs(bucket, prefix=prefix)]
     assert any(n.startswith(prefix + "model/") and n.endswith("model.keras") for n in stored), stored

@@ -1,6 +1,6 @@
 """Capacity (issue 40): the world's Flex-start requests, reservations and run-duration ends
 (tests/world/capacity.py), met with the real google-cloud-compute client; then the product's
-provisioning models, the capacity ladder and reservations (tfcluster/backends/gcp/capacity.py,
+provisioning models, the capacity ladder and reservations (tfcluster/backends/gcp/zones/capacity.py,
 reservations.py, tfcluster/provisioning.py)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ IMAGE = "projects/deeplearning-platform-release/global/images/common-cu129-ubunt
 def _client():
     from google.cloud import compute_v1
 
-    from tfcluster.backends.gcp.compute import default_credentials
+    from tfcluster.backends.gcp.cloud.compute import default_credentials
 
     return compute_v1, compute_v1.InstancesClient(transport="rest", credentials=default_credentials())
 
@@ -426,7 +426,7 @@ def test_provisioning_settings_refuse_what_google_refuses(values, error):
 
 def test_provisioning_settings_and_what_terraform_gets():
     from tfcluster import config
-    from tfcluster.backends.gcp.capacity import model_variables, plan_words
+    from tfcluster.backends.gcp.zones.capacity import model_variables, plan_words
     from tfcluster.provisioning import Choice
 
     base = {"backend": "gcp", "project": "p", "zone": WEST}
@@ -449,8 +449,8 @@ def test_the_ladder_per_zone_in_order(world):
     """--capacity auto's steps, per zone of `zones`: a matching reservation with room for every VM, Spot (with
     --spot), on-demand, Flex-start; one line for each step it leaves out."""
     from tfcluster import config
-    from tfcluster.backends.gcp.capacity import steps
-    from tfcluster.backends.gcp.compute import ComputeApi
+    from tfcluster.backends.gcp.zones.capacity import steps
+    from tfcluster.backends.gcp.cloud.compute import ComputeApi
 
     state = world.compute.state
     state.capacity.reservations = {
@@ -487,7 +487,7 @@ class StepTerraform:
         self.calls.append(("set", changes["provisioning_model"]))
 
     def apply(self):
-        from tfcluster.backends.gcp.terraform import TerraformError
+        from tfcluster.backends.gcp.cloud.terraform import TerraformError
 
         self.calls.append(("apply",))
         if self.stderr:
@@ -502,7 +502,7 @@ def test_a_wait_ends_on_ctrl_c_and_nothing_is_left(tmp_path):
     from types import SimpleNamespace
 
     from tfcluster import config
-    from tfcluster.backends.gcp.capacity import Maker, Step
+    from tfcluster.backends.gcp.zones.capacity import Maker, Step
     from tfcluster.errors import ClusterError
     from tfcluster.provisioning import Choice
 
@@ -574,7 +574,7 @@ def test_each_provisioning_model_is_priced_at_its_own_rate(world, tmp_path):
     cost beyond its disk and address."""
     from tests.world.billing import FAMILY_PRICES, GPU_PRICES
     from tfcluster import ledger
-    from tfcluster.backends.gcp import cost
+    from tfcluster.backends.gcp.prices import cost
     from tfcluster.ledger import Event, Prices
 
     world.billing.catalog.disabled_projects.clear()
@@ -622,8 +622,8 @@ def test_a_dense_reservation_takes_reservation_bound_vms_and_the_product_makes_t
     from google.api_core import exceptions
 
     from tfcluster import config
-    from tfcluster.backends.gcp import capacity, reservations
-    from tfcluster.backends.gcp.compute import ComputeApi
+    from tfcluster.backends.gcp.zones import capacity, reservations
+    from tfcluster.backends.gcp.cloud.compute import ComputeApi
 
     state = world.compute.state
     _grant_h100_quota(state)
@@ -664,7 +664,7 @@ def test_g2_flex_start_bills_on_demand_and_the_catalog_sells_no_dws_sku_for_it(w
     """"For A4, A3, A2, and H4D machine types, you obtain vCPUs, memory, and any attached GPUs at a discounted
     price" (tests/world/facts.py, FLEX_START_DISCOUNT): a G2 (L4) Flex-start VM is quoted, booked and budgeted at
     on-demand, from the catalog and from the table; the world's catalog has no G2 or L4 DWS SKU."""
-    from tfcluster.backends.gcp import cost
+    from tfcluster.backends.gcp.prices import cost
 
     skus = [s["description"] for s in world.billing.catalog.skus]
     assert not [d for d in skus if "DWS" in d and ("G2" in d or "L4" in d)]
@@ -688,7 +688,7 @@ def test_a_quota_refusal_ends_the_flex_start_wait_naming_the_quota():
     from types import SimpleNamespace
 
     from tfcluster import config
-    from tfcluster.backends.gcp.capacity import Maker, Step
+    from tfcluster.backends.gcp.zones.capacity import Maker, Step
     from tfcluster.errors import ClusterError
     from tfcluster.provisioning import Choice
 
@@ -722,9 +722,9 @@ def test_the_ledger_at_the_edges_of_capacity(world, tmp_path):
     from types import SimpleNamespace
 
     from tfcluster import config, ledger
-    from tfcluster.backends.gcp import reservations
+    from tfcluster.backends.gcp.zones import reservations
     from tfcluster.backends.gcp.backend import GcpBackend
-    from tfcluster.backends.gcp.capacity import Maker, Step
+    from tfcluster.backends.gcp.zones.capacity import Maker, Step
     from tfcluster.provisioning import Choice
     from tfcluster.state import ClusterState, StateStore
 

@@ -10,7 +10,7 @@ import pytest
 
 from tests.conftest import Cli
 from tfcluster import config
-from tfcluster.backends.gcp import check
+from tfcluster.backends.gcp.access import check
 
 
 def settings(**overrides) -> config.Settings:
@@ -216,7 +216,7 @@ def test_no_credentials_is_a_cross_that_names_the_login(check_cli, tmp_path):
 
 def test_the_driver_branch_must_fit_the_gpu():
     """Each GPU's bounds from tfcluster/gpus.py: Volta ends at 580; Ada and Hopper start at 525."""
-    from tfcluster.backends.gcp import prerequisites as rules
+    from tfcluster.backends.gcp.access import prerequisites as rules
 
     assert rules.driver_fits("nvidia-tesla-v100", 590) == "V100 (Volta) needs 580 or older"
     assert rules.driver_fits("nvidia-tesla-v100", 580) == ""
@@ -236,7 +236,7 @@ def quota_line(**overrides) -> str:
 
 def quota_only(**overrides) -> str:
     """The quota line alone (check.quota_finding, as check.run asks it), without the other checks."""
-    from tfcluster.backends.gcp.compute import gpu_type
+    from tfcluster.backends.gcp.cloud.compute import gpu_type
 
     wanted = settings(**overrides)
     return check.quota_finding(wanted, gpu_type(wanted.gpu), [wanted.zone])[0].line()

@@ -13,7 +13,7 @@ import pytest
 from tests.test_gcp_backend import bucket_of, fake_compute, gcp_cli, needs_hosts  # noqa: F401 - the gcp world's CLI fixtures.
 from tests.world.billing import AMERICAS, FAMILY_PRICES, GPU_PRICES, compute_skus, sku
 from tfcluster import gpus
-from tfcluster.backends.gcp import cost, pricing
+from tfcluster.backends.gcp.prices import cost, pricing
 
 TODAY = datetime.now(timezone.utc).date().isoformat()
 # What the stand-in lists in the Americas: N1 and T4/V100 here, G2/A2/A3 and their GPUs in billing.py.
@@ -276,7 +276,7 @@ def test_the_disk_is_priced_by_its_type():
 # ---------------------------------------------------------------- the cost ledger (Spend)
 
 from tfcluster import ledger  # noqa: E402
-from tfcluster.backends.gcp import ledger_events  # noqa: E402
+from tfcluster.backends.gcp.spend import ledger_events  # noqa: E402
 from tfcluster.ledger import Event, Prices, Storage  # noqa: E402
 
 # One VM an hour, in USD: on-demand and Spot, split as cost.Estimate splits it.
@@ -404,7 +404,7 @@ def test_each_spell_is_priced_with_the_prices_in_force_then_and_a_reused_name_ke
 
 
 def test_without_the_catalog_a_budget_holds_spot_to_on_demand_and_refuses_other_regions(world, tmp_path):
-    from tfcluster.backends.gcp import budget
+    from tfcluster.backends.gcp.spend import budget
     from tfcluster.errors import ConfigError
 
     table = json.loads(cost.PRICES.read_text())
@@ -445,8 +445,8 @@ def test_the_provider_floor_has_reservation_bound_and_a_resumed_up_keeps_its_fir
     in hashicorp/google 7.41.0 (its CHANGELOG; magic-modules#17417), the floor versions.tf pins."""
     import re
 
-    from tfcluster.backends.gcp import budget
-    from tfcluster.backends.gcp.terraform import MODULE_DIR
+    from tfcluster.backends.gcp.spend import budget
+    from tfcluster.backends.gcp.cloud.terraform import MODULE_DIR
 
     text = (MODULE_DIR / "versions.tf").read_text()
     floor = re.search(r'source\s*=\s*"hashicorp/google".*?version\s*=\s*">=\s*([0-9.]+)', text, re.S)[1]

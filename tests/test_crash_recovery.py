@@ -1,4 +1,4 @@
-"""What a killed terraform leaves in a cluster's folder (tfcluster/backends/gcp/recovery.py): the lock info
+"""What a killed terraform leaves in a cluster's folder (tfcluster/backends/gcp/cloud/terraform_remains.py): the lock info
 of a process that is gone, a state cut short with the one before it in terraform.tfstate.backup, and a
 terraform of the cluster that still runs (never mended under it). The project's side (resources made but
 never recorded) is swept in tests/test_crash_sweep.py."""
@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tfcluster.backends.gcp.recovery import mend_folder, state_names
+from tfcluster.backends.gcp.cloud.terraform_remains import mend_folder, state_names
 from tfcluster.errors import ClusterError
 
 WHOLE = {"version": 4, "terraform_version": "1.11.4", "serial": 7, "lineage": "x", "outputs": {},

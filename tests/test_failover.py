@@ -1,4 +1,4 @@
-"""Zone failover at `up` (tfcluster/backends/gcp/failover.py): in the gcp world, with capacity
+"""Zone failover at `up` (tfcluster/backends/gcp/zones/failover.py): in the gcp world, with capacity
 scripted per zone for instances.insert (tests/fake_compute.py no_capacity_zones, zone_room), the
 real terraform and provider stand-ins move a new cluster to the next zone, remove what they made in
 a full one, and never move (replace) the bucket or the registry."""
@@ -12,7 +12,7 @@ import pytest
 
 from tests.test_gcp_backend import bucket_of, fake_compute, gcp_cli, needs_hosts, terraform_log  # noqa: F401
 from tfcluster import config
-from tfcluster.backends.gcp.errors import terraform_error_line, zone_refusal
+from tfcluster.backends.gcp.cloud.errors import terraform_error_line, zone_refusal
 from tfcluster.errors import ConfigError
 
 
@@ -122,7 +122,7 @@ def test_up_lands_in_the_third_zone_and_keeps_the_bucket(gcp_cli, world):
 
 def test_a_quota_refusal_moves_past_what_the_quota_covers():
     """A regional quota is the same in every zone of the region; a project-wide one everywhere."""
-    from tfcluster.backends.gcp.failover import after_refusal
+    from tfcluster.backends.gcp.zones.failover import after_refusal
 
     zones = ["us-west1-a", "us-west1-b", "us-central1-a", "us-central1-b"]
     assert after_refusal(zones, 0, "no capacity (ZONE_RESOURCE_POOL_EXHAUSTED)") == (zones[1:], "")
@@ -135,7 +135,7 @@ def test_a_quota_refusal_moves_past_what_the_quota_covers():
 
 
 def test_zone_auto_is_the_offered_zones_with_quota_cheapest_first(world):
-    from tfcluster.backends.gcp.failover import next_zones, with_auto_zones
+    from tfcluster.backends.gcp.zones.failover import next_zones, with_auto_zones
 
     state = world.compute.state
     state.accelerators.update({"us-central1-a": ["nvidia-l4"], "europe-west4-a": ["nvidia-l4"],

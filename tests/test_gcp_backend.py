@@ -255,7 +255,7 @@ def test_up_status_down(gcp_cli, world):
         assert inserted - made >= IAM_DELAY, (index, inserted - made)
         assert sum(r["method"] == "GET" and r["path"].endswith(f"/serviceAccounts/{email}") for r in log) >= 3
     assert "plan: 2 x n1-standard-8 + 1 x nvidia-tesla-t4 in us-west1-b" in up.stdout
-    # N1 has no compact placement (tfcluster/backends/gcp/placement.py): none, and the plan says so in one line.
+    # N1 has no compact placement (tfcluster/backends/gcp/zones/placement.py): none, and the plan says so in one line.
     assert "placement: none: N1 (T4, V100) does not support compact placement policies, so the VMs land anywhere " \
         "in the zone" in up.stdout and not world.compute.state.resources.get("resourcePolicies")
     assert "/hour" in up.stdout and "prices of 2026-10-15" in up.stdout

@@ -60,7 +60,7 @@ def test_a_rate_limit_is_named_as_one_whatever_its_status():
     (https://cloud.google.com/compute/docs/api-rate-limits): not a missing permission."""
     from google.api_core import exceptions
 
-    from tfcluster.backends.gcp.errors import from_exception, terraform_error_line
+    from tfcluster.backends.gcp.cloud.errors import from_exception, terraform_error_line
 
     rate = "Google is rate-limiting this project right now (retried with backoff already)"
     forbidden = exceptions.Forbidden("Rate Limit Exceeded", errors=[
@@ -83,7 +83,7 @@ def test_a_rate_limit_is_named_as_one_whatever_its_status():
 def test_a_full_zone_is_recognised_from_the_providers_message():
     """The google provider prints an operation error's message, not its code (provider source:
     ComputeOperationError.Error() -> writeOperationError)."""
-    from tfcluster.backends.gcp.errors import capacity_code, terraform_error_line
+    from tfcluster.backends.gcp.cloud.errors import capacity_code, terraform_error_line
 
     message = ("The zone 'projects/demo-project/zones/us-west1-b' does not have enough resources available to "
                "fulfill the request.  Try a different zone, or try again later.")

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from tfcluster.backends.gcp import storage as gcs
+from tfcluster.backends.gcp.cloud import storage as gcs
 from tfcluster.config import Settings
 from tfcluster.state import ClusterState, RunRecord, StateStore
 

@@ -17,7 +17,7 @@ from tests.conftest import REPO
 from tests.world.iam import vm_bucket_roles
 from tests.world.iam_api import create_account
 from tests.world.names import token_for
-from tfcluster.backends.gcp import storage as gcs
+from tfcluster.backends.gcp.cloud import storage as gcs
 
 BUCKET = "demo-project-default-a1b2c3"
 # VM 0's own service account, as terraform/iam.tf names it (google_service_account.vm[0]), and the

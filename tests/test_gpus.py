@@ -187,7 +187,7 @@ def test_a_vm_with_bundled_local_ssd_is_stopped_with_discard_local_ssd(fake_comp
     from google.api_core import exceptions
     from google.cloud import compute_v1
 
-    from tfcluster.backends.gcp import vm_control
+    from tfcluster.backends.gcp.vms import vm_control
     from tfcluster.state import ClusterState, HostRecord
 
     api = api_for(fake_compute)

@@ -9,7 +9,7 @@ import types
 
 from tests.test_gcp_backend import api_for, fake_compute  # noqa: F401 - fixture
 from tfcluster.backends import gcp
-from tfcluster.backends.gcp import compute
+from tfcluster.backends.gcp.cloud import compute
 
 
 def test_readiness_asks_each_vm_at_most_ten_times_a_minute(fake_compute, monkeypatch):  # noqa: F811

@@ -10,7 +10,7 @@ import re
 import pytest
 
 from tests.conftest import Cli
-from tfcluster.backends.gcp.cost import PRICES
+from tfcluster.backends.gcp.prices.cost import PRICES
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""OS Login (tfcluster/backends/gcp/oslogin.py) against the world's OS Login, Org Policy and Compute
+"""OS Login (tfcluster/backends/gcp/access/oslogin.py) against the world's OS Login, Org Policy and Compute
 (tests/world/oslogin.py): which identity `auto` picks and why, `check`'s one line per missing piece
 of IAM, the key's import with an expiry and its deletion, and Google's refusals. The booted
 scenario (tests/test_booted_cluster.py) runs a whole cluster in OS Login mode, and its sshd's
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tfcluster import config
-from tfcluster.backends.gcp import check, oslogin
+from tfcluster.backends.gcp.access import check, oslogin
 from tfcluster.errors import ClusterError
 
 PUBLIC = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHq3tN1lGQ8m0v9JUbq0nq6x1n9b2Hn6YxkqkC2f6d3Y tfcluster-default"
@@ -123,7 +123,7 @@ def test_the_key_goes_into_the_profile_with_an_expiry_and_down_deletes_it(world,
 
 
 def test_os_login_refuses_another_users_profile_and_compute_refuses_enable_oslogin_false(world):
-    from tfcluster.backends.gcp.compute import default_credentials
+    from tfcluster.backends.gcp.cloud.compute import default_credentials
 
     google = oslogin.Api(default_credentials())
     with pytest.raises(oslogin.Refused) as other:

@@ -1,11 +1,11 @@
-"""Compact placement for multi-VM GPU clusters (Google's rules, tfcluster/backends/gcp/placement.py
+"""Compact placement for multi-VM GPU clusters (Google's rules, tfcluster/backends/gcp/zones/placement.py
 cites each), and the TF_CONFIG order by where Compute put the VMs (tfcluster/tfconfig.py)."""
 
 from __future__ import annotations
 
 import json
 
-from tfcluster.backends.gcp.placement import decide
+from tfcluster.backends.gcp.zones.placement import decide
 from tfcluster.tfconfig import render_all, spread, topology_order
 
 

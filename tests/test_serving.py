@@ -240,7 +240,7 @@ def test_export_under_a_vertex_style_aip_model_dir_on_cloud_storage(bucket, synt
     terraform's grants: the SavedModel lands at AIP_MODEL_DIR's root, where Vertex imports it from, nothing
     temporary is left, and --export-base counts up from the highest version already there."""
     from tests.test_gcs_iam import TOKEN
-    from tfcluster.backends.gcp import storage as gcs
+    from tfcluster.backends.gcp.cloud import storage as gcs
 
     client = gcs.client("demo-project")
     client.bucket(BUCKET).blob("serving/shapes/1/saved_model.pb").upload_from_string(b"an earlier run's")

@@ -8,7 +8,7 @@ import pytest
 
 from tests.fake_compute import stop_instance
 from tests.test_gcp_backend import api_for, fake_compute  # noqa: F401 - fixture
-from tfcluster.backends.gcp.errors import NoCapacity, translated
+from tfcluster.backends.gcp.cloud.errors import NoCapacity, translated
 
 
 def _vm(server, name: str, status: str = "TERMINATED") -> None:

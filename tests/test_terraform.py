@@ -96,7 +96,7 @@ def test_gpu_forces_terminate_on_host_maintenance():
 def test_hypervisor_deadline_and_vm_hardening():
     worker = resources("google_compute_instance")["worker"]
     scheduling = one(worker["scheduling"])
-    # max_run_hours, or sooner what `up --budget` buys (tfcluster/backends/gcp/budget.py), never later.
+    # max_run_hours, or sooner what `up --budget` buys (tfcluster/backends/gcp/spend/budget.py), never later.
     assert one(scheduling["max_run_duration"])["seconds"] == ("${var.budget_run_seconds > 0 ? min(var.budget_run_seconds, "
                                                               "var.max_run_hours * 3600) : var.max_run_hours * 3600}")
     assert scheduling["instance_termination_action"] == "${var.termination_action}"

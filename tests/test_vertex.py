@@ -296,7 +296,7 @@ def test_up_train_unhappy_paths_down_on_vertex(tmp_path, world, synthetic_data, 
 def vertex_quota_line(**overrides) -> str:
     """`check --backend vertex`'s quota line for 2 replicas of g2-standard-8 with one L4 in us-west1."""
     from tfcluster import config
-    from tfcluster.backends.gcp.check import Google, credentials_finding
+    from tfcluster.backends.gcp.access.check import Google, credentials_finding
     from tfcluster.backends.vertex import preflight
 
     settings = config.load({"backend": "vertex", "project": "demo-project", "region": "us-west1", "workers": 2,

@@ -211,7 +211,7 @@ def test_a_change_applies_when_its_operation_is_done_and_a_second_waits(google):
 def test_the_products_bucket_reads_read_every_page(google, monkeypatch, tmp_path):
     """objects.list pages at the storage door (the emulator does not): with one object a page,
     the product's download of a prefix (google-cloud-storage's iterator) finds every object."""
-    from tfcluster.backends.gcp import storage as gcs
+    from tfcluster.backends.gcp.cloud import storage as gcs
 
     for key, value in google.env().items():
         monkeypatch.setenv(key, value)

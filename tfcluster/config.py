@@ -107,7 +107,7 @@ class Settings:
     gcp_ssh_user: str = "tfcluster"
     # gcp: how the operator logs in to the VMs: oslogin (the key in the operator's OS Login profile),
     # metadata (the key in instance metadata) or auto (OS Login where the project requires it);
-    # tfcluster/backends/gcp/oslogin.py.
+    # tfcluster/backends/gcp/access/oslogin.py.
     ssh_identity: str = "auto"
     # Idle watchdog: minutes idle before acting (0 = off) and the action (stop or delete).
     idle_minutes: int = 30
@@ -117,7 +117,7 @@ class Settings:
     boot_grace_minutes: int = 45
     # gcp: hypervisor deadline (hours after each start) and what it does (STOP or DELETE).
     max_run_hours: int = 12
-    # gcp: the cluster's cap in USD (`up --budget`; the deadline of tfcluster/backends/gcp/budget.py); 0 = none.
+    # gcp: the cluster's cap in USD (`up --budget`; the deadline of tfcluster/backends/gcp/spend/budget.py); 0 = none.
     budget: float = 0.0
     termination_action: str = "STOP"
     # gcp: let `down` delete a bucket that still holds objects.
@@ -126,7 +126,7 @@ class Settings:
     # 0 keeps them until the user deletes them (old versions always go a day after replacement).
     bucket_retention_days: int = 0
     # gcp: a COLLOCATED placement policy for multi-VM GPU clusters of a series that supports it
-    # (tfcluster/backends/gcp/placement.py); false leaves the VMs anywhere in the zone.
+    # (tfcluster/backends/gcp/zones/placement.py); false leaves the VMs anywhere in the zone.
     compact_placement: bool = True
     # gcp: where the bucket lives (a region such as us-west1, or a multi-region such as US);
     # empty is the VMs' region, where reads from the VMs cost nothing.
@@ -142,7 +142,7 @@ class Settings:
     # Container image the workers run in (`train --image`); empty runs `python` on the hosts.
     image: str = ""
     # gcp: the VMs' boot image, projects/P/global/images/NAME or .../images/family/FAMILY; empty is
-    # the Deep Learning VM CUDA family (tfcluster/backends/gcp/check.py). `up` writes the exact image.
+    # the Deep Learning VM CUDA family (tfcluster/backends/gcp/access/check.py). `up` writes the exact image.
     boot_image: str = ""
     # Registry `invoke image build` pushes to (HOST[:PORT]/PATH); gcp: the cluster's Artifact Registry.
     registry: str = ""

@@ -23,7 +23,7 @@ Sources, read 2026-11-25 (through excerpts of the pages; what the excerpts did n
   GPUS-PER-GPU-FAMILY-per-project-region (gpu_family NVIDIA_H100), G2 and A3 vCPUs on
   CPUS-PER-VM-FAMILY-per-project-region (vm_family G2, A3)
   (https://cloud.google.com/docs/quotas/configure-dimensions). N1 vCPUs count on CPUS.
-  tfcluster/backends/gcp/quota.py reads each where Google keeps it.
+  tfcluster/backends/gcp/quotas/quota.py reads each where Google keeps it.
 - Driver branches: NVIDIA's data-center driver notes: R580 is the last branch for Volta (V100);
   Ada (L4) and Hopper (H100) need R525 or newer, Ampere (A100) R450.
 """

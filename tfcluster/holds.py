@@ -306,7 +306,7 @@ def _alive(pid: int) -> bool:
 
 
 def end_waiting_up(store: StateStore, waiting: dict, by: str, timeout: float = 600.0) -> bool:
-    """An `up` that waits for capacity (ClusterState.waiting: tfcluster/backends/gcp/capacity.py) is asked to
+    """An `up` that waits for capacity (ClusterState.waiting: tfcluster/backends/gcp/zones/capacity.py) is asked to
     stop (SIGTERM) and waited for: it removes what it made and exits between two tries, never inside one.
     True when there was one. One on another machine is an error naming it."""
     pid = int(waiting.get("pid") or 0)

@@ -16,7 +16,7 @@ effect when your instances are running", https://cloud.google.com/compute/docs/i
 a spell that spans a price change is split there, and time before the first prices line takes the
 first one. Storage samples likewise. Each start of a machine bills at least a minute ("a 1-minute
 minimum", https://cloud.google.com/compute/vm-instance-pricing#billing_model). A cloud backend records its events with Compute's own timestamps
-(tfcluster/backends/gcp/ledger_events.py); Compute keeps only the last start and stop of a VM, so
+(tfcluster/backends/gcp/spend/ledger_events.py); Compute keeps only the last start and stop of a VM, so
 this file is the only full history.
 
 For the budget: ``cluster_spent_usd(state_dir, cluster)``, what the cluster has cost so far at the

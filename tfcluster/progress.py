@@ -4,14 +4,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
-
 from tfcluster.collective import CollectiveWatch
 from tfcluster.pace import Pace
 from tfcluster.throughput import ThroughputMeter
-
-if TYPE_CHECKING:
-    from tfcluster.launch import WorkerPlan
 
 
 @dataclass
@@ -48,16 +43,17 @@ class Progress:
     # Every worker's all-reduce and transport, from its log (the summary's `collective` row).
     collective: CollectiveWatch = field(default_factory=CollectiveWatch)
 
-    def update(self, plan: WorkerPlan, event: dict, attempt: int) -> None:
+    def update(self, worker: int, event: dict, attempt: int) -> None:
+        """One event of worker ``worker`` (its index; 0 is the chief) in attempt ``attempt``."""
         kind = event["event"]
-        self.throughput.observe(plan.index, event)
+        self.throughput.observe(worker, event)
         if kind in ("scratch_dir", "scratch_removed"):
             target = self.scratch_removed if kind == "scratch_removed" else None
             if target is None:
-                self.scratch_dirs[plan.index] = event.get("path")
+                self.scratch_dirs[worker] = event.get("path")
             else:
                 target.append(event.get("path"))
-        if plan.index != 0:
+        if worker != 0:
             return  # Everything else comes from the chief, which sees the global view.
         self.pace.observe(event)
         if kind == "strategy":

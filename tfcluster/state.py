@@ -79,7 +79,7 @@ class ClusterState:
     # gcp: the cluster's Artifact Registry path (LOCATION-docker.pkg.dev/PROJECT/REPO).
     registry: str = ""
     # While `up` waits for capacity (status "provisioning"): {"what", "since", "until", "pid", "host"}
-    # (tfcluster/backends/gcp/capacity.py); `status` shows it, `down` ends that `up` first.
+    # (tfcluster/backends/gcp/zones/capacity.py); `status` shows it, `down` ends that `up` first.
     waiting: dict = field(default_factory=dict)
     # gcp: when the cluster's VMs were last made anew (a zone move, --capacity auto bringing preempted
     # Spot VMs back by another model); 0 before. A run resuming on new VMs stages its code again.

@@ -5,14 +5,10 @@ WorkerHost.run_command, so the same code serves this machine and SSH hosts."""
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
-
 from tfcluster import container
 from tfcluster.backends.group import in_parallel
+from tfcluster.backends.host import WorkerHost
 from tfcluster.errors import ClusterError
-
-if TYPE_CHECKING:  # Only a type: base.py imports this module, never the other way round.
-    from tfcluster.backends.base import WorkerHost
 
 PULL_TIMEOUT = 1800.0  # A TensorFlow GPU image is several GB.
 

@@ -271,7 +271,7 @@ def _one_attempt(settings: Settings, runner, plans, attempt: int, progress: laun
 
     def on_event(plan, event):
         nonlocal stepping
-        progress.update(plan, event, attempt)
+        progress.update(plan.index, event, attempt)
         view.event(plan, event, progress.pace)
         if plan.index != 0:
             return
@@ -380,8 +380,8 @@ def _publish_throughput(store: StateStore, backend, run: RunRecord, local_dir) -
     cluster = store.load_cluster()
     if cluster is None or not cluster.bucket:
         return str(local_dir)
-    from tfcluster.backends.gcp import storage as gcs
-    from tfcluster.backends.gcp.errors import translated
+    from tfcluster.backends.gcp.cloud import storage as gcs
+    from tfcluster.backends.gcp.cloud import translated
 
     url = f"gs://{cluster.bucket}/runs/{run.run_id}/{backend.tensorboard_folder}/throughput"
     try:

@@ -123,7 +123,7 @@ def status(settings: Settings, every: bool = False) -> dict | list:
         table.add_row(f"[{ui.worker_colour(index)}]{host.name}[/]", f"{task_type}:{task_index}", host.endpoint,
                       *answer)
     ui.show(table)
-    if cluster.waiting:  # An `up` waiting for capacity (tfcluster/backends/gcp/capacity.py).
+    if cluster.waiting:  # An `up` waiting for capacity (tfcluster/backends/gcp/zones/capacity.py).
         console.print(overview.waiting_line(cluster.waiting))
     holder = holds.cluster_holder(store)
     if holder is not None and holder.command in ("`invoke up`", "`invoke down`"):  # A run's launcher shows below.

@@ -18,8 +18,8 @@ def _print(lines: list[str]) -> None:
 
 def offers(settings: Settings, every_shape: bool = False) -> None:
     """Print the listing; nothing is created. ``every_shape``: no --gpu-count was given."""
-    from tfcluster.backends.gcp.errors import translated
-    from tfcluster.backends.gcp.offers import every_shape as shapes, find_offers, without_project
+    from tfcluster.backends.gcp.cloud import translated
+    from tfcluster.backends.gcp.zones import every_shape as shapes, find_offers, without_project
 
     if settings.backend == "vertex":  # Vertex AI's own training prices and quota, per region.
         from tfcluster.backends.vertex.preflight import offers as vertex_offers

@@ -1,4 +1,4 @@
-"""A run's machines replaced mid-run: the cluster moved to another zone (backends/gcp/failover.py
+"""A run's machines replaced mid-run: the cluster moved to another zone (backends/gcp/zones/failover.py
 move_or_fail) and its VMs are new, with empty disks. Before the same run resumes on them, what
 `train` put on the old ones goes on them again: the preflight (with an image, `docker login`), the
 code and data (Backend.stage, from the payload kept in the run's launch.json), the stall limit and

@@ -68,7 +68,7 @@ def data(settings: Settings, src: str | None, out: str | None, synthetic: bool,
     if result.returncode != 0:
         raise TfClusterError(f"create_tfrecords failed (exit {result.returncode}); see the error above")
     if cluster is not None and cluster.bucket:
-        from tfcluster.backends.gcp import storage as gcs
+        from tfcluster.backends.gcp.cloud import storage as gcs
 
         url = f"gs://{cluster.bucket}/data/{target.name}"
         client = gcs.client(cluster.project)
@@ -115,7 +115,7 @@ def listed_files(folder: Path) -> set[str]:
 
 def pull(settings: Settings, run_id: str | None = None) -> Path:
     """Download a run's model and TensorBoard logs from the cluster bucket into its run folder."""
-    from tfcluster.backends.gcp import storage as gcs
+    from tfcluster.backends.gcp.cloud import storage as gcs
 
     store = StateStore(settings)
     cluster = require_cluster(store)

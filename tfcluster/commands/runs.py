@@ -32,7 +32,7 @@ class _Printer:
         elif event is None:
             self.view.line(plan, line)
         else:
-            self.progress.update(plan, event, 1)
+            self.progress.update(plan.index, event, 1)
             self.view.event(plan, event, self.progress.pace)
 
     def poll(self, follower: launch.LogFollower, flush: bool = False) -> None:

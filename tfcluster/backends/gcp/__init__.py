@@ -1,23 +1,24 @@
 """The gcp backend: Google Cloud GPU VMs provisioned by Terraform, run over the ssh backend.
 
-Rooms: terraform (the CLI wrapper and typed outputs), compute (Compute Engine API calls:
-readiness, host keys, operations, preemption records, stops), quota (every quota a cluster takes and
-how a shortfall reads), quota_source (where each is read: regions.get, Cloud Quotas, Cloud Monitoring; the
-zones judged with them), errors (Google's errors as one
-line), failover (a new cluster's `up` moving to the next zone when one has no capacity or quota),
-restart (bringing stopped, preempted or deleted VMs back), storage (Cloud Storage
-transfers), registry (the Artifact Registry repository: what it holds, adopting a kept one),
-teardown (what `down` keeps), check and prerequisites (`invoke check`: what a project must offer, asked of
-Google and judged), address (the operator's public IP), docker_login (the VMs' Docker signing in to the registry), vm_control (stopping VMs for --then and host maintenance), iam (the service account and custom role `down` proves gone), pricing (the Cloud Billing Catalog) and cost (on-demand and Spot
-quotes, the dated table as fallback), backend (GcpBackend). May import tfcluster.backends.{base,group,ssh}, state, config and
-errors; never commands or launch.
+backend.py holds GcpBackend: the ssh backend plus provisioning, composed of the rooms below and holding
+its collaborators (prices.Quoter, spend.SpendTracker, spend.Budget), never mixing them in. The rooms, one concern each, lowest first (a room imports only rooms before it):
+- cloud/: the clients: Google's errors as one line, Compute, Terraform, Cloud Storage, Artifact Registry;
+- quotas/: every quota a cluster takes, where each is read, the zones judged with them;
+- prices/: the Cloud Billing Catalog and the quotes built from it (or the dated table);
+- zones/: where the VMs can be had: reservations, the capacity ladder, zone failover, restarts, offers;
+- vms/: what is done to made VMs: stops, status rows, teardown, the VMs' Docker login;
+- spend/: what the cluster spends (the cost ledger's events) and may still spend (the budget deadline);
+- access/: service accounts and role, the operator's address, `invoke check` and its prerequisites.
+Each room's __init__.py says what it holds and may import; outside this package only the names a room's
+__all__ exports are used. The package may import tfcluster.backends.{base,docker,group,ssh}, state, config,
+ledger and errors; never commands or launch.
 """
 
 from tfcluster.backends.gcp.backend import GcpBackend
-from tfcluster.backends.gcp.compute import ComputeApi, pinned_host_key, wait_ready
-from tfcluster.backends.gcp.cost import PRICES, hourly_cost
-from tfcluster.backends.gcp.quota_source import preflight_quota
-from tfcluster.backends.gcp.terraform import GcpInstance, Terraform, TerraformOutputs
+from tfcluster.backends.gcp.cloud.compute import ComputeApi, pinned_host_key, wait_ready
+from tfcluster.backends.gcp.cloud.terraform import GcpInstance, Terraform, TerraformOutputs
+from tfcluster.backends.gcp.prices.cost import PRICES, hourly_cost
+from tfcluster.backends.gcp.quotas.quota_source import preflight_quota
 
 __all__ = ["ComputeApi", "GcpBackend", "GcpInstance", "PRICES", "Terraform", "TerraformOutputs",
            "hourly_cost", "pinned_host_key", "preflight_quota", "wait_ready"]

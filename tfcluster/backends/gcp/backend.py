@@ -5,64 +5,57 @@ attributes."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
+from typing import Callable
 
-from tfcluster.backends.base import Finding, Preemption, VmRow
-from tfcluster.backends.gcp import check as prerequisites
-from tfcluster.backends.gcp import budget, capacity, docker_login, failover, ledger_events, oslogin, vm_control, vm_status
-from tfcluster.backends.gcp import placement
 from tfcluster import gpu_health
-from tfcluster.gpus import BY_ACCELERATOR
-from tfcluster.tfconfig import topology_order
-from tfcluster.backends.gcp.address import detect_operator_cidr
-from tfcluster.backends.gcp.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
-                                            wait_ready)
-from tfcluster.backends.gcp.cost import Quote, quote
-from tfcluster.backends.gcp.errors import translated
-from tfcluster.backends.gcp.iam import iam_leftovers, service_account_email
-from tfcluster.backends.gcp.registry import adopt_kept_repository
-from tfcluster.backends.gcp.recovery import remove_unrecorded
-from tfcluster.backends.gcp.restart import ZoneFull, bring_back, bring_back_waiting, new_nonce
-from tfcluster.backends.gcp.teardown import bucket_rule, destroy_keeping_results
-from tfcluster.backends.gcp.terraform import MODULE_DIR, Terraform
+from tfcluster.backends.base import Finding, Preemption, VmRow
+from tfcluster.backends.gcp.access import check as prerequisites
+from tfcluster.backends.gcp.access import oslogin
+from tfcluster.backends.gcp.access.address import detect_operator_cidr
+from tfcluster.backends.gcp.access.cluster_key import generate_cluster_key
+from tfcluster.backends.gcp.access.iam import iam_leftovers, service_account_email
+from tfcluster.backends.gcp.cloud.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
+                                                  wait_ready)
+from tfcluster.backends.gcp.cloud.errors import translated
+from tfcluster.backends.gcp.cloud.registry import adopt_kept_repository
+from tfcluster.backends.gcp.cloud.terraform import MODULE_DIR, Terraform
+from tfcluster.backends.gcp.leftovers import remove_unrecorded
+from tfcluster.backends.gcp.prices.quoter import Quoter
+from tfcluster.backends.gcp.spend import budget, ledger_events
+from tfcluster.backends.gcp.vms import docker_login, vm_control, vm_status
+from tfcluster.backends.gcp.vms.teardown import bucket_rule, destroy_keeping_results
+from tfcluster.backends.gcp.zones import capacity, failover, placement
+from tfcluster.backends.gcp.zones.restart import ZoneFull, bring_back, bring_back_waiting, new_nonce
 from tfcluster.backends.group import in_parallel
 from tfcluster.backends.ssh import SshBackend
 from tfcluster.errors import ClusterError, ConfigError
 from tfcluster.provisioning import AUTO, FLEX_START, Choice
+from tfcluster.gpus import BY_ACCELERATOR
 from tfcluster.state import ClusterState, HostRecord
+from tfcluster.tfconfig import topology_order
 
 STARTUP_DIR = MODULE_DIR.parent / "startup"
 VM_PYTHON = "/opt/tfcluster/venv/bin/python"
 
 
-def generate_cluster_key(path: Path, comment: str) -> str:
-    """A new ed25519 key pair for this cluster only: private key 0600 at ``path``; returns the public line."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+class GcpBackend(SshBackend):
+    """Terraform-provisioned GPU VMs reached with the cluster's own SSH key and pinned host keys.
 
-    if path.exists():
-        return Path(f"{path}.pub").read_text().strip()
-    key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
-                                serialization.NoEncryption())
-    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as handle:
-        handle.write(private)
-    line = f"{public.decode()} {comment}"
-    Path(f"{path}.pub").write_text(line + "\n")
-    return line
-
-
-class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
-    """Terraform-provisioned GPU VMs reached with the cluster's own SSH key and pinned host keys."""
+    It is the ssh backend (docs/design.md says why it inherits it) plus the provisioning, and holds its
+    collaborators: ``prices`` (the Quote of a cluster's VMs), ``spend`` (the cost ledger kept from what
+    Compute shows) and ``budget`` (--budget as the VMs' hypervisor deadline)."""
 
     name = "gcp"
     hosts_outlive_cluster = False  # `terraform destroy` removes the VMs with whatever they hold.
     can_halt_machines = True  # Compute stops them; each watchdog halts its own VM for --then.
+
+    def __init__(self, store, announce: Callable[[str], None] = print):
+        super().__init__(store, announce)
+        self.prices = Quoter(store)
+        self.spend = ledger_events.SpendTracker(self._api, self.workdir, self.prices.quote)
+        self.budget = budget.Budget(store, self.spend, self.prices.quote, self._api, self.workdir, announce)
 
     def workdir(self, cluster_name: str) -> Path:
         return self._store.root / "gcp" / cluster_name
@@ -131,7 +124,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
             f"{capacity.plan_words(settings)} in {settings.zone}{others}, bucket, VPC, firewall, service account")
         self._announce(placement.for_settings(settings).line)
         self._announce(identity.plan_words())
-        prices = self._quote(settings, settings.project, settings.zone, settings.workers, settings.spot)
+        prices = self.prices.quote(settings, settings.project, settings.zone, settings.workers, settings.spot)
         for line in prices.lines():
             self._announce(line)
         rate = budget.budget_rate(prices, self._announce) if settings.budget else prices.in_use.total
@@ -304,7 +297,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project)
         with translated(cluster.project, "up"):
             oslogin.renew_key(self.workdir(cluster.name), settings.max_run_hours)  # The new deadline's.
-            back = bring_back(cluster, api, terraform, self._max_run_seconds(cluster, settings, api, terraform),
+            back = bring_back(cluster, api, terraform, self.budget.max_run_seconds(cluster, settings, terraform),
                               settings.termination_action, settings.ready_timeout_seconds, self._announce)
             if back:
                 self._connections.clear()  # New addresses and keys: connect afresh.
@@ -334,7 +327,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         with translated(cluster.project, "restarting preempted VMs"):
             oslogin.renew_key(self.workdir(cluster.name), settings.max_run_hours)
             try:
-                bring_back_waiting(cluster, api, terraform, self._max_run_seconds(cluster, settings, api, terraform),
+                bring_back_waiting(cluster, api, terraform, self.budget.max_run_seconds(cluster, settings, terraform),
                                    settings.termination_action, settings.ready_timeout_seconds, self._announce,
                                    settings.capacity_wait_seconds, settings.capacity_tries)
             except ZoneFull as full:  # --capacity auto: the rest of the ladder; else the next zone, if any.
@@ -373,16 +366,16 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         with translated(cluster.project, "status"):
             return vm_status.rows(self, cluster, settings)
 
-    def _quote(self, settings, project: str, zone: str, workers: int, spot: bool,
-               applied: dict | None = None) -> Quote:
-        """On-demand and Spot per hour for the VMs Terraform made (``applied``, its variables) or is
-        about to make (``settings``); catalog prices cached per region for the day in the state dir."""
-        made = applied or {}
-        flex = made.get("provisioning_model", "FLEX_START" if settings.provisioning == FLEX_START else "") == "FLEX_START"
-        return quote(project, zone, made.get("machine_type", settings.machine_type),
-                     made.get("gpu_type") or gpu_type(settings.gpu), made.get("gpu_count", settings.gpu_count),
-                     made.get("boot_disk_gb", settings.boot_disk_gb), workers, spot and not flex,
-                     self._store.root / "cache", made.get("boot_disk_type", settings.boot_disk_type), flex_start=flex)
+    # ------------------------------------------------------------ money: what the collaborators answer
+
+    def spend_sync(self, cluster, settings, book, own: str = "", run: str = "") -> list[str]:
+        return self.spend.sync(cluster, settings, book, own, run)
+
+    def hourly_rate(self, cluster, settings) -> float | None:
+        return self.budget.hourly_rate(cluster, settings)
+
+    def set_budget_end(self, cluster, end: float | None) -> None:
+        self.budget.set_end(cluster, end)
 
     def teardown(self, cluster, keep: bool, delete_bucket: bool = False) -> None:
         """Destroy everything that bills by the hour, then prove it through the Compute API.
@@ -391,6 +384,9 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project, announce=self._announce)
         with translated(cluster.project, "down"):
             kept = destroy_keeping_results(cluster, terraform, delete_bucket, self._announce)
+            if cluster.zone:  # What a killed apply made but never recorded goes too; a bucket kept for results stays.
+                remove_unrecorded(self._api(cluster), cluster.project, cluster.zone, cluster.name, terraform.workdir,
+                                  self._announce, keep=(cluster.bucket,))
             oslogin.forget_key(self.workdir(cluster.name), self._announce)
             left = self._api(cluster).leftovers(cluster.zone, cluster.name)
             iam = iam_leftovers(cluster.project, cluster.name, default_credentials())

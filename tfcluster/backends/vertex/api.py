@@ -4,7 +4,7 @@ Decision: no google-cloud-aiplatform and no google-cloud-logging. The first is a
 dependency for a CLI (it brings the generated types of all of Vertex AI, and BigQuery, shapely
 and more with them) for four JSON calls; the second is not needed for one list call. Both speak
 the same REST API this module calls with google-auth's AuthorizedSession, the session the gcp
-backend's `check` and IAM calls use (tfcluster/backends/gcp/check.py, iam.py).
+backend's `check` and IAM calls use (tfcluster/backends/gcp/access/check.py, iam.py).
 
 From the API references (aiplatform.v1 and logging.v2 discovery documents):
 - customJobs on the region's own endpoint, https://{region}-aiplatform.googleapis.com/v1/:
@@ -23,7 +23,7 @@ import re
 import time
 from dataclasses import dataclass, field
 
-from tfcluster.backends.gcp.errors import GoogleError, explain
+from tfcluster.backends.gcp.cloud import GoogleError, explain
 
 TIMEOUT = 30.0
 LOGGING = "https://logging.googleapis.com/v2/entries:list"
@@ -75,7 +75,7 @@ class Rest:
         from google.auth.transport.requests import AuthorizedSession
 
         if self.credentials is None:
-            from tfcluster.backends.gcp.compute import default_credentials
+            from tfcluster.backends.gcp.cloud import default_credentials
 
             self.credentials = default_credentials()
         self.session = AuthorizedSession(self.credentials)

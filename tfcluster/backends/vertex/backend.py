@@ -16,10 +16,8 @@ import time
 from pathlib import Path
 
 from tfcluster.backends.base import Backend, JobSpec, Staged
-from tfcluster.backends.gcp.errors import translated
-from tfcluster.backends.gcp.registry import adopt_kept_repository
-from tfcluster.backends.gcp.teardown import bucket_rule, destroy_keeping_results
-from tfcluster.backends.gcp.terraform import MODULE_DIR, Terraform
+from tfcluster.backends.gcp.cloud import MODULE_DIR, Terraform, adopt_kept_repository, translated
+from tfcluster.backends.gcp.vms import bucket_rule, destroy_keeping_results
 from tfcluster.backends.local import PROJECT_ROOT, LocalHost
 from tfcluster.backends.vertex import jobspec, money, preflight, stage
 from tfcluster.backends.vertex.api import ENDED, Jobs, Logs

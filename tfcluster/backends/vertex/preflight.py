@@ -28,9 +28,9 @@ from __future__ import annotations
 from tfcluster import gpus
 from tfcluster.backends.base import Finding
 from tfcluster.provisioning import FLEX_START
-from tfcluster.backends.gcp.check import (Google, Refused, credentials_finding, permissions_finding,
-                                          services_finding, terraform_finding)
-from tfcluster.backends.gcp.compute import region_of
+from tfcluster.backends.gcp.access import (Google, Refused, credentials_finding, permissions_finding, services_finding,
+                                           terraform_finding)
+from tfcluster.backends.gcp.cloud import region_of
 from tfcluster.backends.vertex import money
 from tfcluster.backends.vertex.jobspec import ACCELERATORS
 
@@ -132,7 +132,7 @@ def quota_finding(google: Google, settings, region: str) -> Finding:
 
 
 def offered_finding(settings, region: str) -> Finding:
-    from tfcluster.backends.gcp.compute import ComputeApi
+    from tfcluster.backends.gcp.cloud import ComputeApi
 
     if not settings.gpu_count:
         return Finding("offered", True, f"{settings.machine_type} without accelerators")
@@ -173,7 +173,7 @@ def run(settings, region: str) -> list[Finding]:
 def offers(settings) -> list[str]:
     """`invoke offers --backend vertex`: each region whose zones offer the GPU, one replica's price at
     Vertex AI's training prices (on-demand and Spot) and the region's training quota."""
-    from tfcluster.backends.gcp.compute import ComputeApi, default_credentials
+    from tfcluster.backends.gcp.cloud import ComputeApi, default_credentials
 
     model = gpus.gpu(settings.gpu)
     zones = ComputeApi(settings.project).accelerator_zones(model.accelerator)

@@ -14,8 +14,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from tfcluster.backends.base import Payload, Staged
-from tfcluster.backends.gcp import storage as gcs
-from tfcluster.backends.gcp.errors import translated
+from tfcluster.backends.gcp.cloud import storage as gcs
+from tfcluster.backends.gcp.cloud import translated
 from tfcluster.backends.ssh.sync import collect_files, make_bundle
 
 

@@ -20,12 +20,19 @@ import json
 import time
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
 from tfcluster import ledger
-from tfcluster.backends.gcp import reservations
-from tfcluster.backends.gcp.cost import PRICES
+from tfcluster.backends.gcp.zones import reservations
+from tfcluster.backends.gcp.prices.cost import PRICES
 from tfcluster.ledger import (COMPUTE_OPERATION, DELETE, HALTS, OBSERVED, OWN, PREEMPTED, START, STOP,
                               TERMINATED_SEEN, Event, Ledger, Prices, Storage)
+from tfcluster.state import ClusterState
+
+if TYPE_CHECKING:
+    from tfcluster.backends.gcp.cloud.compute import ComputeApi
+    from tfcluster.backends.gcp.prices.cost import Quote
 
 # A preemption's operation starts the stop; the instance is TERMINATED within 30 s of it (the
 # Spot page's shutdown period). A stop this close after the operation is that preemption.
@@ -124,11 +131,21 @@ def disagreements(events: list[Event], seen: dict[str, Seen]) -> list[str]:
     return lines
 
 
-class GcpSpend:
-    """Backend.spend_sync for GcpBackend (mixed in: backend.py holds only the call)."""
+class SpendTracker:
+    """Backend.spend_sync on gcp, held by GcpBackend: ``sync`` brings a cluster's cost ledger up to date
+    with what Compute shows (starts, stops, preemptions, deletions, the prices in force, storage) and
+    returns where the ledger and Compute disagree.
 
-    def spend_sync(self, cluster, settings, book: Ledger, own: str = "", run: str = "") -> list[str]:
-        from tfcluster.backends.gcp.errors import translated
+    It needs: ``api(cluster)``, the cluster's ComputeApi; ``workdir(name)``, the cluster's terraform
+    folder (whose applied variables say what the VMs are); ``quote(settings, project, zone, workers, spot,
+    applied)``, their cost.Quote (prices.Quoter.quote)."""
+
+    def __init__(self, api: Callable[[ClusterState], ComputeApi], workdir: Callable[[str], Path],
+                 quote: Callable[..., Quote]):
+        self._api, self.workdir, self._quote = api, workdir, quote
+
+    def sync(self, cluster, settings, book: Ledger, own: str = "", run: str = "") -> list[str]:
+        from tfcluster.backends.gcp.cloud.errors import translated
 
         with translated(cluster.project, "reading the VMs' starts and stops for the cost ledger"):
             api = self._api(cluster)
@@ -154,8 +171,8 @@ class GcpSpend:
     def _spend_storage(self, cluster, now: float, gone: bool) -> Storage:
         """What the bucket and the registry hold now; nothing once `down` is done (what it kept is
         no longer the cluster's: `down` names it with its monthly cost)."""
-        from tfcluster.backends.gcp.registry import repository_usage
-        from tfcluster.backends.gcp.teardown import bucket_usage
+        from tfcluster.backends.gcp.cloud.registry import repository_usage
+        from tfcluster.backends.gcp.vms.teardown import bucket_usage
 
         if gone:
             return Storage(now, 0, 0)

@@ -24,11 +24,10 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from tfcluster.backends.gcp.cost import PRICES
-from tfcluster.backends.gcp.errors import translated
-from tfcluster.backends.gcp.recovery import remove_unrecorded
-from tfcluster.backends.gcp.registry import REPOSITORY, Stored, repository_path, repository_usage
-from tfcluster.backends.gcp.terraform import Terraform
+from tfcluster.backends.gcp.prices.cost import PRICES
+from tfcluster.backends.gcp.cloud.errors import translated
+from tfcluster.backends.gcp.cloud.registry import REPOSITORY, Stored, repository_path, repository_usage
+from tfcluster.backends.gcp.cloud.terraform import Terraform
 from tfcluster.state import ClusterState
 
 BUCKET = "google_storage_bucket.cluster"
@@ -39,7 +38,7 @@ def bucket_usage(project: str, bucket: str) -> Stored | None:
     """What the bucket holds, old versions included (they bill too); None if it is gone."""
     from google.api_core import exceptions
 
-    from tfcluster.backends.gcp import storage
+    from tfcluster.backends.gcp.cloud import storage
 
     try:
         blobs = list(storage.client(project).list_blobs(bucket, versions=True))
@@ -78,8 +77,8 @@ def _kept_repository(stored: Stored, location: str, repository: str, project: st
 def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_stored: bool,
                             announce: Callable[[str], None]) -> list[str]:
     """Destroy the cluster's resources, the VMs first; returns one line per kept bucket or repository.
-    What a killed terraform left is mended first, and what it made but never recorded goes last
-    (tfcluster/backends/gcp/recovery.py)."""
+    What a killed terraform left in its folder is mended first (cloud/terraform_remains.py); what it made
+    in the project but never recorded is the caller's to remove after (leftovers/unrecorded.py)."""
     terraform.mend()
     vms = bool(terraform.variables().get("workers", 1))  # A Vertex AI cluster has none (terraform/vertex.tf).
     if vms:
@@ -116,9 +115,4 @@ def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_
         announce(f"destroying {rest}" + (f", and the empty {' and '.join(empty)}" if empty else "")
                  + ("; keeping what holds results and images" if kept else ""))
     terraform.destroy()
-    if vms and cluster.zone:
-        from tfcluster.backends.gcp.compute import ComputeApi
-
-        remove_unrecorded(ComputeApi(cluster.project), cluster.project, cluster.zone, cluster.name, terraform.workdir,
-                          announce, keep=(cluster.bucket,))
     return kept

@@ -30,12 +30,12 @@ import subprocess
 from dataclasses import dataclass, field
 
 from tfcluster.backends.base import Finding
-from tfcluster.backends.gcp import oslogin
-from tfcluster.backends.gcp import prerequisites as rules
-from tfcluster.backends.gcp import reservations
-from tfcluster.backends.gcp.address import detect_operator_cidr
-from tfcluster.backends.gcp.quota import Zones
-from tfcluster.backends.gcp.terraform import MODULE_DIR
+from tfcluster.backends.gcp.access import oslogin
+from tfcluster.backends.gcp.access import prerequisites as rules
+from tfcluster.backends.gcp.zones import reservations
+from tfcluster.backends.gcp.access.address import detect_operator_cidr
+from tfcluster.backends.gcp.quotas.quota import Zones
+from tfcluster.backends.gcp.cloud.terraform import MODULE_DIR
 from tfcluster.errors import ConfigError
 from tfcluster.provisioning import preemptible_quota
 
@@ -290,8 +290,8 @@ def quota_finding(settings, gpu: str, zones: list[str], made: dict | None = None
     """Every quota the cluster takes, judged zone by zone (quota.py); the zones that can take it."""
     from google.api_core import exceptions
 
-    from tfcluster.backends.gcp.compute import ComputeApi
-    from tfcluster.backends.gcp.quota_source import QuotaSource, judge_zones
+    from tfcluster.backends.gcp.cloud.compute import ComputeApi
+    from tfcluster.backends.gcp.quotas.quota_source import QuotaSource, judge_zones
 
     hours = settings.max_run_hours if settings.termination_action == "DELETE" else None
     try:
@@ -312,7 +312,7 @@ def quota_finding(settings, gpu: str, zones: list[str], made: dict | None = None
 def prices_finding(project: str) -> Finding:
     """Whether live prices can be read: the Cloud Billing Catalog needs cloudbilling.googleapis.com,
     which most projects have off (https://cloud.google.com/billing/docs/how-to/get-pricing-information-api)."""
-    from tfcluster.backends.gcp.pricing import catalog_problem
+    from tfcluster.backends.gcp.prices.pricing import catalog_problem
 
     problem = catalog_problem(project)
     if not problem:
@@ -326,7 +326,7 @@ def prices_finding(project: str) -> Finding:
 
 def takes_family_quota(settings, gpu: str) -> bool:
     """Whether the cluster takes a quota only Cloud Quotas and Monitoring report (quota.py)."""
-    from tfcluster.backends.gcp.quota import cluster_needs
+    from tfcluster.backends.gcp.quotas.quota import cluster_needs
 
     needs = cluster_needs(settings.machine_type, gpu, settings.gpu_count, settings.workers)
     return any(not need.quota.metric for need in needs)
@@ -335,7 +335,7 @@ def takes_family_quota(settings, gpu: str) -> bool:
 def run(settings, made: dict | None = None) -> Report:
     """Every check, in the order a user fixes them. ``made``: zone -> VMs of this cluster already
     there (a resumed `up`)."""
-    from tfcluster.backends.gcp.compute import gpu_type
+    from tfcluster.backends.gcp.cloud.compute import gpu_type
 
     gpu = gpu_type(settings.gpu)
     findings = [terraform_finding()]
@@ -354,7 +354,7 @@ def run(settings, made: dict | None = None) -> Report:
         google = Google(credentials)
         apis = services_finding(google, settings.project, rules.services_for(takes_family_quota(settings, gpu)))
         findings += [apis, permissions_finding(google, settings.project), *constraint_findings(google, target)]
-        from tfcluster.backends.gcp.iam import service_account_email
+        from tfcluster.backends.gcp.access.iam import service_account_email
 
         identity, lines = oslogin.findings(credentials, settings, [
             service_account_email(settings.project, settings.cluster, index) for index in range(settings.workers)])

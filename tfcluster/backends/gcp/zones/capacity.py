@@ -44,9 +44,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from tfcluster import gpus, ledger
-from tfcluster.backends.gcp import failover, reservations
-from tfcluster.backends.gcp.errors import zone_refusal
-from tfcluster.backends.gcp.terraform import Terraform, TerraformError
+from tfcluster.backends.gcp.zones import failover, reservations
+from tfcluster.backends.gcp.cloud.errors import zone_refusal
+from tfcluster.backends.gcp.cloud.terraform import Terraform, TerraformError
 from tfcluster.errors import ClusterError
 from tfcluster.provisioning import (ANY, AUTO, FLEX_START, NONE, SPOT, STANDARD, Choice, flex_run_seconds,
                                     flex_start_machine)
@@ -377,7 +377,7 @@ def recover(backend, cluster, api, terraform: Terraform, full, settings) -> None
     resumes from its gs:// backup, as after a zone move (failover.move_or_fail)."""
     import dataclasses
 
-    from tfcluster.backends.gcp.restart import new_nonce
+    from tfcluster.backends.gcp.zones.restart import new_nonce
 
     names = ", ".join(full.instances)
     backend._announce(f"zone {cluster.zone}: Spot stays full for {names} after {settings.capacity_tries} starts "

@@ -24,9 +24,9 @@ import os
 import time
 from typing import Callable
 
-from tfcluster.backends.gcp.compute import ComputeApi, pinned_host_key, wait_ready
-from tfcluster.backends.gcp.errors import NoCapacity
-from tfcluster.backends.gcp.terraform import Terraform
+from tfcluster.backends.gcp.cloud.compute import ComputeApi, pinned_host_key, wait_ready
+from tfcluster.backends.gcp.cloud.errors import NoCapacity
+from tfcluster.backends.gcp.cloud.terraform import Terraform
 from tfcluster.backends.group import in_parallel
 from tfcluster.errors import ClusterError
 from tfcluster.state import ClusterState

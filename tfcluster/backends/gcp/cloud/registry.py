@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from tfcluster.backends.gcp.compute import region_of
-from tfcluster.backends.gcp.terraform import Terraform, TerraformError
+from tfcluster.backends.gcp.cloud.compute import region_of
+from tfcluster.backends.gcp.cloud.terraform import Terraform, TerraformError
 
 REPOSITORY = "google_artifact_registry_repository.images"
 
@@ -50,7 +50,7 @@ def repository_path(cluster) -> tuple[str, str]:
 def _client():
     from google.cloud import artifactregistry_v1
 
-    from tfcluster.backends.gcp.compute import default_credentials
+    from tfcluster.backends.gcp.cloud.compute import default_credentials
 
     # REST, not gRPC: the same HTTPS+JSON the other Google clients here speak, through one CA setup.
     return artifactregistry_v1.ArtifactRegistryClient(credentials=default_credentials(), transport="rest")

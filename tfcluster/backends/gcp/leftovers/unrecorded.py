@@ -1,96 +1,21 @@
-"""What a killed command leaves of terraform's work, found and mended before the next terraform runs.
+"""What a killed command made in the project that terraform's state does not name, found and removed.
 
-tfcluster keeps terraform's state locally, one folder a cluster (<state_dir>/gcp/<cluster>/). Terraform's
-local state manager (internal/states/statemgr/filesystem.go) locks terraform.tfstate with an flock the
-kernel drops with a killed process, leaving only `.terraform.tfstate.lock.info` behind; it copies the
-previous state to terraform.tfstate.backup once, then truncates terraform.tfstate and writes it in
-place, so a kill mid-write leaves it cut short; and it records a resource only once the provider
-returns it, so a kill mid-apply leaves resources made in the project that no state names. Before the
-next `up` or `down` runs terraform (never while another terraform of the cluster still runs):
-- the stale lock info goes;
-- a state that does not parse is set aside (terraform.tfstate.cut) and the backup takes its place;
-- resources of the cluster that the state does not name (instances, disks, addresses and empty buckets
-  by the cluster's label; firewall rules and subnetworks by the cluster's network; the network, its
-  service accounts and custom role by their names) are deleted, so `up` makes them again and `down`
-  leaves none.
-Each says so in one line.
+A terraform killed mid-apply has made resources that it records only once the provider returns them
+(tfcluster/backends/gcp/cloud/terraform_remains.py mends the folder itself). Before the next `up` and
+after `down`'s destroy, resources of the cluster that the state does not name (instances, disks,
+addresses and empty buckets by the cluster's label; firewall rules and subnetworks by the cluster's
+network; the network, its service accounts and custom role by their names) are deleted, so `up`
+makes them again and `down` leaves none; an unrecorded VM's start and deletion go into the cost
+ledger first. It says so in one line.
 """
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable
 
+from tfcluster.backends.gcp.cloud.terraform_remains import state_names
 from tfcluster.errors import ClusterError
-
-LOCK_INFO = ".terraform.tfstate.lock.info"
-STATE, BACKUP = "terraform.tfstate", "terraform.tfstate.backup"
-# The attributes by which a state names the project's objects (hashicorp/google resource schemas).
-NAMING_ATTRIBUTES = ("name", "email", "role_id", "id", "self_link")
-
-
-def terraform_running(workdir: Path) -> list[int]:
-    """Pids of terraform processes (or their providers, started in the folder) working on ``workdir``."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"-chdir={workdir}".encode() in argv:
-            found.append(int(proc.name))
-    return found
-
-
-def mend_folder(workdir: Path, cluster: str) -> list[str]:
-    """Mend what a killed terraform left in ``workdir``; one line for each thing mended. A terraform of
-    the cluster that still runs is an error naming it: its work is its own to finish."""
-    running = terraform_running(workdir)
-    if running:
-        raise ClusterError(f"terraform (pid {', '.join(map(str, running))}) still works on cluster '{cluster}'; wait for "
-                           f"it to end, or end it (kill {' '.join(map(str, running))}), then run this again")
-    lines = []
-    info = workdir / LOCK_INFO
-    if info.exists():
-        info.unlink()
-        lines.append(f"removed the lock info a killed terraform left ({info.name}); no terraform of '{cluster}' runs")
-    state, backup = workdir / STATE, workdir / BACKUP
-    if state.exists() and _cut(state):
-        cut = workdir / f"{STATE}.cut"
-        state.replace(cut)
-        if backup.exists() and not _cut(backup):
-            backup.replace(state)
-            lines.append(f"terraform's state was cut short by a kill (kept as {cut.name}); took the one before it, "
-                         f"{BACKUP}; resources made since are found by the cluster's labels")
-        else:
-            lines.append(f"terraform's state was cut short by a kill (kept as {cut.name}) and has no backup; the "
-                         "cluster's resources are found by its labels")
-    return lines
-
-
-def _cut(path: Path) -> bool:
-    """Whether a state file is not a whole state (terraform writes a JSON object with a `version`)."""
-    try:
-        return "version" not in json.loads(path.read_text() or "null")
-    except (ValueError, TypeError):
-        return True
-
-
-def state_names(workdir: Path) -> set[str]:
-    """Every name, email and id the state records (empty when there is no state)."""
-    try:
-        state = json.loads((workdir / STATE).read_text())
-    except (OSError, ValueError):
-        return set()
-    names = set()
-    for resource in state.get("resources", []):
-        for instance in resource.get("instances", []):
-            attributes = instance.get("attributes") or {}
-            names.update(str(attributes[key]) for key in NAMING_ATTRIBUTES if attributes.get(key))
-    return names
 
 
 def _recorded(item: str, names: set[str]) -> bool:
@@ -101,8 +26,8 @@ def _recorded(item: str, names: set[str]) -> bool:
 def unrecorded(api, project: str, zone: str, cluster: str, workdir: Path, keep: tuple[str, ...] = ()) -> list[str]:
     """The cluster's resources in the project that terraform's state does not name ("instance sweep-0"),
     but for ``keep`` (a bucket `down` keeps for its results)."""
-    from tfcluster.backends.gcp.compute import default_credentials
-    from tfcluster.backends.gcp.iam import iam_leftovers
+    from tfcluster.backends.gcp.cloud.compute import default_credentials
+    from tfcluster.backends.gcp.access.iam import iam_leftovers
 
     names = state_names(workdir)
     found = (api.leftovers(zone, cluster) + iam_leftovers(project, cluster, default_credentials()).found
@@ -114,8 +39,8 @@ def _empty_buckets(project: str, cluster: str) -> list[str]:
     """The cluster's empty buckets, by its label (terraform/main.tf local.labels): a killed `up` that made
     one and lost its random suffix (random_id.suffix) makes another next time. One that holds objects is
     never taken for an orphan: it is a bucket `down` kept, or the user's."""
-    from tfcluster.backends.gcp import storage
-    from tfcluster.backends.gcp.compute import LABEL
+    from tfcluster.backends.gcp.cloud import storage
+    from tfcluster.backends.gcp.cloud.compute import LABEL
 
     client = storage.client(project)
     return [f"bucket {bucket.name}" for bucket in client.list_buckets(project=project)
@@ -150,7 +75,7 @@ def _ledger_the_unrecorded(api, zone: str, name: str, state_dir: Path, cluster: 
     its start at Compute's own timestamp, never twice (a start already there at that time stands)."""
     import time
 
-    from tfcluster.backends.gcp.ledger_events import seen_of
+    from tfcluster.backends.gcp.spend.ledger_events import seen_of
     from tfcluster.ledger import DELETE, OBSERVED, OWN, START, Event, Ledger
 
     vm = api.instance_or_none(zone, name)
@@ -166,7 +91,7 @@ def _ledger_the_unrecorded(api, zone: str, name: str, state_dir: Path, cluster: 
 def _delete(api, project: str, zone: str, item: str) -> None:
     from google.api_core import exceptions
 
-    from tfcluster.backends.gcp.compute import region_of
+    from tfcluster.backends.gcp.cloud.compute import region_of
 
     kind, name = item.rsplit(" ", 1)
     v1, kwargs, region = api.compute_v1, api.client_kwargs, region_of(zone)
@@ -184,7 +109,7 @@ def _delete(api, project: str, zone: str, item: str) -> None:
         elif kind == "network":
             v1.NetworksClient(**kwargs).delete(project=project, network=name).result(timeout=300)
         elif kind == "bucket":
-            from tfcluster.backends.gcp import storage
+            from tfcluster.backends.gcp.cloud import storage
 
             storage.client(project).bucket(name).delete()  # Refused (409) if an object came since: kept.
         else:
@@ -199,8 +124,8 @@ def _delete_iam(project: str, kind: str, name: str) -> None:
     """projects.serviceAccounts.delete / projects.roles.delete (IAM v1 REST)."""
     from google.auth.transport.requests import AuthorizedSession
 
-    from tfcluster.backends.gcp.compute import default_credentials
-    from tfcluster.backends.gcp.iam import IAM
+    from tfcluster.backends.gcp.cloud.compute import default_credentials
+    from tfcluster.backends.gcp.access.iam import IAM
 
     path = f"projects/{project}/serviceAccounts/{name}" if kind == "service account" else name
     answer = AuthorizedSession(default_credentials()).delete(f"{IAM}/{path}", timeout=60)

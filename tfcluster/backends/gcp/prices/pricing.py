@@ -237,7 +237,7 @@ def _pages(project: str, take, deadline_seconds: float, skus: bool = True) -> No
     from google.auth import exceptions as auth
     from google.cloud import billing_v1
 
-    from tfcluster.backends.gcp.errors import from_exception
+    from tfcluster.backends.gcp.cloud.errors import from_exception
 
     deadline = time.monotonic() + deadline_seconds
 

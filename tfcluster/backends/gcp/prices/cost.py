@@ -21,12 +21,12 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from tfcluster import gpus as gpu_table
-from tfcluster.backends.gcp.compute import region_of
-from tfcluster.backends.gcp.pricing import (FLEX_DISCOUNTED, CatalogUnavailable, Rates, flex_needs, flex_rates,
-                                            missing, needs, rates_from, read_skus)
+from tfcluster.backends.gcp.cloud.compute import region_of
+from tfcluster.backends.gcp.prices.pricing import (FLEX_DISCOUNTED, CatalogUnavailable, Rates, flex_needs, flex_rates,
+                                                   missing, needs, rates_from, read_skus)
 from tfcluster.provisioning import flex_start_machine
 
-PRICES = Path(__file__).resolve().parents[2] / "prices.json"
+PRICES = Path(__file__).resolve().parents[3] / "prices.json"
 TABLE_REGION = "us-central1"  # The region of prices.json's list prices.
 # The regions whose list prices are those same ones: the catalog's "... running in Americas" SKUs
 # serve us-central1, us-east1 and us-west1 alike (their serviceRegions); other regions have SKUs of

@@ -2,7 +2,7 @@
 operator's permissions (each with the predefined role that holds it), the organisation policy
 constraints that would refuse the VMs or break their readiness, and the boot image's driver.
 
-Pure data and rules, no calls: tfcluster/backends/gcp/check.py asks Google and judges with these.
+Pure data and rules, no calls: tfcluster/backends/gcp/access/check.py asks Google and judges with these.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def services_for(family_quotas: bool) -> dict:
     """The APIs a cluster needs: every one, or without the family quotas' when it takes none."""
     return {**SERVICES, **(FAMILY_QUOTA_SERVICES if family_quotas else {})}
 
-# The predefined roles the permission hint names (tfcluster/backends/gcp/errors.py), and what each
+# The predefined roles the permission hint names (tfcluster/backends/gcp/cloud/errors.py), and what each
 # holds of what follows; checked against https://cloud.google.com/iam/docs/understanding-roles.
 COMPUTE, STORAGE, SA_ADMIN, SA_USER, ROLE_ADMIN, REGISTRY, USAGE = (
     "roles/compute.admin", "roles/storage.admin", "roles/iam.serviceAccountAdmin", "roles/iam.serviceAccountUser",

@@ -27,7 +27,7 @@ def split_url(url: str) -> tuple[str, str]:
 def client(project: str | None = None):
     from google.cloud import storage
 
-    from tfcluster.backends.gcp.compute import default_credentials
+    from tfcluster.backends.gcp.cloud.compute import default_credentials
 
     return storage.Client(project=project, credentials=default_credentials())
 

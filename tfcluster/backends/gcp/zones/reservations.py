@@ -149,7 +149,7 @@ def check_finding(settings, accelerator: str, zones: list[str]) -> Finding:
     (in the first zone that has it, or: in none of them)."""
     from google.api_core import exceptions
 
-    from tfcluster.backends.gcp.compute import ComputeApi
+    from tfcluster.backends.gcp.cloud.compute import ComputeApi
 
     name = settings.reservation
     accelerators = vm_accelerators(settings.machine_type, accelerator, settings.gpu_count)

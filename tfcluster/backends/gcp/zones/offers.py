@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 from tfcluster import gpus
 from tfcluster.provisioning import flex_start_machine
-from tfcluster.backends.gcp.compute import ComputeApi, region_of
-from tfcluster.backends.gcp import reservations
-from tfcluster.backends.gcp.cost import PRICES, table_flex, table_rates, table_source
-from tfcluster.backends.gcp.pricing import CatalogUnavailable, Rates, flex_needs, flex_rates, needs, rates_from, read_skus
-from tfcluster.backends.gcp.quota import compute_quota, gpu_quota
-from tfcluster.backends.gcp.quota_source import QuotaSource, gpu_room
+from tfcluster.backends.gcp.cloud.compute import ComputeApi, region_of
+from tfcluster.backends.gcp.zones import reservations
+from tfcluster.backends.gcp.prices.cost import PRICES, table_flex, table_rates, table_source
+from tfcluster.backends.gcp.prices.pricing import CatalogUnavailable, Rates, flex_needs, flex_rates, needs, rates_from, read_skus
+from tfcluster.backends.gcp.quotas.quota import compute_quota, gpu_quota
+from tfcluster.backends.gcp.quotas.quota_source import QuotaSource, gpu_room
 
 
 @dataclass(frozen=True)

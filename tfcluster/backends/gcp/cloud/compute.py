@@ -7,7 +7,7 @@ import time
 from typing import Callable
 
 from tfcluster import gpus
-from tfcluster.backends.gcp.errors import NoCapacity, capacity_code, is_rate_limit
+from tfcluster.backends.gcp.cloud.errors import NoCapacity, capacity_code, is_rate_limit
 from tfcluster.errors import ClusterError, ConfigError, HostErrors
 
 LABEL = "tfcluster-cluster"

@@ -16,13 +16,21 @@ prices: refusing is better than a guessed factor.
 from __future__ import annotations
 
 import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
 
-from tfcluster.backends.gcp import vm_control
-from tfcluster.backends.gcp.errors import translated
-from tfcluster.backends.gcp.terraform import Terraform
+from tfcluster.backends.gcp.vms import vm_control
+from tfcluster.backends.gcp.cloud.errors import translated
+from tfcluster.backends.gcp.cloud.terraform import Terraform
 
 from tfcluster.errors import ConfigError
 from tfcluster.ledger import Ledger, cluster_spent_usd
+from tfcluster.state import ClusterState
+
+if TYPE_CHECKING:
+    from tfcluster.backends.gcp.cloud.compute import ComputeApi
+    from tfcluster.backends.gcp.prices.cost import Quote
+    from tfcluster.backends.gcp.spend.ledger_events import SpendTracker
 
 # Less budget left than this buys is no run at all: `up` refuses instead of a VM that stops at once
 # (Compute Engine also takes no max_run_duration under 30 s).
@@ -82,13 +90,26 @@ def restart_seconds(settings, terraform, prices, spent) -> int:
     return seconds
 
 
-class GcpBudget:
-    """The budget's part of GcpBackend (mixed in: backend.py holds only the calls)."""
+class Budget:
+    """The cluster's --budget, held by GcpBackend: each VM's hypervisor deadline at every restart
+    (``max_run_seconds``: what the budget still buys after what the ledger says was spent), the rate
+    `train --budget` is held to (``hourly_rate``), and a run's budget end time on the VMs (``set_end``).
 
-    def _max_run_seconds(self, cluster, settings, api, terraform) -> int:
+    It needs: ``store``, the state folder's StateStore (whose cost ledgers it reads); ``spend``, the SpendTracker that
+    brings a ledger up to date first; ``quote(settings, project, zone, workers, spot, applied)``, the
+    cost.Quote of the cluster's VMs (prices.Quoter.quote); ``api(cluster)``, its ComputeApi;
+    ``workdir(name)``, its terraform folder; ``announce(line)``, where a line for the user goes."""
+
+    def __init__(self, store, spend: SpendTracker, quote: Callable[..., Quote],
+                 api: Callable[[ClusterState], ComputeApi], workdir: Callable[[str], Path],
+                 announce: Callable[[str], None]):
+        self._store, self._spend, self._quote = store, spend, quote
+        self._api, self.workdir, self._announce = api, workdir, announce
+
+    def max_run_seconds(self, cluster, settings, terraform) -> int:
         """max_run_hours, or sooner: what the cluster's --budget still buys (budget.py)."""
         def spent() -> float:  # The ledger brought up to date first: the stops just seen count.
-            self.spend_sync(cluster, settings, Ledger(self._store.root, cluster.name))
+            self._spend.sync(cluster, settings, Ledger(self._store.root, cluster.name))
             return cluster_spent_usd(self._store.root, cluster.name, since=cluster.created_at, for_budget=True)
 
         return restart_seconds(settings, terraform, lambda applied: self._quote(
@@ -102,6 +123,7 @@ class GcpBudget:
                             applied)
         return budget_rate(quote, self._announce)
 
-    def set_budget_end(self, cluster, end: float | None) -> None:
+    def set_end(self, cluster, end: float | None) -> None:
+        """The run's budget end time in every VM's metadata: each watchdog halts its VM then."""
         with translated(cluster.project, "train"):
             vm_control.set_budget_end(self._api(cluster), cluster, end)

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tfcluster.backends.gcp.errors import terraform_error_line
+from tfcluster.backends.gcp.cloud.errors import terraform_error_line
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError
 from tfcluster.state import write_json
 
-MODULE_DIR = Path(__file__).resolve().parents[3] / "terraform"
+MODULE_DIR = Path(__file__).resolve().parents[4] / "terraform"
 
 
 class TerraformError(TfClusterError):
@@ -62,9 +62,9 @@ class Terraform:
         return result.stdout
 
     def mend(self) -> None:
-        """What a killed terraform left in the folder (tfcluster/backends/gcp/recovery.py), mended
+        """What a killed terraform left in the folder (tfcluster/backends/gcp/cloud/terraform_remains.py), mended
         before this one runs; an error while a terraform of the cluster still runs."""
-        from tfcluster.backends.gcp.recovery import mend_folder
+        from tfcluster.backends.gcp.cloud.terraform_remains import mend_folder
 
         if self.workdir.is_dir():
             for line in mend_folder(self.workdir, self.workdir.name):

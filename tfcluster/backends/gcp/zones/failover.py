@@ -19,10 +19,10 @@ import re
 import time
 from typing import Callable
 
-from tfcluster.backends.gcp.compute import ComputeApi, pinned_host_key, region_of, wait_ready
-from tfcluster.backends.gcp.errors import translated, zone_refusal
-from tfcluster.backends.gcp.restart import ZoneFull, new_nonce
-from tfcluster.backends.gcp.terraform import Terraform, TerraformError
+from tfcluster.backends.gcp.cloud.compute import ComputeApi, pinned_host_key, region_of, wait_ready
+from tfcluster.backends.gcp.cloud.errors import translated, zone_refusal
+from tfcluster.backends.gcp.zones.restart import ZoneFull, new_nonce
+from tfcluster.backends.gcp.cloud.terraform import Terraform, TerraformError
 from tfcluster.backends.group import in_parallel
 from tfcluster.errors import ClusterError, ConfigError
 from tfcluster.state import ClusterState
@@ -123,7 +123,7 @@ def with_auto_zones(settings, announce: Callable[[str], None]):
     quota free for the cluster, cheapest first (Spot prices for Spot VMs); others unchanged."""
     if settings.zone != AUTO_ZONE:
         return settings
-    from tfcluster.backends.gcp.offers import find_offers
+    from tfcluster.backends.gcp.zones.offers import find_offers
 
     with translated(settings.project, "zone auto"):
         found = find_offers(settings.project, settings.gpu, settings.gpu_count, settings.machine_type, settings.spot)

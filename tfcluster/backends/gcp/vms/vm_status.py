@@ -17,9 +17,9 @@ import time
 from datetime import datetime
 
 from tfcluster.backends.base import VmRow
-from tfcluster.backends.gcp import reservations
-from tfcluster.backends.gcp.compute import ComputeApi
-from tfcluster.backends.gcp.placement import topology_of
+from tfcluster.backends.gcp.zones import reservations
+from tfcluster.backends.gcp.cloud.compute import ComputeApi
+from tfcluster.backends.gcp.zones.placement import topology_of
 from tfcluster.tfconfig import spread
 
 # Compute's provisioning model in a status line.
@@ -45,7 +45,7 @@ def rows(backend, cluster, settings) -> list[VmRow]:
     tfvars = backend.workdir(cluster.name) / "terraform.tfvars.json"
     applied = json.loads(tfvars.read_text()) if tfvars.exists() else {}
     spot = any(vm.scheduling.provisioning_model == "SPOT" for vm in listed) or bool(applied.get("spot", settings.spot))
-    prices = backend._quote(settings, cluster.project, cluster.zone, len(cluster.hosts), spot, applied)
+    prices = backend.prices.quote(settings, cluster.project, cluster.zone, len(cluster.hosts), spot, applied)
     for line in prices.lines():
         backend._announce(line)
     names = {vm.name for vm in listed}

@@ -16,8 +16,8 @@ import time
 from dataclasses import dataclass, field
 
 from tfcluster import gpus
-from tfcluster.backends.gcp.quota import (TIME_LIMITED_HOURS, Judgement, Need, Quota, Reading, Verdict, Zones,
-                                          cluster_needs, compute_quota, gpu_quota, offered_problem, region_of)
+from tfcluster.backends.gcp.quotas.quota import (TIME_LIMITED_HOURS, Judgement, Need, Quota, Reading, Verdict, Zones,
+                                                 cluster_needs, compute_quota, gpu_quota, offered_problem, region_of)
 from tfcluster.errors import ConfigError
 
 SERVICE = "compute.googleapis.com"

@@ -198,7 +198,7 @@ def _outside(google, project: str, email: str) -> bool | None:
 def import_key(workdir: Path, project: str, public_key: str, hours: int) -> str:
     """The cluster's key into the operator's profile, expiring with the VMs' deadline (+1 hour);
     returns the profile's POSIX username. Recorded in ``workdir`` so that `down` deletes it."""
-    from tfcluster.backends.gcp.compute import default_credentials
+    from tfcluster.backends.gcp.cloud.compute import default_credentials
 
     credentials = default_credentials()
     google = Api(credentials)
@@ -229,7 +229,7 @@ def renew_key(workdir: Path, hours: int) -> None:
     """A restart (`up` on a cluster, a preempted VM back): the key expires with the new deadline
     (+1 hour), users.sshPublicKeys.patch with updateMask=expirationTimeUsec
     (https://cloud.google.com/compute/docs/oslogin/rest/v1/users.sshPublicKeys/patch)."""
-    from tfcluster.backends.gcp.compute import default_credentials
+    from tfcluster.backends.gcp.cloud.compute import default_credentials
 
     record_file = workdir / RECORD
     if not record_file.exists():
@@ -249,7 +249,7 @@ def renew_key(workdir: Path, hours: int) -> None:
 def forget_key(workdir: Path, announce) -> None:
     """`down`: delete the cluster's key from the profile; a refusal is said, never raised (the key
     expires by itself)."""
-    from tfcluster.backends.gcp.compute import default_credentials
+    from tfcluster.backends.gcp.cloud.compute import default_credentials
 
     record_file = workdir / RECORD
     if not record_file.exists():

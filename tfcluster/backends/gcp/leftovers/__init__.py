@@ -1,0 +1,8 @@
+"""The leftovers room: what a killed command made in the project but terraform never recorded
+(``unrecorded.py``), found by the cluster's labels and names and removed, for `up` before it applies and
+for `down` after its destroy. It may import every other room (it asks Compute, IAM and Cloud Storage
+through cloud/ and access/, and books an unrecorded VM's time through spend/); only backend.py imports it."""
+
+from tfcluster.backends.gcp.leftovers.unrecorded import remove_unrecorded
+
+__all__ = ["remove_unrecorded"]
