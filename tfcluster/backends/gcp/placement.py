@@ -23,7 +23,8 @@ Google's rules, each with its source (pages read 2026-11-28 through excerpts):
   VMs of every series is not in the excerpts read, so tfcluster adds none and says why.
 - Spot: no restriction on Spot VMs was found in the pages read; Spot clusters of a supported series get
   the policy. A policy can make capacity harder to get (GoogleCloudPlatform/cluster-toolkit#2420): the
-  plan says so. (A placement refusal as a stock-out for `--capacity auto` is not modelled yet.)
+  plan says so. Compute's refusal to place them is a capacity answer (errors.PLACEMENT): `--capacity auto`
+  moves on from it as from a stock-out.
 """
 
 from __future__ import annotations
