@@ -62,6 +62,7 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
     name = "gcp"
     hosts_outlive_cluster = False  # `terraform destroy` removes the VMs with whatever they hold.
     can_halt_machines = True  # Compute stops them; each watchdog halts its own VM for --then.
+    can_replace_machines = True  # A VM whose GPUs fail the check is deleted and re-created (replace_machines).
 
     def workdir(self, cluster_name: str) -> Path:
         return self._store.root / "gcp" / cluster_name
@@ -297,6 +298,17 @@ class GcpBackend(ledger_events.GcpSpend, budget.GcpBudget, SshBackend):
             if back:
                 self._connections.clear()  # New addresses and keys: connect afresh.
             self.set_idle(cluster, settings.idle_minutes, settings.idle_action)
+
+    def replace_machines(self, cluster, settings, workers: list[str]) -> None:
+        """Delete the workers' VMs (GPUs that failed the host check), then bring them back as `up` brings
+        back a deleted VM (refresh: a targeted apply, new addresses and host keys pinned)."""
+        by_name = {record.name: record.instance for record in cluster.hosts}
+        with translated(cluster.project, "re-creating VMs whose GPUs failed the check"):
+            api = self._api(cluster)
+            in_parallel([by_name[worker] for worker in workers], lambda name: api.delete(cluster.zone, name), str,
+                        "deleting VMs")
+        self.refresh(cluster, settings)
+        self._connections.clear()
 
     def preemptions(self, cluster, since: float) -> list[Preemption]:
         """Workers whose VM Google preempted since ``since``: a compute.instances.preempted
