@@ -542,6 +542,32 @@ def test_a_placement_refusal_is_a_capacity_answer_the_ladder_moves_on_from(world
     assert said[0].endswith("; trying zone us-west1-a, on-demand"), said
 
 
+def test_the_plan_says_a_dense_reservation_under_reservation_any_brings_its_own_placement(world):
+    """Issue 44: `--capacity auto --reservation any` takes a matching DENSE reservation on its reservation rung,
+    whose VMs get no compact policy (RESERVATION_BOUND: its blocks place them, cluster-toolkit#3362); `up`'s
+    placement line says so, naming it, and says the policy of the other rungs. Read through the world's
+    reservations."""
+    from tfcluster import config
+    from tfcluster.backends.gcp import placement
+    from tfcluster.backends.gcp.compute import ComputeApi
+
+    api = ComputeApi("demo-project")
+    settings = config.load({"backend": "gcp", "project": "demo-project", "gpu": "a100", "workers": 2,
+                            "capacity": "auto", "reservation": "any"}, zone=ZONE)
+    lines = {}
+    for kind in ("DENSE", "DEPLOYMENT_TYPE_UNSPECIFIED"):
+        world.compute.state.capacity.reservations = {(ZONE, "blocks"): Reservation(
+            "blocks", ZONE, settings.machine_type, 4, deployment_type=kind)}
+        lines[kind] = placement.for_settings(settings, placement.dense_under_any(settings, api)).line
+    assert lines["DENSE"] == (
+        f"placement: the DENSE reservation blocks in {ZONE}'s own where --reservation any takes it (its blocks place "
+        f"the VMs; no compact policy is added there); else compact (COLLOCATED), 2 A2 VMs placed close together; a "
+        "placement policy can make them harder to get (compact_placement = false turns it off)"), lines["DENSE"]
+    assert lines["DEPLOYMENT_TYPE_UNSPECIFIED"].startswith("placement: compact (COLLOCATED), 2 A2 VMs")
+    exact = dataclasses.replace(settings, capacity="")  # Not the ladder: a standard VM never takes a DENSE one.
+    assert placement.dense_under_any(exact, api) == ""
+
+
 def test_a_wait_ends_on_ctrl_c_and_nothing_is_left(tmp_path):
     """Ctrl-C between two tries (the sleep) ends the wait: what the zone had is removed first, one line."""
     from types import SimpleNamespace
