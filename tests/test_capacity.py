@@ -16,6 +16,7 @@ import time
 import pytest
 
 from tests.conftest import REPO, wait_for
+from tests.world import facts
 from tests.world.capacity import Reservation, end_run
 
 ZONE = "us-central1-a"
@@ -495,6 +496,83 @@ class StepTerraform:
 
     def run(self, *args):
         return ""  # `state list`: nothing made.
+
+
+@pytest.mark.parametrize("code", facts.COMPACT_PLACEMENT_REFUSAL.alternatives)
+def test_a_placement_refusal_is_a_capacity_answer_the_ladder_moves_on_from(world, code):
+    """Issue 44: Compute that cannot place one more VM of a COLLOCATED policy ends its insert with
+    facts.COMPACT_PLACEMENT_REFUSAL, with no code or with a stock-out's (the doubt, run both ways); the product
+    reads it as a capacity answer: --capacity auto moves on to the next step, a single zone names the fix."""
+    from types import SimpleNamespace
+
+    from google.api_core import exceptions
+
+    from tfcluster import config
+    from tfcluster.backends.gcp.zones.capacity import Maker, Step, refusal
+    from tfcluster.backends.gcp.cloud.errors import terraform_error_line
+    from tfcluster.errors import ClusterError
+    from tfcluster.provisioning import Choice
+
+    state = world.compute.state
+    _grant_h100_quota(state)
+    compute_v1, instances = _client()
+    policies = compute_v1.ResourcePoliciesClient(transport="rest", credentials=instances._transport._credentials)
+    policy = compute_v1.ResourcePolicy(name=f"close-{len(code)}", group_placement_policy=compute_v1
+                                       .ResourcePolicyGroupPlacementPolicy(collocation="COLLOCATED"))
+    policies.insert(project="demo-project", region="us-central1", resource_policy_resource=policy).result(timeout=20)
+    link = f"projects/demo-project/regions/us-central1/resourcePolicies/{policy.name}"
+    state.capacity.placement_room[ZONE], state.capacity.placement_code = 1, code
+    standard = {"provisioningModel": "STANDARD", "onHostMaintenance": "TERMINATE"}
+    _insert(_body(f"near{len(code)}-0", machine="a2-highgpu-1g", model="STANDARD", scheduling=standard,
+                  resourcePolicies=[link])).result(timeout=20)
+    with pytest.raises(exceptions.GoogleAPICallError) as refused:
+        _insert(_body(f"near{len(code)}-1", machine="a2-highgpu-1g", model="STANDARD", scheduling=standard,
+                      resourcePolicies=[link])).result(timeout=20)
+    message = "No more than 1 instances of machine type a2-highgpu-1g can be created with this policy."
+    assert message in str(refused.value), str(refused.value)
+    assert f"near{len(code)}-1" not in state.instances
+
+    # What terraform prints of it (the operation's message, errors.py), and what the product makes of it.
+    stderr = f"╷\n│ Error: Error waiting for instance to create: {message}\n╵"
+    assert refusal(stderr) == f"no room to place the VMs close together (compact placement: {message[:-1]})"
+    assert terraform_error_line(stderr, "p").endswith("or set compact_placement = false")
+    said: list = []
+    terraform = StepTerraform(stderr)
+    settings = config.load({"backend": "gcp", "project": "p", "gpu": "a100", "capacity": "auto"}, zone=WEST)
+    maker = Maker(terraform, SimpleNamespace(list_cluster=lambda zone, name: []), {"zone": WEST,
+                  "bucket_location": "US-WEST1", "registry_location": "us-west1"}, settings, said.append,
+                  record=lambda zone: None, sync=lambda zone, own: None, waiting=lambda *pending: None)
+    with pytest.raises(ClusterError, match="no step could take the cluster"):
+        maker.make([Step(WEST, Choice("standard")), Step("us-west1-a", Choice("standard"))])
+    assert terraform.calls.count(("apply",)) == 2, terraform.calls
+    assert said[0].startswith("zone us-west1-b, on-demand: no room to place the VMs close together"), said
+    assert said[0].endswith("; trying zone us-west1-a, on-demand"), said
+
+
+def test_the_plan_says_a_dense_reservation_under_reservation_any_brings_its_own_placement(world):
+    """Issue 44: `--capacity auto --reservation any` takes a matching DENSE reservation on its reservation rung,
+    whose VMs get no compact policy (RESERVATION_BOUND: its blocks place them, cluster-toolkit#3362); `up`'s
+    placement line says so, naming it, and says the policy of the other rungs. Read through the world's
+    reservations."""
+    from tfcluster import config
+    from tfcluster.backends.gcp.zones import placement
+    from tfcluster.backends.gcp.cloud.compute import ComputeApi
+
+    api = ComputeApi("demo-project")
+    settings = config.load({"backend": "gcp", "project": "demo-project", "gpu": "a100", "workers": 2,
+                            "capacity": "auto", "reservation": "any"}, zone=ZONE)
+    lines = {}
+    for kind in ("DENSE", "DEPLOYMENT_TYPE_UNSPECIFIED"):
+        world.compute.state.capacity.reservations = {(ZONE, "blocks"): Reservation(
+            "blocks", ZONE, settings.machine_type, 4, deployment_type=kind)}
+        lines[kind] = placement.for_settings(settings, placement.dense_under_any(settings, api)).line
+    assert lines["DENSE"] == (
+        f"placement: the DENSE reservation blocks in {ZONE}'s own where --reservation any takes it (its blocks place "
+        f"the VMs; no compact policy is added there); else compact (COLLOCATED), 2 A2 VMs placed close together; a "
+        "placement policy can make them harder to get (compact_placement = false turns it off)"), lines["DENSE"]
+    assert lines["DEPLOYMENT_TYPE_UNSPECIFIED"].startswith("placement: compact (COLLOCATED), 2 A2 VMs")
+    exact = dataclasses.replace(settings, capacity="")  # Not the ladder: a standard VM never takes a DENSE one.
+    assert placement.dense_under_any(exact, api) == ""
 
 
 def test_a_wait_ends_on_ctrl_c_and_nothing_is_left(tmp_path):

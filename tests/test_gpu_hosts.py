@@ -93,3 +93,90 @@ def test_a_gcp_cluster_expects_the_gpus_up_applied_on_every_vm(tmp_path):
         "worker-0 (10.0.0.2) GPU 0: name is NVIDIA A100-SXM4-40GB (expected A100 80GB)"]
     healthy = [[str(i), name, "0", "[N/A]"] for i, name in enumerate([nvidia_smi.MODELS["nvidia-a100-80gb"][0]] * 2)]
     assert gpu_health.faults(gpu_health.HostGpus("w", healthy, []), count, words) == []
+
+
+class StandInHost:
+    """A WorkerHost whose commands run on this machine with its own nvidia-smi stand-in first on PATH
+    (what a VM of the world answers; no booted VM needed for the check's decisions)."""
+
+    def __init__(self, name: str, address: str, folder):
+        self.record, self.folder = HostRecord(name=name, address=address, tf_port=2222), folder
+
+    def run_command(self, argv: list[str], timeout: float = 60):
+        import os
+        import subprocess
+
+        from tfcluster.backends.base import CommandResult
+
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                              env={**os.environ, "PATH": f"{self.folder}:{os.environ['PATH']}"})
+        return CommandResult(done.returncode, done.stdout, done.stderr)
+
+
+def test_a_gcp_vm_whose_gpus_fail_the_check_is_recreated_under_retries_and_refused_without(tmp_path):
+    """Issue 44, item 4: on gcp, --retries re-creates the VM whose GPUs fail the check (a new VM, other
+    hardware: its stand-in answers healthy GPUs) and checks again; without retries, or on own hosts (no
+    replace), the run is refused as before; a re-created VM that fails again spends the next retry."""
+    folders = {i: nvidia_smi.install(tmp_path / f"vm{i}", "nvidia-a100-80gb", count=2) for i in (0, 1)}
+    hosts = [StandInHost(f"worker-{i}", f"10.0.0.{i + 2}", folders[i]) for i in (0, 1)]
+    expected = (2, gpu_health.model_words("a100-80gb"))
+    said, replaced = [], []
+
+    def preflight():
+        gpu_health.require_healthy(hosts, *expected)
+
+    def recreate(bad_again: bool):
+        def replace(workers):
+            replaced.append(list(workers))
+            for worker in workers:  # Compute places the new VM on other hardware.
+                index = int(worker.rsplit("-", 1)[1])
+                nvidia_smi.install(folders[index], "nvidia-a100-80gb", count=2)
+                if bad_again:
+                    nvidia_smi.plant(folders[index], 0, "remapped_rows.failure", "Yes")
+        return replace
+
+    nvidia_smi.plant(folders[1], 1, "ecc.errors.uncorrected.volatile.total", "3")
+    for retries, replace in [(0, recreate(False)), (2, None)]:
+        with pytest.raises(gpu_health.GpuCheckFailed) as refused:
+            gpu_health.checked_replacing(preflight, replace, retries, said.append)
+        assert "worker-1 (10.0.0.3) GPU 1: ecc.errors.uncorrected.volatile.total is 3" in str(refused.value)
+        assert refused.value.workers == ["worker-1"]
+        assert str(refused.value).endswith("or run again with --retries 1 to re-create it on other hardware") \
+            == (retries == 0)
+    assert (replaced, said) == ([], [])
+
+    assert gpu_health.checked_replacing(preflight, recreate(False), 2, said.append) == 1
+    assert replaced == [["worker-1"]]
+    assert said == ["GPU check failed on worker-1 (worker-1 (10.0.0.3) GPU 1: ecc.errors.uncorrected.volatile.total is 3 "
+                    "(uncorrectable ECC errors since the driver loaded)); re-creating it on other hardware (--retries: "
+                    "1 of 2)"], said
+
+    nvidia_smi.plant(folders[0], 0, "remapped_rows.pending", "Yes")
+    with pytest.raises(gpu_health.GpuCheckFailed, match="worker-0 .* GPU 0: remapped_rows.failure is Yes"):
+        gpu_health.checked_replacing(preflight, recreate(True), 1, said.append)
+    assert replaced[1:] == [["worker-0"]]
+
+
+def test_gcp_replaces_a_vm_by_deleting_it_for_the_deleted_vm_path(world, tmp_path, monkeypatch):
+    """GcpBackend.replace_machines deletes the VM through Compute, then brings the cluster back as `up`
+    does (refresh -> restart.bring_back, whose deleted-VM branch re-creates it by a targeted apply)."""
+    from types import SimpleNamespace
+
+    from tests.test_capacity import ZONE, _body, _grant_h100_quota, _insert
+    from tfcluster.backends.gcp.backend import GcpBackend
+    from tfcluster.backends.gcp.cloud.compute import ComputeApi
+
+    _grant_h100_quota(world.compute.state)
+    standard = {"provisioningModel": "STANDARD", "onHostMaintenance": "TERMINATE"}
+    for index in (0, 1):
+        _insert(_body(f"c-{index}", machine="a2-highgpu-1g", model="STANDARD", scheduling=standard)).result(timeout=20)
+    backend = GcpBackend(store=SimpleNamespace(root=tmp_path), announce=lambda text: None)
+    cluster = ClusterState(name="c", backend="gcp", project="demo-project", zone=ZONE, hosts=[
+        HostRecord(name=f"worker-{i}", address=f"10.0.0.{i + 2}", tf_port=2222, instance=f"c-{i}") for i in (0, 1)])
+    seen = []
+    api = ComputeApi("demo-project")
+    monkeypatch.setattr(backend, "refresh", lambda cluster, settings: seen.append(
+        {name: api.instance_or_none(ZONE, name) is not None for name in ("c-0", "c-1")}))
+    backend.replace_machines(cluster, SimpleNamespace(), ["worker-1"])
+    assert seen == [{"c-0": True, "c-1": False}]
+    assert backend.can_replace_machines and not SshBackend.can_replace_machines

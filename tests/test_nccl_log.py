@@ -116,3 +116,36 @@ def test_a_gpu_worker_on_the_ring_is_warned_once_per_run_with_the_fix():
     nccl = CollectiveWatch()
     nccl.line(0, "worker-0", HEADER_GPUS)
     assert nccl.line(0, "worker-0", TF_RING.replace("AUTO", "NCCL")) is None
+
+
+def test_a_container_gets_the_wrappers_nccl_debug_on_gpu_hosts_and_the_users_value_wins(tmp_path):
+    """`train --image`: docker reads the env file, not the wrapper's shell, so the NCCL_DEBUG and
+    NCCL_DEBUG_SUBSYS the GPU probe exports must be passed by name (`--env NAME` takes the client's value),
+    and only when set (an unset bare name can blank an image's ENV, docker/cli#1780). The wrapper's own lines run with the nvidia-smi stand-in and a `docker` that records
+    what `docker run` got."""
+    import shlex
+    import subprocess
+
+    from tests.world import nvidia_smi
+    from tfcluster import container
+    from tfcluster.collective import GPU_PROBE
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    docker = bin_dir / "docker"
+    docker.write_text('#!/bin/sh\nif [ "$1" = run ]; then printf "%s\\n" "$@" > "$OUT/args"; '
+                      'echo "${NCCL_DEBUG-unset} ${NCCL_DEBUG_SUBSYS-unset}" > "$OUT/env"; fi\nexit 0\n')
+    docker.chmod(0o755)
+    nvidia_smi.install(tmp_path / "gpu", "nvidia-l4", count=2)
+    start = container.wrapper_start(container.ContainerSpec("trainer:1"), "tfc-r-w0-a1", {}, "/tmp/env", "/tmp",
+                                    str(tmp_path), ["python3", "task.py"], str(tmp_path / "log"), str(tmp_path / "pid"))
+    for gpu, preset, seen in [(True, "", "INFO INIT,NET"), (False, "", "unset unset"),
+                              (True, "export NCCL_DEBUG=WARN\n", "WARN INIT,NET")]:
+        path = f"{bin_dir}:{tmp_path / 'gpu'}:/usr/bin:/bin" if gpu else f"{bin_dir}:/usr/bin:/bin"
+        subprocess.run(["/bin/sh", "-c", preset + GPU_PROBE + start], check=True, timeout=30,
+                       env={"PATH": path, "OUT": str(tmp_path)})
+        args = (tmp_path / "args").read_text().splitlines()
+        passed = ["NCCL_DEBUG", "NCCL_DEBUG_SUBSYS"] if gpu else []  # Unset on a CPU host: not passed.
+        assert [args[i + 1] for i, arg in enumerate(args) if arg == "--env"] == [*passed, "HOME=/tmp"], \
+            shlex.join(args)
+        assert (tmp_path / "env").read_text().split() == seen.split(), (gpu, preset)

@@ -51,6 +51,14 @@ def env_file(env: dict[str, str]) -> bytes:
     return "".join(f"{key}={value}\n" for key, value in sorted(env.items())).encode()
 
 
+# NCCL_DEBUG and NCCL_DEBUG_SUBSYS, as the wrapper's GPU probe exports them (collective.GPU_PROBE: on GPU
+# hosts, unless the user set them), reach the container by name: docker reads the env file, not this
+# shell ("--env VAR" takes VAR's value from the client's environment). Passed only when set: a bare
+# name that is unset may blank an image's own ENV value (docker/cli#1780).
+NCCL_PASS = "".join(f'if [ -n "${{{name}+x}}" ]; then set -- "$@" --env {name}; fi\n'
+                    for name in ("NCCL_DEBUG", "NCCL_DEBUG_SUBSYS"))
+
+
 def wrapper_start(spec: ContainerSpec, name: str, labels: dict[str, str], env_path: str, workdir: str,
                   run_root: str, argv: list[str], log_path: str, pid_path: str) -> str:
     """Shell lines that start the container, write the PID file and end with `wait` on
@@ -66,7 +74,7 @@ def wrapper_start(spec: ContainerSpec, name: str, labels: dict[str, str], env_pa
     return f"""# The container runs as this login, so files in the run folder stay its own.
 set -- --user "$(id -u):$(id -g)"
 if ls /dev/nvidia[0-9]* >/dev/null 2>&1; then set -- "$@" --gpus all; fi
-{shlex.join(run[:2])} "$@" {shlex.join(run[2:])} >> {q(log_path)} 2>&1 </dev/null &
+{NCCL_PASS}{shlex.join(run[:2])} "$@" {shlex.join(run[2:])} >> {q(log_path)} 2>&1 </dev/null &
 c=$!
 p=
 while kill -0 $c 2>/dev/null; do

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Callable
 
 from tfcluster.errors import ClusterError
 
@@ -48,6 +49,8 @@ class GpuFault:
     field: str
     value: str
     meaning: str
+    # The worker's record name (the machine a backend can replace; "" when not known).
+    worker: str = ""
 
     def line(self) -> str:
         gpu = f"GPU {self.index}" if self.index else "its GPUs"
@@ -61,6 +64,8 @@ class HostGpus:
     host: str
     rows: list[list[str]]
     remapped: list[list[str]]
+    # The worker's record name (GpuFault.worker).
+    worker: str = ""
 
 
 def rows_of(text: str, width: int) -> list[list[str]]:
@@ -95,7 +100,7 @@ def faults(gpus: HostGpus, count: int | None, model_words: tuple[str, ...]) -> l
         if applicable(failure) and failure.lower() in TRUE:
             found.append(GpuFault(gpus.host, index, "remapped_rows.failure", failure,
                                   f"row remapping failed at {bus}: the GPU needs service"))
-    return found
+    return [replace(fault, worker=gpus.worker) for fault in found]
 
 
 def probe(host) -> HostGpus | None:
@@ -110,7 +115,7 @@ def probe(host) -> HostGpus | None:
                            "(a GPU host must answer before it trains)")
     remap = host.run_command(REMAP_QUERY, timeout=60)
     remapped = rows_of(remap.stdout, len(REMAP_FIELDS)) if remap.code == 0 else []  # Not every GPU has one.
-    return HostGpus(name, rows_of(result.stdout, len(GPU_FIELDS)), remapped)
+    return HostGpus(name, rows_of(result.stdout, len(GPU_FIELDS)), remapped, host.record.name)
 
 
 def check_hosts(hosts: list, count: int | None = None, model_words: tuple[str, ...] = ()) -> list[GpuFault]:
@@ -127,13 +132,48 @@ def check_hosts(hosts: list, count: int | None = None, model_words: tuple[str, .
     return [fault for answer in answers for fault in faults(answer, count, model_words)]
 
 
+class GpuCheckFailed(ClusterError):
+    """Some hosts' GPUs are not fit to train (``faults``, each naming its worker)."""
+
+    def __init__(self, message: str, faults: list[GpuFault]):
+        super().__init__(message)
+        self.faults = faults
+
+    @property
+    def workers(self) -> list[str]:
+        """The failed workers' record names, in order, each once."""
+        return list(dict.fromkeys(fault.worker for fault in self.faults if fault.worker))
+
+
 def require_healthy(hosts: list, count: int | None = None, model_words: tuple[str, ...] = ()) -> None:
     """Raise one error naming every failed host, GPU and field; nothing when every GPU is fit."""
     found = check_hosts(hosts, count, model_words)
     if found:
-        raise ClusterError("GPU check failed, so nothing was started: " + "; ".join(f.line() for f in found)
+        raise GpuCheckFailed("GPU check failed, so nothing was started: " + "; ".join(f.line() for f in found)
                            + ". Repair or replace that host (a GPU reset or a reboot clears pending "
-                           "retirements and remappings), or leave it out of the cluster")
+                           "retirements and remappings), or leave it out of the cluster", found)
+
+
+def checked_replacing(preflight: Callable[[], None], replace_workers: Callable[[list[str]], None] | None,
+                      retries: int, announce: Callable[[str], None]) -> int:
+    """``preflight()``; when GPUs fail it and the backend can replace machines (``replace_workers``: a
+    cloud VM is re-created as a deleted one is, on new hardware), those workers are replaced and checked
+    again, at most ``retries`` times (`--retries`); else the GpuCheckFailed stands, as on own hosts.
+    Returns how many replacements it took."""
+    for replaced in range(retries + 1):
+        try:
+            preflight()
+            return replaced
+        except GpuCheckFailed as failed:
+            if replace_workers is not None and retries == 0:
+                raise GpuCheckFailed(f"{failed}, or run again with --retries 1 to re-create it on other hardware",
+                                     failed.faults) from None
+            if replace_workers is None or replaced == retries or not failed.workers:
+                raise
+            announce(f"GPU check failed on {', '.join(failed.workers)} ({'; '.join(f.line() for f in failed.faults)}); "
+                     f"re-creating it on other hardware (--retries: {replaced + 1} of {retries})")
+            replace_workers(failed.workers)
+    return retries
 
 
 def model_words(gpu_name: str) -> tuple[str, ...]:
@@ -141,3 +181,14 @@ def model_words(gpu_name: str) -> tuple[str, ...]:
     ("A100", "80GB") (names as Compute's VMs report them: "NVIDIA L4", "NVIDIA A100-SXM4-80GB",
     "Tesla T4")."""
     return tuple(part.upper() for part in gpu_name.split("-"))
+
+
+def applied_expectation(variables: dict) -> tuple[int | None, tuple[str, ...]]:
+    """The GPUs every VM of a gcp cluster must have: the ``gpu_count`` GPUs of ``gpu_type`` that `up`
+    applied (terraform.tfvars.json's ``variables``); (None, ()) for a cluster without GPUs."""
+    from tfcluster.gpus import BY_ACCELERATOR
+
+    model = BY_ACCELERATOR.get(variables.get("gpu_type", ""))
+    if not variables.get("gpu_count") or model is None:
+        return None, ()
+    return int(variables["gpu_count"]), model_words(model.name)

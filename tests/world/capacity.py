@@ -77,7 +77,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from tests.fake_operations import capacity_error, new_operation
-from tests.world import facts
+from tests.world import facts, placement
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
 MODELS = ("STANDARD", "SPOT", "FLEX_START", "RESERVATION_BOUND")
@@ -116,6 +116,11 @@ class Capacity:
     end_runs: bool = False
     # Flex-start requests waiting: instance name -> (insert operation name, deadline (monotonic)).
     pending: dict = field(default_factory=dict)
+    # Compact placement (tests/world/placement.py refusal): zone -> how many more VMs of a COLLOCATED policy
+    # Compute can place close together now (unset: any number); ``placement_code`` names the way
+    # facts.COMPACT_PLACEMENT_REFUSAL is run ("" for no code, or its alternative code).
+    placement_room: dict = field(default_factory=dict)
+    placement_code: str = ""
 
 
 def model_of(body: dict) -> str:
@@ -260,6 +265,10 @@ def admit(state, project: str, zone: str, body: dict, record: dict, boot) -> dic
     if reservation is not None:
         consume(state, name, reservation)
         return None
+    unplaced = placement.refusal(state, project, zone, body)
+    if unplaced:
+        _forget(state, name)
+        return new_operation(state, project, zone, "insert", name, state.other_seconds, error=unplaced)
     if _take_room(state, zone, model):
         return None
     if model == "FLEX_START" and wait_seconds(body) >= PENDING_FROM:

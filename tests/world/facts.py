@@ -137,3 +137,22 @@ DISCARDED_LOCAL_SSD = Fact(
     # parameter (compute.v1.json) implies.
     source="https://cloud.google.com/compute/docs/disks/local-ssd (Stop a VM with Local SSD)",
 )
+
+# ---------------------------------------------------------------- compact placement that cannot be satisfied
+
+COMPACT_PLACEMENT_REFUSAL = Fact(
+    # The only text found: a user's paste of Compute's answer to a3-highgpu-8g VMs under a COLLOCATED
+    # policy with maxDistance 1 (the same user then got the VMs with AS_COMPACT). Compute's pages name no
+    # error code or reason for it: define-instance-placement and use-compact-placement-policies say only
+    # that a lower maximum distance "reduces the obtainability" of the VMs, and
+    # troubleshooting-resource-availability lists the ZONE_/REGION_RESOURCE_POOL_EXHAUSTED codes, not a
+    # placement one. So the doubt: whether it comes with one of those codes (a stock-out Compute words for the
+    # policy) or with none. The world sends the message with no code (the first way) or with
+    # ZONE_RESOURCE_POOL_EXHAUSTED (the second); the product reads the message, which is all the google
+    # provider prints of an operation's error (errors.py, CAPACITY_TEXT), so it answers the same both ways.
+    quote="No more than {room} instances of machine type {machine} can be created with this policy.",
+    source=("dstackai/dstack#2586 (comment of 2025-04-30, pasting Compute's error); "
+            "https://cloud.google.com/compute/docs/instances/use-compact-placement-policies (maximum distance); "
+            "GoogleCloudPlatform/cluster-toolkit#2420 (a placement policy makes capacity harder to get)"),
+    alternatives=("no code", "ZONE_RESOURCE_POOL_EXHAUSTED"),
+)

@@ -35,3 +35,27 @@ def resource_status(state, name: str, instance: dict, status: dict) -> dict:
     merged = dict(status.get("resourceStatus") or {})
     merged["physicalHostTopology"] = topology
     return {"resourceStatus": merged}
+
+
+def refusal(state, project: str, zone: str, body: dict) -> dict | None:
+    """The error an insert's operation ends with when Compute cannot place one more VM of a COLLOCATED
+    policy close to the others (``state.capacity.placement_room[zone]``: how many more it can; unset, any
+    number), else None, taking the room. Compute's words are facts.COMPACT_PLACEMENT_REFUSAL's (a user's
+    paste; the code is in doubt, so ``state.capacity.placement_code`` names the way the world runs)."""
+    from tests.world import facts
+
+    rooms = state.capacity.placement_room
+    if zone not in rooms or not collocated(state, {"body": body}):
+        return None
+    if rooms[zone] > 0:
+        rooms[zone] -= 1
+        return None
+    links = set(body.get("resourcePolicies") or [])
+    placed = sum(1 for other_name, other in state.instances.items() if other_name != body.get("name")
+                 and links & set((other.get("body") or {}).get("resourcePolicies") or []))
+    machine = (body.get("machineType") or "").rsplit("/", 1)[-1]
+    message = facts.COMPACT_PLACEMENT_REFUSAL.quote.format(room=placed, machine=machine)
+    item = {"message": message}
+    if state.capacity.placement_code:
+        item["code"] = state.capacity.placement_code
+    return {"httpErrorStatusCode": 503, "httpErrorMessage": "SERVICE UNAVAILABLE", "error": {"errors": [item]}}

@@ -99,6 +99,8 @@ class Backend:
     # Whether tfcluster may halt the machines (cloud VMs): `train --then stop`, and each machine
     # halting itself at the run's end when the launcher is gone (arm_then_stop, stop_machines).
     can_halt_machines: bool = False
+    # Whether a machine whose GPUs fail the host check can be replaced by a new one (replace_machines).
+    can_replace_machines: bool = False
     # Why `invoke tune` cannot run on this backend, with what to use instead ("" when it can).
     tune_unsupported: str = ""
     # The run folder's TensorBoard folder in a cloud bucket (Vertex AI names it logs/: AIP_TENSORBOARD_LOG_DIR).
@@ -246,6 +248,11 @@ class Backend:
         """Start the preempted machines again (waiting while the zone has no capacity) and update
         ``cluster``'s host records (addresses, host keys). Default: nothing can be preempted."""
         raise ClusterError(f"the {self.name} backend has no machines the cloud can preempt")
+
+    def replace_machines(self, cluster: ClusterState, settings: Settings, workers: list[str]) -> None:
+        """Replace the named workers' machines with new ones (new hardware) and update ``cluster``'s host
+        records. Default: the machines are not tfcluster's to replace."""
+        raise ClusterError(f"the {self.name} backend's machines are not tfcluster's to replace")
 
     def arm_then_stop(self, cluster: ClusterState, run_id: str, last_attempt: int) -> None:
         """Have every machine halt itself once ``run_id``'s end is recorded on it (its watchdog's

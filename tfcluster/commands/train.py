@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.text import Text
 
-from tfcluster import container, holds, launch, ledger, stall, ui
+from tfcluster import container, gpu_health, holds, launch, ledger, stall, ui
 from tfcluster.backends import Payload
 from tfcluster.commands import batch_fit, requirements as script_requirements, restage, script_layout, spend
 from tfcluster.commands.attempts import run_attempts
@@ -281,9 +281,21 @@ def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterStat
                                                     shared_interpreter=cluster.backend == "local")
         for line in installed:
             console.print(f"Requirements on {line}", soft_wrap=True, markup=False)
-    with console.status(f"Preflight on {len(hosts)} {cluster.backend} host(s)..."):
-        # tf_keras must be importable wherever tf.keras resolves to it.
-        backend.preflight(cluster, hosts, need_tensorflow=plan.need_tf_keras, image=image)
+
+    def preflight() -> None:
+        with console.status(f"Preflight on {len(hosts)} {cluster.backend} host(s)..."):
+            # tf_keras must be importable wherever tf.keras resolves to it.
+            backend.preflight(cluster, hosts, need_tensorflow=plan.need_tf_keras, image=image)
+
+    def replace_workers(names: list[str]) -> None:
+        nonlocal hosts
+        backend.replace_machines(cluster, settings, names)
+        store.save_cluster(cluster)
+        hosts = backend.hosts(cluster)[:workers]  # Re-created VMs have new addresses and host keys.
+
+    # A VM whose GPUs fail the check is re-created under --retries, as a deleted one is; own hosts refuse.
+    gpu_health.checked_replacing(preflight, replace_workers if backend.can_replace_machines else None, retries,
+                                 lambda line: console.print(Text.assemble(("↻ ", "yellow"), line), soft_wrap=True))
     if data_dir == store.synthetic_data_dir:
         ensure_synthetic_data(store, sys.executable)
     with console.status("Staging code and data..."):

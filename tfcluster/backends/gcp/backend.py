@@ -32,7 +32,6 @@ from tfcluster.backends.group import in_parallel
 from tfcluster.backends.ssh import SshBackend
 from tfcluster.errors import ClusterError, ConfigError
 from tfcluster.provisioning import AUTO, FLEX_START, Choice
-from tfcluster.gpus import BY_ACCELERATOR
 from tfcluster.state import ClusterState, HostRecord
 from tfcluster.tfconfig import topology_order
 
@@ -50,6 +49,7 @@ class GcpBackend(SshBackend):
     name = "gcp"
     hosts_outlive_cluster = False  # `terraform destroy` removes the VMs with whatever they hold.
     can_halt_machines = True  # Compute stops them; each watchdog halts its own VM for --then.
+    can_replace_machines = True  # A VM whose GPUs fail the check is deleted and re-created (replace_machines).
 
     def __init__(self, store, announce: Callable[[str], None] = print):
         super().__init__(store, announce)
@@ -122,7 +122,7 @@ class GcpBackend(SshBackend):
         self._announce(
             f"plan: {settings.workers} x {settings.machine_type} + {settings.gpu_count} x {gpu}"
             f"{capacity.plan_words(settings)} in {settings.zone}{others}, bucket, VPC, firewall, service account")
-        self._announce(placement.for_settings(settings).line)
+        self._announce(placement.for_settings(settings, placement.dense_under_any(settings, api)).line)
         self._announce(identity.plan_words())
         prices = self.prices.quote(settings, settings.project, settings.zone, settings.workers, settings.spot)
         for line in prices.lines():
@@ -198,11 +198,7 @@ class GcpBackend(SshBackend):
     def gpu_expectation(self, cluster) -> tuple[int | None, tuple[str, ...]]:
         """What `up` applied: gpu_count GPUs of gpu_type on every VM (terraform.tfvars.json)."""
         tfvars = self.workdir(cluster.name) / "terraform.tfvars.json"
-        applied = json.loads(tfvars.read_text()) if tfvars.exists() else {}
-        model = BY_ACCELERATOR.get(applied.get("gpu_type", ""))
-        if not applied.get("gpu_count") or model is None:
-            return None, ()
-        return int(applied["gpu_count"]), gpu_health.model_words(model.name)
+        return gpu_health.applied_expectation(json.loads(tfvars.read_text()) if tfvars.exists() else {})
 
     def preflight(self, cluster, hosts, need_tensorflow: bool, image: str = "") -> None:
         if image:
@@ -302,6 +298,17 @@ class GcpBackend(SshBackend):
             if back:
                 self._connections.clear()  # New addresses and keys: connect afresh.
             self.set_idle(cluster, settings.idle_minutes, settings.idle_action)
+
+    def replace_machines(self, cluster, settings, workers: list[str]) -> None:
+        """Delete the workers' VMs (GPUs that failed the host check), then bring them back as `up` brings
+        back a deleted VM (refresh: a targeted apply, new addresses and host keys pinned)."""
+        by_name = {record.name: record.instance for record in cluster.hosts}
+        with translated(cluster.project, "re-creating VMs whose GPUs failed the check"):
+            api = self._api(cluster)
+            in_parallel([by_name[worker] for worker in workers], lambda name: api.delete(cluster.zone, name), str,
+                        "deleting VMs")
+        self.refresh(cluster, settings)
+        self._connections.clear()
 
     def preemptions(self, cluster, since: float) -> list[Preemption]:
         """Workers whose VM Google preempted since ``since``: a compute.instances.preempted

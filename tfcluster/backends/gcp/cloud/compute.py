@@ -192,6 +192,11 @@ class ComputeApi:
     def resume(self, zone: str, name: str) -> None:
         self.instances.resume(project=self.project, zone=zone, instance=name).result(timeout=300)
 
+    def delete(self, zone: str, name: str) -> None:
+        """Delete a VM and return once its operation is DONE (instances.delete); restart.bring_back then
+        re-creates it as any deleted VM, and Compute places the new one on other hardware."""
+        self.instances.delete(project=self.project, zone=zone, instance=name).result(timeout=300)
+
     def leftovers(self, zone: str, cluster: str) -> list[str]:
         """What a destroyed cluster could still have billing, found without guessing from names
         (a project's own "default-allow-ssh" is not cluster "default"'s): instances, disks and

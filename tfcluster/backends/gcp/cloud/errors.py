@@ -43,10 +43,21 @@ CAPACITY_TEXT = "does not have enough resources available to fulfill the request
 UNAVAILABLE = re.compile(r"VM instance .{0,200}is currently unavailable in the [a-z0-9-]+ zone")
 
 
+# A compact placement policy Compute cannot satisfy now: "No more than 0 instances of machine type
+# a3-highgpu-8g can be created with this policy." (Compute's answer as a user pasted it, dstackai/dstack#2586;
+# tests/world/facts.py COMPACT_PLACEMENT_REFUSAL). No page names its code, so it is read by its message, as
+# the provider prints it. Like a stock-out, another zone, model or a later try may take the cluster
+# (a placement policy makes capacity harder to get: GoogleCloudPlatform/cluster-toolkit#2420).
+PLACEMENT = re.compile(r"No more than \d+ instances of machine type \S+ can be created with this policy")
+
+
 def zone_refusal(text: str) -> str | None:
     """Why a zone cannot take new VMs now, from a create's error text (terraform's stderr): no
     capacity (a resource availability error, any form above) or no quota (403 quotaExceeded,
     "Quota 'METRIC' exceeded", https://cloud.google.com/compute/resource-usage#gpu_quota); else None."""
+    placement = PLACEMENT.search(text)
+    if placement:
+        return f"no room to place the VMs close together (compact placement: {placement[0]})"
     if "ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS" in text or UNAVAILABLE.search(text):
         return "no capacity (ZONE_RESOURCE_POOL_EXHAUSTED_WITH_DETAILS)"
     if "REGION_RESOURCE_POOL_EXHAUSTED" in text or ("The region '" in text and CAPACITY_TEXT in text):
@@ -105,6 +116,9 @@ def _enable(service: str, project: str) -> str:
 def explain(text: str, project: str, reason: str = "", service: str = "", status: int | None = None) -> str | None:
     """The fix for a Google error, from its reason, status and text; None when it is not one we know."""
     lowered = text.lower()
+    if PLACEMENT.search(text):
+        return ("the zone cannot place these VMs close together right now (compact placement); try again later, "
+                "another zone with --zone, or set compact_placement = false")
     if reason in CAPACITY_CODES or any(code in text for code in CAPACITY_CODES) or CAPACITY_TEXT in text \
             or UNAVAILABLE.search(text):
         return ("the zone has no capacity for these VMs right now (ZONE_RESOURCE_POOL_EXHAUSTED, not a quota); "

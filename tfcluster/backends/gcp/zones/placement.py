@@ -23,7 +23,8 @@ Google's rules, each with its source (pages read 2026-11-28 through excerpts):
   VMs of every series is not in the excerpts read, so tfcluster adds none and says why.
 - Spot: no restriction on Spot VMs was found in the pages read; Spot clusters of a supported series get
   the policy. A policy can make capacity harder to get (GoogleCloudPlatform/cluster-toolkit#2420): the
-  plan says so. (A placement refusal as a stock-out for `--capacity auto` is not modelled yet.)
+  plan says so. Compute's refusal to place them is a capacity answer (errors.PLACEMENT): `--capacity auto`
+  moves on from it as from a stock-out.
 """
 
 from __future__ import annotations
@@ -73,13 +74,42 @@ def decide(family: str, vms: int, provisioning: str = "STANDARD", reservation: s
                            "policy can make them harder to get (compact_placement = false turns it off)")
 
 
-def for_settings(settings) -> Placement:
-    """The decision for a cluster's settings (tfcluster/config.py)."""
+def for_settings(settings, dense: str = "") -> Placement:
+    """The decision for a cluster's settings (tfcluster/config.py); ``dense``: the DENSE reservation
+    `--reservation any` may consume (dense_under_any), whose VMs get no policy (terraform's locals: they are
+    RESERVATION_BOUND) because its blocks place them (GoogleCloudPlatform/cluster-toolkit#3362)."""
     named = settings.reservation if settings.reservation not in ("any", "none") else ""
     model = {"flex-start": "FLEX_START", "spot": "SPOT"}.get(settings.provisioning,
                                                              "SPOT" if settings.spot else "STANDARD")
-    return decide(settings.machine_type.split("-")[0], settings.workers, model, named, settings.compact_placement,
-                  settings.gpu_count)
+    decision = decide(settings.machine_type.split("-")[0], settings.workers, model, named, settings.compact_placement,
+                      settings.gpu_count)
+    if dense and decision.compact:
+        return Placement(True, f"placement: the DENSE reservation {dense}'s own where --reservation any takes it (its "
+                               "blocks place the VMs; no compact policy is added there); else " + decision.line[11:])
+    return decision
+
+
+def dense_under_any(settings, api) -> str:
+    """The DENSE reservation (Reservation.deploymentType) that `--capacity auto --reservation any` would take on
+    its reservation rung (capacity.steps: reservations.usable, matching with room for every VM), as
+    "NAME in ZONE"; "" when none, or when the reservations cannot be read (the ladder says so then)."""
+    from tfcluster import gpus
+    from tfcluster.backends.gcp.zones import reservations
+
+    if settings.reservation != "any" or settings.capacity != "auto":
+        return ""
+    accelerators = reservations.vm_accelerators(settings.machine_type, gpus.gpu(settings.gpu).accelerator,
+                                                settings.gpu_count)
+    for zone in list(settings.zones) or [settings.zone]:
+        try:
+            held = reservations.read(api, zone)
+        except Exception:  # noqa: BLE001 - unreadable: the ladder's own line says so.
+            continue
+        for found in held:
+            if found.dense and found.free >= settings.workers \
+                    and found.mismatch(settings.machine_type, accelerators) is None:
+                return f"{found.name} in {zone}"
+    return ""
 
 
 def topology(api, zone: str, name: str) -> dict | None:
