@@ -11,6 +11,7 @@ on-demand quota and rates) is checked on the job's body alone.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -163,6 +164,19 @@ def test_up_train_unhappy_paths_down_on_vertex(tmp_path, world, synthetic_data, 
         "another region (`invoke offers --backend vertex` shows both)"]
     assert cli.latest_run()[1]["outcome"] == "failed"
     del vertex.state.quota[(REGION, metric)]
+
+    # --requirements (issue 47): the file goes to the bucket beside the code, and the replica's bootstrap
+    # pip-installs it before the program. The lab's images have no pip (tests/imagelab.py): one line says so.
+    wanted = tmp_path / "requirements.txt"
+    wanted.write_text("--no-index\nnumpy\n")
+    no_pip = cli.run("train", "--workers", "1", "--image", small, "--script", TICKS, "--requirements", str(wanted),
+                     timeout=300)
+    assert no_pip.returncode == 1 and "Traceback" not in no_pip.stderr, no_pip.stdout[-3000:] + no_pip.stderr
+    [job] = jobs_of(world, cli.latest_run()[1]["run_id"])
+    staged = [w for w in job.record["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"] if w.startswith("gs://")]
+    assert staged[2] == f"gs://{cluster['bucket']}/requirements/{hashlib.sha256(wanted.read_bytes()).hexdigest()[:16]}.txt"
+    assert (f"worker-0 │ tfcluster: pip could not install --requirements {staged[2].rsplit('/', 1)[1]} on worker-0: "
+            "/usr/bin/python3: No module named pip") in no_pip.stdout, no_pip.stdout[-3000:]
 
     # The bundled trainer, 3 workers, --budget as the job's timeout; lines as they come.
     launcher = Timed(cli.popen("train", "--workers", "3", "--image", image, "--budget", "2", "--",
