@@ -173,8 +173,10 @@ def test_up_train_unhappy_paths_down_on_vertex(tmp_path, world, synthetic_data, 
                      timeout=300)
     assert no_pip.returncode == 1 and "Traceback" not in no_pip.stderr, no_pip.stdout[-3000:] + no_pip.stderr
     [job] = jobs_of(world, cli.latest_run()[1]["run_id"])
-    staged = [w for w in job.record["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"] if w.startswith("gs://")]
-    assert staged[2] == f"gs://{cluster['bucket']}/requirements/{hashlib.sha256(wanted.read_bytes()).hexdigest()[:16]}.txt"
+    command = job.record["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"]
+    staged = [word for word in command if word.startswith("gs://")]
+    digest = hashlib.sha256(wanted.read_bytes()).hexdigest()[:16]
+    assert staged[2] == f"gs://{cluster['bucket']}/requirements/{digest}.txt", command
     assert (f"worker-0 │ tfcluster: pip could not install --requirements {staged[2].rsplit('/', 1)[1]} on worker-0: "
             "/usr/bin/python3: No module named pip") in no_pip.stdout, no_pip.stdout[-3000:]
 

@@ -60,7 +60,7 @@ class RunView:
         bar = keras_bar(line)
         if self.meter is not None:  # verbose=2 prints an epoch's end as a line of its own.
             self.meter.observe_bar(plan.index, line if bar is None else bar)
-        if bar is not None and not self.verbose:  # The chief's stands for all: the same steps, each worker's in the live line.
+        if bar is not None and not self.verbose:  # The chief's stands for all; each worker's step: the live line.
             self.bars[plan.index] = bar
             if plan.index != 0:
                 return
