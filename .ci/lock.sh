@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Regenerates the hash-pinned locks in requirements/ (run by hand, then commit the result and run
-# .ci/run): the product with its test extra (and the setuptools the editable install builds with),
+# .ci/run): the product with its test and gcp extras (and the setuptools the editable install builds with),
 # checkov and mkdocs in their own venvs, and what startup/startup.sh installs on a VM (for the booted-VM
 # tests' wheelhouse). pyproject.toml keeps ranges; only these files pin.
 #   bash .ci/lock.sh            resolve the newest versions the ranges allow
@@ -19,7 +19,7 @@ target=(--generate-hashes --python-platform x86_64-unknown-linux-gnu -q "$@")
   echo pip
 ) >requirements/vm.in
 
-"$tools/bin/uv" pip compile pyproject.toml requirements/build.in --extra test --python-version 3.11 \
+"$tools/bin/uv" pip compile pyproject.toml requirements/build.in --extra test --extra gcp --python-version 3.11 \
   "${target[@]}" -o requirements/test.lock
 "$tools/bin/uv" pip compile requirements/checkov.in --python-version 3.11 "${target[@]}" -o requirements/checkov.lock
 # Debian 12's python3 is 3.11 (the booted-VM image); the default Deep Learning VM image runs 3.10.

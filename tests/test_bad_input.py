@@ -249,3 +249,50 @@ def test_a_tasks_own_flag_is_not_named_as_a_setting():
     with pytest.raises(ConfigError) as refused:
         config.parse_int("workers", "abc", 1)
     assert "invoke.yaml (tfcluster.workers), INVOKE_TFCLUSTER_WORKERS or --workers" in str(refused.value)
+
+
+# What a plain `pip install tfcluster` leaves out, made unimportable (pyproject.toml's gcp extra: the
+# google-cloud-* clients and what only they bring: google-auth, google-api-core, proto-plus,
+# googleapis-common-protos; not protobuf, grpcio nor google-crc32c, which TensorFlow or the core needs).
+WITHOUT_GCP_EXTRA = """
+import importlib.abc, sys
+BLOCKED = ("google.cloud", "google.auth", "google.oauth2", "google.api_core", "google.rpc", "google.longrunning",
+           "google.type", "proto", "googleapiclient")
+class WithoutGcpExtra(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if any(name == top or name.startswith(top + ".") for top in BLOCKED):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+sys.meta_path.insert(0, WithoutGcpExtra())
+"""
+
+
+def test_the_plain_install_runs_the_local_demo_and_a_gcp_command_names_the_extra(tmp_path):
+    """Issue 47: the install pulled nine google-cloud libraries to try the local demo. They are the `gcp` extra
+    now: without them the local cluster comes up and goes, and a gcp or vertex command says what to install."""
+    import os
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert [d for d in project["dependencies"] if d.startswith("google-cloud")] == [], project["dependencies"]
+    assert any(d.startswith("google-cloud-compute") for d in project["optional-dependencies"]["gcp"])
+    (tmp_path / "block").mkdir()
+    (tmp_path / "block" / "sitecustomize.py").write_text(WITHOUT_GCP_EXTRA)
+    env = {**os.environ, "PYTHONPATH": str(tmp_path / "block"), "INVOKE_TFCLUSTER_STATE_DIR": str(tmp_path / "state"),
+           "HOME": str(tmp_path)}
+
+    def tfcluster(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(Path(sys.executable).parent / "tfcluster"), *args], env=env, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=120)
+
+    blocked = tfcluster("offers", "--gpu", "t4", "--project", "p")  # The blocker holds: Google's libraries are gone.
+    for args in (("up", "--workers", "1"), ("status",), ("down",)):
+        done = tfcluster(*args)
+        assert done.returncode == 0 and "Traceback" not in done.stderr, (args, done.stdout, done.stderr)
+    for args, missing in ((("up", "--backend", "gcp", "--project", "p", "--zone", "us-west1-b"), "google.cloud"),
+                          (("up", "--backend", "vertex", "--project", "p", "--region", "us-west1"), "google.auth")):
+        done = tfcluster(*args)
+        assert (done.returncode, done.stderr.strip().splitlines()) == (2, [
+            f"error: this needs Google Cloud's client libraries, which this install of tfcluster leaves out ({missing} "
+            "is missing); install them with pip install 'tfcluster[gcp]' (the local and ssh backends need none)"]), args
+    assert blocked.returncode == 2 and blocked.stderr.count("\n") == 1, blocked.stderr
+    assert "tfcluster[gcp]" in blocked.stderr, blocked.stderr

@@ -48,6 +48,12 @@ def test_script_runs_unchanged_on_every_worker(cli, script, args, every_worker_p
     assert run["outcome"] == "succeeded"
     assert "failed call to cuInit" in (run_dir / f"{names[-1]}.log").read_text()
 
+    if script == "tutorial_fit.py":  # Issue 47: its summary's rate and speed, not n/a (commands/script_facts.py).
+        assert run["summary"]["learning_rate"]["text"].startswith("0.01 (Keras's default for optimizer='sgd'")
+        speed = run["summary"]["throughput"]
+        assert speed["global_batch"] == 16 and speed["global_images_per_second"] > 0, speed  # 8 x 2 replicas.
+        assert [record["epoch"] for record in speed["epochs"]] == [1, 2], speed
+        assert re.search(r"│ throughput +│ \d+ at the median step", out), out[-3000:]
     if script == "keras3_custom_loop.py":
         assert out.count("tf.keras is keras: True replicas in sync: 2") == 2  # Keras 3, not tf_keras.
     if script == "tf_config_count.py":

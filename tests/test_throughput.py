@@ -240,3 +240,64 @@ def test_the_throughput_event_file_is_written_without_tensorflow_and_read_by_it(
         (1, [("gpu/worker_0_utilization_percent", 55.0)])]
     assert tensorboard_scalars(tmp_path) == {"throughput/global_images_per_second": [(1, 812.5), (2, 900.0)],
                                              "gpu/worker_0_utilization_percent": [(1, 55.0)]}
+
+
+def _keras_epoch(steps: int, ms: int) -> str:
+    """A worker's log line for one epoch of tf_keras's bar (verbose=1): its redraws, then the final state."""
+    return (f"\r1/{steps} [>.............................] - ETA: 3s - loss: 1.3863" + "\b" * 60
+            + f"\r{steps}/{steps} [==============================] - 1s {ms}ms/step - loss: 0.7251")
+
+
+def test_a_scripts_summary_has_its_speed_and_learning_rate_from_its_keras_bars_and_its_code(monkeypatch):
+    """Issue 47: a `--script` run's summary said n/a for the learning rate and the throughput. The
+    script reports neither; its code gives the global batch and the rate, its Keras bars the step time."""
+    from types import SimpleNamespace
+
+    from tfcluster import launch, ui
+    from tfcluster.commands import run_summary, run_view, script_facts
+
+    example = (Path(__file__).parents[1] / "examples" / "keras_script" / "train.py").read_text()
+    facts = script_facts.read(example, ["--epochs", "2", "--per-worker-batch=32"], workers=3, replicas=3)
+    assert facts["global_batch"] == 96  # args.per_worker_batch x every task of TF_CONFIG's cluster.
+    assert facts["learning_rate"] == {
+        "value": 0.001, "text": "0.001 (the script's SGD(learning_rate=0.001), read from its code)"}
+    tutorial = ("import json, os\nimport tensorflow as tf\ntf_config = json.loads(os.environ['TF_CONFIG'])\n"
+                "num_workers = len(tf_config['cluster']['worker'])\nBATCH = 64\n"
+                "ds = make().batch(BATCH * num_workers)\nmodel.compile(optimizer='adam')\n")
+    assert script_facts.read(tutorial, [], workers=3, replicas=3) == {  # The tutorial's one short.
+        "global_batch": 128, "learning_rate": {"value": 0.001, "text": "0.001 (Keras's default for "
+                                               "optimizer='adam', read from the script's code)"}}
+    unknown = "ds = make().batch(size_from_a_file())\nopt = tf.keras.optimizers.Adam(learning_rate=schedule)\n"
+    assert script_facts.read(unknown, [], 2, 2) == {"global_batch": None, "learning_rate": {
+        "text": "n/a: the script's Adam(learning_rate=schedule) is known only as it runs"}}
+
+    plans = [SimpleNamespace(index=index, name=f"worker-{index}") for index in range(2)]
+    progress = launch.Progress()
+    view = run_view.RunView(plans, meter=progress.throughput)
+    with ui.console.capture():
+        for ms in (200, 100, 120):  # Three epochs; worker 1 a little slower in the second.
+            for plan in plans:
+                view.line(plan, "Epoch 1/3")
+                view.line(plan, _keras_epoch(20, ms + 25 * plan.index * (ms == 100)))
+    progress.throughput.global_batch = facts["global_batch"]
+    speed = progress.throughput.summary()
+    assert speed["median_step_seconds"] == 0.12 and speed["global_images_per_second"] == 800.0  # 96 / 0.12 s.
+    assert speed["per_worker_images_per_second"] == {"0": 400.0, "1": 384.0}  # 48 each / its median 0.12, 0.125 s.
+    assert [(e["epoch"], e["median_step_seconds"], e["per_worker_images_per_second"]["1"])
+            for e in speed["epochs"]] == [(1, 0.2, 240.0), (2, 0.1, 384.0), (3, 0.12, 400.0)]
+    monkeypatch.setattr(ui.console, "width", 250)  # One line per row.
+    run = RunRecord(run_id="default-1", cluster="default", workers=2, command=[], retries=0, outcome="succeeded",
+                    summary={"throughput": speed, "learning_rate": facts["learning_rate"], "script": facts})
+    with ui.console.capture() as captured:
+        run_summary.print_summary(run, progress, 10.0)
+    table = captured.get()
+    assert "0.001 (the script's SGD(learning_rate=0.001)" in table, table
+    assert "800 at the median step (120.0 ms) by Keras's time per step, global batch 96" in table, table
+    assert "n/a" not in table.split("throughput")[1].split("\n")[0]
+
+    progress.throughput.global_batch = None  # A batch its code does not give: steps/s, and why.
+    run.summary.update(throughput=progress.throughput.summary(), learning_rate=None)
+    with ui.console.capture() as captured:
+        run_summary.print_summary(run, progress, 10.0)
+    assert "8.33 steps/s (120 ms/step, Keras's); images/s needs the global batch" in captured.get()
+    assert "n/a (the script's code names no optimizer" in captured.get()

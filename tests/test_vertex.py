@@ -11,8 +11,10 @@ on-demand quota and rates) is checked on the job's body alone.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
+import os
 import subprocess
 import sys
 import textwrap
@@ -162,6 +164,21 @@ def test_up_train_unhappy_paths_down_on_vertex(tmp_path, world, synthetic_data, 
         "another region (`invoke offers --backend vertex` shows both)"]
     assert cli.latest_run()[1]["outcome"] == "failed"
     del vertex.state.quota[(REGION, metric)]
+
+    # --requirements (issue 47): the file goes to the bucket beside the code, and the replica's bootstrap
+    # pip-installs it before the program. The lab's images have no pip (tests/imagelab.py): one line says so.
+    wanted = tmp_path / "requirements.txt"
+    wanted.write_text("--no-index\nnumpy\n")
+    no_pip = cli.run("train", "--workers", "1", "--image", small, "--script", TICKS, "--requirements", str(wanted),
+                     timeout=300)
+    assert no_pip.returncode == 1 and "Traceback" not in no_pip.stderr, no_pip.stdout[-3000:] + no_pip.stderr
+    [job] = jobs_of(world, cli.latest_run()[1]["run_id"])
+    command = job.record["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"]
+    staged = [word for word in command if word.startswith("gs://")]
+    digest = hashlib.sha256(wanted.read_bytes()).hexdigest()[:16]
+    assert staged[2] == f"gs://{cluster['bucket']}/requirements/{digest}.txt", command
+    assert (f"worker-0 │ tfcluster: pip could not install --requirements {staged[2].rsplit('/', 1)[1]} on worker-0: "
+            "/usr/bin/python3: No module named pip") in no_pip.stdout, no_pip.stdout[-3000:]
 
     # The bundled trainer, 3 workers, --budget as the job's timeout; lines as they come.
     launcher = Timed(cli.popen("train", "--workers", "3", "--image", image, "--budget", "2", "--",
@@ -394,3 +411,48 @@ def test_the_bootstrap_waits_out_iam_propagation_on_403(tmp_path):
         assert done.returncode == 1 and "cannot fetch the run's code from gs://b/code.tar.gz" in done.stderr, done.stderr
         waited = int(done.stderr.split("waited ")[-1])
         assert low <= waited <= high, (status, waited)
+
+
+def test_the_bootstrap_installs_the_requirements_before_the_program(tmp_path):
+    """Issue 47: `train --requirements` on Vertex AI. The staged file is the bootstrap's third object; every
+    replica pip-installs it with the workers' interpreter before the program, and a failure ends the replica
+    with one line naming the file, the worker and pip's last line. Real pip (--no-index: nothing downloaded)."""
+    import io
+    import tarfile
+
+    from tfcluster.backends.vertex import jobspec
+
+    bundle = io.BytesIO()
+    with tarfile.open(fileobj=bundle, mode="w:gz") as tar:
+        tar.addfile(tarfile.TarInfo("README"), io.BytesIO(b""))
+    (tmp_path / "bundle.tar.gz").write_bytes(bundle.getvalue())
+    # The metadata server's token, and storage's objects.get (alt=media): the bundles, then the file.
+    (tmp_path / "sitecustomize.py").write_text(
+        "import io, json, os, urllib.parse, urllib.request\n"
+        "def urlopen(request, timeout=None):\n"
+        "    url = request.full_url if hasattr(request, 'full_url') else request\n"
+        "    if 'metadata.google.internal' in url:\n"
+        "        return io.BytesIO(json.dumps({'access_token': 'ya29.t'}).encode())\n"
+        "    name = urllib.parse.unquote(url.split('/o/')[1].split('?')[0])\n"
+        "    folder = os.environ['OBJECTS']\n"
+        "    return open(os.path.join(folder, 'bundle.tar.gz' if name.endswith('.tar.gz') else 'wanted.txt'), 'rb')\n"
+        "urllib.request.urlopen = urlopen\n")
+    body = jobspec.job_body(cluster="c", run_id="r", attempt=1, workers=1, image="i", argv=[
+        sys.executable, "-c", "print('program ran', flush=True)"], bundles=[
+        "gs://b/code/1.tar.gz", "gs://b/worker/2.tar.gz", "gs://b/requirements/abc.txt"], env={}, machine={},
+        bucket="b", service_account="s", timeout_seconds=60, spot=False, boot_disk_gb=100)
+    command = body["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"]
+    assert command[3:7] == ["gs://b/code/1.tar.gz", "gs://b/worker/2.tar.gz", "gs://b/requirements/abc.txt", "--"]
+    env = {"PYTHONPATH": str(tmp_path), "OBJECTS": str(tmp_path), "PATH": os.environ["PATH"]}
+    for wanted, ok in (("--no-index\nrich\n", True), ("--no-index\ntfcluster-absent-probe==9.9\n", False)):
+        (tmp_path / "wanted.txt").write_text(wanted)
+        done = subprocess.run([sys.executable, *command[1:]], env=env, capture_output=True, text=True, timeout=120)
+        if ok:  # Already in the interpreter: pip says so, and the program runs after it.
+            assert done.returncode == 0, done.stderr
+            assert done.stdout.splitlines()[-2:] == ["tfcluster: requirements abc.txt installed on worker-0",
+                                                     "program ran"], done.stdout
+        else:
+            assert done.returncode == 1 and "program ran" not in done.stdout
+            assert done.stderr.strip().splitlines() == [
+                "tfcluster: pip could not install --requirements abc.txt on worker-0: ERROR: No matching "
+                "distribution found for tfcluster-absent-probe==9.9"], done.stderr

@@ -77,6 +77,10 @@ def _user_errors(body):
             raise Exit(code=141) from None  # 128 + SIGPIPE, what a shell reports.
         except OSError as error:
             raise Exit(f"error: {spoken.respell(errors.file_error(error))}", code=2) from None
+        except ModuleNotFoundError as error:  # Google's libraries are an extra (`tfcluster[gcp]`).
+            if errors.missing_google_library(error) is None:
+                raise
+            raise Exit(f"error: {errors.missing_google_library(error)}", code=2) from None
 
     return wrapper
 

@@ -53,3 +53,22 @@ def file_error(error: OSError) -> str:
     else:
         fix = "check that path"
     return f"cannot use {where}: {reason}; {fix}"
+
+
+# What `pip install tfcluster` leaves out (pyproject.toml's `gcp` extra): Google Cloud's client libraries,
+# which only the gcp and vertex backends (and gs:// folders) import. The local demo runs without them.
+GCP_EXTRA = "pip install 'tfcluster[gcp]'"
+# The top-level names those libraries install (google-cloud-*, google-auth, google-api-core, grpcio); not
+# google.protobuf (TensorFlow's) nor google_crc32c (the TFRecord framing's, a dependency of its own).
+_GOOGLE_LIBRARIES = ("google.cloud", "google.auth", "google.oauth2", "google.api_core", "google.rpc",
+                     "google.longrunning", "google.type", "grpc")
+
+
+def missing_google_library(error: ModuleNotFoundError) -> str | None:
+    """The one line for a gcp or vertex command run without the `gcp` extra; None for any other module."""
+    name = error.name or ""
+    if not any(name == top or name.startswith(top + ".") for top in (*_GOOGLE_LIBRARIES, "google")) \
+            or name.startswith("google.protobuf"):
+        return None
+    return (f"this needs Google Cloud's client libraries, which this install of tfcluster leaves out ({name} is "
+            f"missing); install them with {GCP_EXTRA} (the local and ssh backends need none)")

@@ -22,6 +22,7 @@ last successful 1-worker run of the same configuration, at the median step: N-wo
 from __future__ import annotations
 
 import os
+import re
 import socket
 import struct
 import time
@@ -47,8 +48,12 @@ class ThroughputMeter:
 
     # Worker index -> its StepClock.
     clocks: dict[int, StepClock] = field(default_factory=dict)
-    # Images per step (the global batch), from the step events.
+    # Images per step (the global batch), from the step events (a script's: read from its code,
+    # tfcluster/commands/script_facts.py).
     global_batch: int | None = None
+    # A script's (no step events): worker index -> seconds per step of each epoch, as its Keras
+    # progress bar ends the epoch ("20/20 [====] - 3s 150ms/step", tf_keras's Progbar).
+    bar_epochs: dict[int, list[float]] = field(default_factory=dict)
     # Worker index -> replicas on that worker, from its strategy event.
     local_replicas: dict[int, int] = field(default_factory=dict)
     # Replicas in sync (all workers), from the strategy events.
@@ -81,6 +86,34 @@ class ThroughputMeter:
             if clock and clock.steps_per_epoch and "time" in event and self.marks.get(worker):
                 epoch = int(event.get("epoch") or 0)
                 self.marks[worker].append(("end", float(event["time"]), epoch * clock.steps_per_epoch, epoch))
+
+    def observe_bar(self, worker: int, bar: str) -> None:
+        """A worker's line, a Keras bar in its final state (tfcluster/commands/run_view.py keras_bar) or
+        any other: an epoch's time per step once a bar is complete."""
+        match = _BAR_END.match(bar)
+        if match and match.group(1) == match.group(2):
+            self.bar_epochs.setdefault(worker, []).append(float(match.group(3)) * _UNIT[match.group(4)])
+
+    def _bar_rates(self, seconds: dict[int, float]) -> dict:
+        """The figures of one epoch (or the run) from each worker's Keras seconds per step."""
+        chief = seconds.get(0)
+        share = lambda worker: self._share(worker) if self.clocks else 1 / max(1, len(self.bar_epochs))  # noqa: E731
+        batch = self.global_batch
+        return {"median_step_seconds": round(chief, 5) if chief else None,
+                "global_images_per_second": round(batch / chief, 1) if batch and chief else None,
+                "per_worker_images_per_second": {str(w): round(batch * share(w) / s, 1)
+                                                 for w, s in sorted(seconds.items()) if batch and s},
+                "steps_per_second": round(1 / chief, 2) if chief else None, "source": "keras"}
+
+    def _bar_summary(self) -> dict:
+        """A script's run, from the Keras bars: the median over epochs, then each epoch (no wall clock:
+        Keras prints an epoch's seconds rounded to the second)."""
+        medians = {w: sorted(s)[len(s) // 2] for w, s in self.bar_epochs.items() if s}
+        epochs = [{"epoch": number + 1, "wall_images_per_second": None, "per_worker_wall_images_per_second": {},
+                   **self._bar_rates({w: s[number] for w, s in self.bar_epochs.items() if len(s) > number})}
+                  for number in range(len(self.bar_epochs.get(0, [])))]
+        return {"global_batch": self.global_batch, "wall_images_per_second": None,
+                "per_worker_wall_images_per_second": {}, **self._bar_rates(medians), "epochs": epochs}
 
     def _wall_spans(self, worker: int) -> list[tuple[float, int, int]]:
         """(seconds, steps, epoch) from each mark to the next epoch end of the same attempt."""
@@ -143,12 +176,21 @@ class ThroughputMeter:
 
     def summary(self) -> dict:
         """The whole run: medians over every interval, and each epoch."""
+        if not self.clocks and self.bar_epochs.get(0):
+            return self._bar_summary()
         median, global_rate, per_worker = self._rates(lambda c: c.median_step_seconds)
         wall, wall_per_worker = self._wall_rates()
         return {"global_batch": self.global_batch, "median_step_seconds": median,
                 "global_images_per_second": global_rate, "per_worker_images_per_second": per_worker,
                 "wall_images_per_second": wall, "per_worker_wall_images_per_second": wall_per_worker,
                 "epochs": self.epochs()}
+
+
+# The end of tf_keras's Progbar line for an epoch: "20/20 [==========] - 3s 150ms/step - loss: 2.3"
+# (verbose=1), "6/6 - 0s - loss: 0.69 - 1s/epoch - 12ms/step" (verbose=2): tf_keras/src/utils/
+# generic_utils.py, Progbar.update and _format_time (" %.0fs/step", " %.0fms/step" or " %.0fus/step").
+_BAR_END = re.compile(r"^\s*(\d+)/(\d+) (?:\[[=>.]*\] )?- .*?(\d+(?:\.\d+)?)(s|ms|us)/step")
+_UNIT = {"s": 1.0, "ms": 1e-3, "us": 1e-6}
 
 
 def run_config(strategy: dict, backend: str, machine_type: str) -> dict:

@@ -101,6 +101,9 @@ class Backend:
     can_halt_machines: bool = False
     # Whether a machine whose GPUs fail the host check can be replaced by a new one (replace_machines).
     can_replace_machines: bool = False
+    # Whether `train --requirements` goes with the staged payload, installed by the job itself (a cloud
+    # job's bootstrap), instead of on each host before the run (commands/requirements.py).
+    installs_requirements_in_job: bool = False
     # Why `invoke tune` cannot run on this backend, with what to use instead ("" when it can).
     tune_unsupported: str = ""
     # The run folder's TensorBoard folder in a cloud bucket (Vertex AI names it logs/: AIP_TENSORBOARD_LOG_DIR).
@@ -330,6 +333,8 @@ class Payload:
     data_dir: Path | None
     # Arguments for the trainer or script.
     args: list[str]
+    # `train --requirements`' bytes, for a backend that installs them in its job (installs_requirements_in_job).
+    requirements: bytes | None = None
 
 
 @dataclass

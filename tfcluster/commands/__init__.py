@@ -5,7 +5,8 @@ run_summary: the table it ends with). runs: logs, stop.
 tune: a hyperparameter search (tune_loop: its live loop; tune_plans: its processes and trials).
 spend: the cost ledger in status, down and the run summary, and costs.
 results: data, pull, tensorboard. image: image build. shell: ssh and exec on a worker.
-requirements: train --requirements. script_layout: what a script assumes of the layout.
+requirements: train --requirements. script_layout: what a script assumes of the layout. script_facts: its
+global batch and learning rate, read from its code.
 batch_fit: whether the data fills the global batch. common: what they share. Commands may import launch,
 backends, state, config, errors, tfconfig, ui and trainer.events; nothing imports commands
 but tasks.py. They raise TfClusterError subclasses for anything the user can fix.

@@ -267,7 +267,7 @@ def _one_attempt(settings: Settings, runner, plans, attempt: int, progress: laun
     live = Status(f"Starting {len(plans)} workers (attempt {attempt})...", console=console)
     live.start()
     stepping = False
-    view = run_view.RunView(plans, verbose)
+    view = run_view.RunView(plans, verbose, progress.throughput)
 
     def on_event(plan, event):
         nonlocal stepping
@@ -332,9 +332,11 @@ def _speed(settings: Settings, store: StateStore, run: RunRecord, progress: laun
     backend = cluster.backend if cluster else settings.backend
     config = throughput.run_config(progress.strategy, backend,
                                    settings.machine_type if backend == "gcp" else "")
+    script = run.summary.get("script") or {}  # A script's global batch and rate, read from its code.
+    progress.throughput.global_batch = progress.throughput.global_batch or script.get("global_batch")
     figures = progress.throughput.summary()
     scaling = throughput.scaling(run.workers, figures, throughput.reference_run(store, config, run.run_id))
-    return {"learning_rate": progress.strategy.get("learning_rate"), "config": config,
+    return {"learning_rate": progress.strategy.get("learning_rate") or script.get("learning_rate"), "config": config,
             "throughput": figures, "scaling": scaling}
 
 
@@ -363,7 +365,7 @@ def _finish(settings: Settings, store, run: RunRecord, outcome: str, progress: l
         "collective": progress.collective.describe(progress.strategy),
         **_speed(settings, store, run, progress),
         # What the launcher's caller recorded before: --then, and who stopped the run.
-        **{key: run.summary[key] for key in ("then", "stopped_by") if key in run.summary},
+        **{key: run.summary[key] for key in ("then", "stopped_by", "script") if key in run.summary},
     }
     store.save_run(run)
 

@@ -7,7 +7,7 @@ so an unchanged file installs nothing and says so. A changed file installs again
 is missing or differs, and leaves the rest. The hosts install side by side; a failure names every
 host that failed with pip's last line (where pip puts its reason). Local workers share one
 interpreter: it installs once. An image carries its own packages (refused with --image), and
-Vertex AI installs in its own bootstrap (refused there until it does).
+Vertex AI's job installs it in its bootstrap, at each replica's start (backends/vertex/jobspec.py).
 
 May import: tfcluster.errors and the backends' host interface (base).
 """
@@ -40,16 +40,14 @@ class Requirements:
         return hashlib.sha256(self.content).hexdigest()[:16]
 
 
-def read(given: str | None, backend: str, image: str) -> Requirements | None:
-    """The --requirements file, or None without one; ConfigError for what cannot take it."""
+def read(given: str | None, in_job: bool, image: str) -> Requirements | None:
+    """The --requirements file, or None without one; ConfigError for what cannot take it. ``in_job``: the
+    backend's job installs it in the image it runs (Vertex AI's bootstrap), so an image is no refusal."""
     if not given:
         return None
-    if image:
+    if image and not in_job:
         raise ConfigError("--requirements installs into the hosts' own Python, and the workers run in image "
                           f"{image}: add the packages to its Dockerfile (`invoke image build`), or drop --image")
-    if backend == "vertex":
-        raise ConfigError("--requirements is not installed by Vertex AI jobs yet: add the packages to the image "
-                          "(`invoke image build`), or run on a local, ssh or gcp cluster")
     path = Path(given).expanduser()
     if not path.is_file():
         raise ConfigError(f"--requirements {given} does not exist or is not a file; give a pip requirements file")

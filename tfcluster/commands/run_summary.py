@@ -20,10 +20,15 @@ def print_summary(run: RunRecord, progress: launch.Progress, wall: float, tensor
     table.add_row("replicas in sync", str(progress.replicas_in_sync or "n/a"))
     table.add_row("collective", run.summary.get("collective") or progress.collective.describe(progress.strategy))
     rate = run.summary.get("learning_rate")
-    table.add_row("learning rate", rate["text"] if rate else "n/a")
+    table.add_row("learning rate", rate["text"] if rate else "n/a (the script's code names no optimizer with a "
+                  "rate readable before the run)" if "script" in run.summary else "n/a")
     speed = run.summary["throughput"]
     if speed["global_images_per_second"]:
         table.add_row("throughput", _speed_line(speed))
+    elif speed.get("steps_per_second"):  # A script's Keras bars, without a global batch read from its code.
+        table.add_row("throughput", f"{speed['steps_per_second']:g} steps/s ({speed['median_step_seconds'] * 1000:.0f} "
+                      "ms/step, Keras's); images/s needs the global batch, which the script's code does not "
+                      "give as a number (.batch(N) or fit(batch_size=N))")
     else:
         table.add_row("throughput", "n/a")
     scaling = run.summary.get("scaling")
@@ -70,6 +75,8 @@ def _speed_line(speed: dict) -> str:
     text = (f"{wall:.0f} images/s by wall clock, " if wall else "") + \
         f"{speed['global_images_per_second']:.0f} at the median step ({speed['median_step_seconds'] * 1000:.1f} ms)"
     mine = speed.get("per_worker_wall_images_per_second") or speed["per_worker_images_per_second"]
+    if speed.get("source") == "keras":
+        text += f" by Keras's time per step, global batch {speed['global_batch']} read from the script's code"
     return text + "; per worker: " + "  ".join(f"w{w} {v:.0f}" for w, v in mine.items())
 
 

@@ -32,8 +32,11 @@ def keras_bar(line: str) -> str | None:
 
 
 class RunView:
-    def __init__(self, plans: list[launch.WorkerPlan], verbose: bool = False):
+    def __init__(self, plans: list[launch.WorkerPlan], verbose: bool = False, meter=None):
+        """``meter``: the run's throughput.ThroughputMeter, given each worker's finished Keras bars (a
+        script's only speed report)."""
         self.verbose = verbose
+        self.meter = meter
         self.folds = {plan.index: tflog.StartupFold() for plan in plans}
         # Each worker's last Keras bar (a script's progress), for the live line.
         self.bars: dict[int, str] = {}
@@ -54,8 +57,10 @@ class RunView:
     def line(self, plan: launch.WorkerPlan, line: str) -> None:
         if not self.verbose and self.folds[plan.index].hides(line):
             return
-        bar = None if self.verbose else keras_bar(line)
-        if bar is not None:  # The chief's stands for all: the same steps, each worker's in the live line.
+        bar = keras_bar(line)
+        if self.meter is not None:  # verbose=2 prints an epoch's end as a line of its own.
+            self.meter.observe_bar(plan.index, line if bar is None else bar)
+        if bar is not None and not self.verbose:  # The chief's stands for all; each worker's step: the live line.
             self.bars[plan.index] = bar
             if plan.index != 0:
                 return

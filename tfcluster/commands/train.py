@@ -16,7 +16,8 @@ from rich.text import Text
 
 from tfcluster import container, gpu_health, holds, launch, ledger, stall, ui
 from tfcluster.backends import Payload
-from tfcluster.commands import batch_fit, requirements as script_requirements, restage, script_layout, spend
+from tfcluster.commands import (batch_fit, requirements as script_requirements, restage, script_facts,
+                                 script_layout, spend)
 from tfcluster.commands.attempts import run_attempts
 from tfcluster.commands.common import active_run, backend_for_cluster, console, require_cluster
 from tfcluster.commands.budget import RunBudget
@@ -174,7 +175,7 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     python = settings.python or (sys.executable if cluster.backend == "local" else cluster.python)
     if image:
         python = container.IMAGE_PYTHON  # The image provides Python and TensorFlow.
-    requirements = script_requirements.read(request.requirements, cluster.backend, image)
+    requirements = script_requirements.read(request.requirements, backend.installs_requirements_in_job, image)
     note = script_layout.worker_count_note(script.name, script.read_text(errors="replace"), workers) if script else None
     if note:  # Once, before anything starts: the launcher knows the layout the script guesses.
         console.print(Text.assemble(("! ", "yellow"), note), soft_wrap=True)
@@ -195,7 +196,8 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     elif script is None:
         data_dir = store.default_data_dir()  # `invoke data`'s last set, or the synthetic one (made below).
     payload = Payload(python=python, script=script, project=project, data_dir=data_dir,
-                      args=list(request.trainer_args))
+                      args=list(request.trainer_args), requirements=requirements.content
+                      if requirements is not None and backend.installs_requirements_in_job else None)
     short = batch_fit.short_data_note(data_dir, payload.args, len(hosts) * backend.replicas_per_machine(settings)) \
         if script is None else None
     if short:
@@ -275,7 +277,8 @@ def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterStat
     if active_run(store, cluster):
         raise ClusterError(f"a run is still active on cluster '{cluster.name}'; "
                            "watch it with `invoke logs --follow` or end it with `invoke stop`")
-    if plan.requirements is not None:  # Before the preflight: the file may be what brings TensorFlow.
+    if plan.requirements is not None and payload.requirements is None:  # Before the preflight: the file
+        # may be what brings TensorFlow. (A cloud job's bootstrap installs it: it went with the payload.)
         with console.status(f"Installing {plan.requirements.given} on {len(hosts)} {cluster.backend} host(s)..."):
             installed = script_requirements.install(plan.requirements, hosts, payload.python, str(store.root),
                                                     shared_interpreter=cluster.backend == "local")
@@ -317,6 +320,9 @@ def _launch(settings: Settings, store: StateStore, backend, cluster: ClusterStat
                     retries=retries, image=image, mounts=list(staged.mounts) if image else [])
     if then is not None:
         run.summary = {"then": then}  # Known to `status` while the run goes on, laptop or not.
+    if payload.script is not None:  # Its global batch and learning rate, for the summary (it reports neither).
+        run.summary["script"] = script_facts.read(payload.script.read_text(errors="replace"), payload.args, workers,
+                                                  int(common_env["TFCLUSTER_REPLICAS"]))
     store.save_run(run)
     # What `train --resume` needs to start the same workers again (code and data stay on the hosts).
     # And, should the cluster move zones mid-run, what its new VMs need staged (commands/restage.py).

@@ -46,6 +46,7 @@ class VertexBackend(Backend):
     name = "vertex"
     hosts_outlive_cluster = False
     can_halt_machines = False  # No machine of the cluster runs between jobs.
+    installs_requirements_in_job = True  # The job's bootstrap pip-installs them (jobspec.BOOTSTRAP).
     tune_unsupported = ("tune is not supported on the vertex backend yet: run the search on your own VMs "
                         "(`invoke up --backend gcp`, then `invoke tune`), or use Vertex AI's hyperparameter tuning "
                         "jobs; `invoke train` runs on Vertex AI")
@@ -226,7 +227,7 @@ class VertexBackend(Backend):
         config = self.config(cluster)
         env = dict(spec.env)
         bundles = env.pop(stage.BUNDLES, "").split()
-        if len(bundles) != 2:
+        if len(bundles) not in (2, 3):  # Code, worker support, and the --requirements file if any.
             raise ClusterError(f"run {run_id} has no staged code in the bucket; start it again with `invoke train`")
         machine = jobspec.machine_spec(config["machine_type"], config["gpu"], config["gpu_count"])
 

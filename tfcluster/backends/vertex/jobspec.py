@@ -35,7 +35,10 @@ ACCELERATORS = {"t4": "NVIDIA_TESLA_T4", "v100": "NVIDIA_TESLA_V100", "l4": "NVI
 # A Flex-start job's longest timeout (schedule-jobs-dws: "7 days or less").
 FLEX_START_MAX_TIMEOUT = 7 * 24 * 3600
 # What every replica runs: fetch the code and tfcluster's worker support (two tar.gz in the bucket,
-# named by content) with the job account's token,
+# named by content) with the job account's token; with `train --requirements`, a third object, the
+# file (requirements/<sha256>.txt), pip-installed into the workers' interpreter (the argv's first word)
+# before the program, a failure ending the replica with one line naming the file, the worker and
+# pip's last line (SkyPilot's `setup:`; every start of a replica installs, as its container is new);
 # then run the program as a child, forwarding SIGTERM and SIGINT (the bootstrap is PID 1 of its
 # container, which would ignore them), and exit with its status. Standard library only: it runs
 # on whatever Python the image has. Its first line marks each start of a replica, so the
@@ -48,7 +51,7 @@ OTHER_ERRORS_SECONDS = 120
 BOOTSTRAP = r"""
 import json, os, signal, socket, subprocess, sys, tarfile, tempfile, time, urllib.parse, urllib.request
 IAM_PROPAGATION_SECONDS, OTHER_ERRORS_SECONDS = %d, %d
-urls, argv = sys.argv[1:3], sys.argv[4:]
+head, argv = sys.argv[1:sys.argv.index("--")], sys.argv[sys.argv.index("--") + 1:]
 spec = json.loads(os.environ.get("CLUSTER_SPEC") or '{"task": {"type": "workerpool0", "index": 0}}')
 task = spec.get("task", {})
 index = 0 if task.get("type") == "workerpool0" else 1 + int(task.get("index", 0))
@@ -57,7 +60,7 @@ print("=== tfcluster: worker-%d (%s-%s) starts on %s ===" % (index, task.get("ty
 ask = urllib.request.Request("http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token",
                              headers={"Metadata-Flavor": "Google"})
 folder = tempfile.mkdtemp(prefix="tfcluster-")
-for url, part in zip(urls, ("code", "worker")):
+for url, part in zip(head, ("code", "worker", "requirements")):
     bucket, _, name = url[5:].partition("/")
     start, pause = time.monotonic(), 1
     while True:
@@ -75,8 +78,19 @@ for url, part in zip(urls, ("code", "worker")):
                 sys.exit("tfcluster: cannot fetch the run's %s from %s: %s" % (part, url, error))
             time.sleep(pause)
             pause = min(pause * 2, 30)
+    if part == "requirements":
+        os.replace(folder + "/bundle.tar.gz", folder + "/requirements.txt")
+        continue
     with tarfile.open(folder + "/bundle.tar.gz") as tar:
         tar.extractall(folder + "/" + part)
+if len(head) > 2:
+    pip = subprocess.run([argv[0], "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "-q", "-r",
+                          folder + "/requirements.txt"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    said = [line.strip() for line in pip.stdout.splitlines() if line.strip()]
+    if pip.returncode:
+        sys.exit("tfcluster: pip could not install --requirements %s on worker-%d: %s"
+                 % (head[2].rsplit("/", 1)[-1], index, said[-1] if said else "exit status %d" % pip.returncode))
+    print("tfcluster: requirements %s installed on worker-%d" % (head[2].rsplit("/", 1)[-1], index), flush=True)
 os.chdir(folder + "/code")
 os.environ["TFCLUSTER_WORKER_INDEX"] = str(index)
 os.environ["PYTHONPATH"] = os.pathsep.join([folder + "/code", folder + "/worker",

@@ -6,11 +6,13 @@ The code and the support are the same content-hashed bundles the ssh backend shi
 that is there already is not uploaded again (created with ifGenerationMatch=0, so two launchers
 never overwrite each other). Local TFRecords (`data_dir`, or the synthetic set) go to
 gs://BUCKET/data/<digest>/ with the gcp backend's resumable upload_dir; data already in a bucket
-(`invoke data`, a gs:// data_dir) is read where it is.
+(`invoke data`, a gs:// data_dir) is read where it is. A `train --requirements` file is a third object,
+gs://BUCKET/requirements/<digest>.txt, the job's bootstrap installs (jobspec.py).
 """
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from tfcluster.backends.base import Payload, Staged
@@ -24,7 +26,7 @@ from tfcluster.backends.ssh.sync import collect_files, make_bundle
 BUNDLES = "TFCLUSTER_BUNDLES"
 
 
-def _put(bucket, name: str, payload: bytes) -> bool:
+def _put(bucket, name: str, payload: bytes, content_type: str = "application/gzip") -> bool:
     """Upload ``payload`` as ``name`` unless it exists; whether it was uploaded."""
     from google.api_core import exceptions
 
@@ -32,7 +34,7 @@ def _put(bucket, name: str, payload: bytes) -> bool:
     if blob.exists():
         return False
     try:
-        blob.upload_from_string(payload, content_type="application/gzip", if_generation_match=0)
+        blob.upload_from_string(payload, content_type=content_type, if_generation_match=0)
     except exceptions.PreconditionFailed:
         return False  # Another launcher put the same content there meanwhile.
     return True
@@ -62,5 +64,9 @@ def stage(project: str, bucket_name: str, payload: Payload, project_root: Path) 
             url = f"gs://{bucket_name}/data/{data.digest}"
             uploaded.append(bool(gcs.upload_dir(client, payload.data_dir, url).uploaded))
             env["TFCLUSTER_DATA_DIR"] = url
-    env[BUNDLES] = " ".join(f"gs://{bucket_name}/{b.kind}/{b.digest}.tar.gz" for b in (code, support))
+        names = [f"{b.kind}/{b.digest}.tar.gz" for b in (code, support)]
+        if payload.requirements is not None:  # train --requirements: the bootstrap pip-installs it.
+            names.append(f"requirements/{hashlib.sha256(payload.requirements).hexdigest()[:16]}.txt")
+            uploaded.append(_put(bucket, names[-1], payload.requirements, "text/plain"))
+    env[BUNDLES] = " ".join(f"gs://{bucket_name}/{name}" for name in names)
     return Staged(argv=argv + list(payload.args), env=env, uploaded={f"gs://{bucket_name}": any(uploaded)})
