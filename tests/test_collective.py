@@ -14,7 +14,7 @@ from trainer.collective import choose_collective, communication_of, strategy_for
 from trainer.flags import parse_args
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # TensorFlow, imported once per process (sys.modules); nothing shared between tests.
 def tf():
     import tensorflow
     return tensorflow

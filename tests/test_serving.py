@@ -154,7 +154,7 @@ def test_the_run_follows_its_schedule_precision_validation_and_keeps_the_best_ep
     strategy = next(e for e in chief if e["event"] == "strategy")
     assert (strategy["precision"], strategy["steps_per_execution"], strategy["replicas_in_sync"]) == (
         "mixed_bfloat16", 4, 2)
-    assert "precision mixed_bfloat16 (as asked), XLA off, 4 step(s) per execution" in stdout
+    assert "precision mixed_bfloat16 (as asked), all-reduce RING (auto: no GPU), XLA off, 4 step(s) per execution" in stdout
     with zipfile.ZipFile(run_dir / "output" / "model" / "model.keras") as saved:
         layers = json.loads(saved.read("config.json"))["config"]["layers"]
     conv = next(layer for layer in layers if layer["class_name"] == "Conv2D")

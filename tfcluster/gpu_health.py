@@ -121,8 +121,8 @@ def probe(host) -> HostGpus | None:
 def check_hosts(hosts: list, count: int | None = None, model_words: tuple[str, ...] = ()) -> list[GpuFault]:
     """Every fault of every host with GPUs. Without ``count``, the host with the most GPUs sets it and
     the model most GPUs have sets the model (own hosts: nobody declared them)."""
-    with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:  # An unreachable host raises.
-        answers = [answer for answer in pool.map(probe, hosts) if answer is not None]
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(hosts)))) as pool:
+        answers = [answer for answer in pool.map(_probe_reachable, hosts) if answer is not None]
     if not answers:
         return []
     if count is None:
@@ -130,6 +130,15 @@ def check_hosts(hosts: list, count: int | None = None, model_words: tuple[str, .
         names = Counter(row[1] for answer in answers for row in answer.rows)
         model_words = (names.most_common(1)[0][0],) if names else ()
     return [fault for answer in answers for fault in faults(answer, count, model_words)]
+
+
+def _probe_reachable(host):
+    """probe(host), or None for a host that cannot be reached or verified (a changed host key, a cut
+    link): the preflight's own per-host check, right after, names it with every other failed host."""
+    try:
+        return probe(host)
+    except ClusterError:
+        return None
 
 
 class GpuCheckFailed(ClusterError):

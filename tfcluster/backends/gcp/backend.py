@@ -76,6 +76,7 @@ class GcpBackend(SshBackend):
             "idle_action": settings.idle_action, "boot_grace_minutes": settings.boot_grace_minutes,
             "max_run_hours": settings.max_run_hours, "bucket_retention_days": settings.bucket_retention_days,
             "budget_run_seconds": 0,  # Set by _create from --budget and the prices (budget.py).
+            "ssh_identity": "metadata",  # Set by _create to what check chose (access/oslogin.py).
             # Both fixed for good at the first `up` by failover.pin_locations (a zone failover never moves them).
             "bucket_location": settings.bucket_location, "registry_location": "",
             "termination_action": settings.termination_action, "boot_disk_gb": settings.boot_disk_gb,

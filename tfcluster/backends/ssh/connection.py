@@ -63,7 +63,7 @@ class HostKeyChanged(ClusterError):
     forgotten (`down --force`) but never cleaned there by us."""
 
     def __init__(self, name: str, presented: str):
-        self.host = name
+        self.host, self.presented = name, presented
         self.detail = f"host key CHANGED since `invoke up` pinned it (now {presented}); not connected"
         super().__init__(f"{name}: host key CHANGED since `invoke up` pinned it (now {presented}); refusing to "
                          "connect. If the host was rebuilt, `invoke down --force` forgets the cluster without "
@@ -180,6 +180,8 @@ class SshConnection:
         # Set once the host stopped answering: later calls fail at once instead of each
         # waiting out its own timeout (a launcher stopping a run must not hang on it).
         self.broken: str | None = None
+        # The key the host presented instead of the pinned one, once seen (the connection is then broken).
+        self.key_changed: str | None = None
         # A long-lived /bin/sh for small commands (see shell()).
         self._shell: paramiko.Channel | None = None
         self._shell_used_at = 0.0
@@ -226,12 +228,18 @@ class SshConnection:
                 delay *= 2
         raise AssertionError("unreachable")
 
+    def _raise_broken(self) -> None:
+        """The first failure again: a changed key stays that refusal (its fix is `down --force`)."""
+        if self.key_changed is not None:
+            raise HostKeyChanged(self.name, self.key_changed)
+        raise HostUnreachable(f"{self.name}", self.broken)
+
     def client(self) -> paramiko.SSHClient:
         if self.broken:
-            raise HostUnreachable(f"{self.name}", self.broken)
+            self._raise_broken()
         with self._lock:
             if self.broken:  # Another thread found the host gone while this one waited.
-                raise HostUnreachable(f"{self.name}", self.broken)
+                self._raise_broken()
             transport = self._client.get_transport() if self._client else None
             if transport is None or not transport.is_active():
                 self.close()
@@ -241,6 +249,7 @@ class SshConnection:
                     # Later calls fail at once instead of each waiting out the connect deadline, and
                     # a host whose key changed is never offered a login by this process.
                     self.broken = error.detail
+                    self.key_changed = error.presented if isinstance(error, HostKeyChanged) else None
                     raise
             return self._client
 
