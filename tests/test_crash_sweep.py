@@ -1,17 +1,20 @@
 """The fault sweep: a command killed at any moment leaves nothing billing, and the next command finishes the job.
 
-For each command, the world first counts the requests one clean run of it sends (tests/world/discovery.py
-KillSwitch). Then, for each sampled point k, the command runs again in its own session and its whole process
-group (the CLI, terraform, the provider plugins, ssh, uploads) gets SIGKILL right after the world received
-its k-th request. The same command runs again, then `invoke down`; each must exit 0, or 2 with one `error:`
-line and no traceback. Then the world must hold nothing of the cluster that `down` promises to remove:
-instances, disks, addresses, firewall rules, networks, service accounts, the custom role, the registry and
-the bucket (empty here, so not kept). A leaked point names what leaked and where the kill landed.
+For each command (gcp: `up`, `train`, `train --detach`, `stop`, `down`), the world first counts the requests
+one clean run of it sends (tests/world/discovery.py KillSwitch). Then, for each sampled point k, the command
+runs again in its own session and its whole process group (the CLI, terraform, the provider plugins, ssh,
+uploads) gets SIGKILL right after the world received its k-th request (a command that asks the world
+nothing, gcp `stop`, at seeded moments instead; a named point, right after the first request so named).
+The same command runs again, then `invoke down`; each must exit 0, or 2 with one `error:` line and no
+traceback. Then the world must hold nothing of the cluster that `down` promises to remove: instances,
+disks, addresses, firewall rules, networks, service accounts, the custom role, the registry and the bucket
+(empty here, so not kept). A leaked point names what leaked and where the kill landed.
 
-The points are sampled, seeded: CI runs a few (TFCLUSTER_SWEEP_POINTS, default below) from seed 46; the full
-sweep is `TFCLUSTER_SWEEP_POINTS=20 python -m pytest -n 0 -s tests/test_crash_sweep.py`, any seed
-reproduces with TFCLUSTER_SWEEP_SEED=N, and one point with TFCLUSTER_SWEEP_AT=up:36 (a leaked point's line
-names its command and k). Every point of one backend shares one world and one set of machines.
+The points are sampled, seeded (seed 46). CI runs one chain on gcp: `up` killed right after Cloud Storage made
+the bucket (NAMED), `up`, then `train --detach` killed at a seeded request, `train --detach`, `down`. The
+full sweep is `TFCLUSTER_SWEEP_POINTS=20 python -m pytest -n 0 -s tests/test_crash_sweep.py`, any seed
+reproduces with TFCLUSTER_SWEEP_SEED=N, and single points with TFCLUSTER_SWEEP_AT=up:36,train--detach:5 (a
+failure prints that line). Every point of one backend shares one world and one set of machines.
 """
 
 from __future__ import annotations
@@ -35,9 +38,8 @@ from tests.world import discovery
 
 CLUSTER = "sweep"
 SEED = int(os.environ.get("TFCLUSTER_SWEEP_SEED") or 46)
-# Points per command in CI; the full sweep sets 20 or more.
+# Points per command in the full sweep (20 or more); CI (0) runs one chain of two points instead (below).
 POINTS = int(os.environ.get("TFCLUSTER_SWEEP_POINTS") or 0)
-CI_POINTS = {"up": 1, "down": 0}
 
 
 @dataclass
@@ -98,7 +100,7 @@ def forget_everything(world, cli) -> None:
             path.unlink(missing_ok=True)
 
 
-def run_killed(cli, args: tuple[str, ...], after: int | None, timeout: float = 600) -> tuple[int, str]:
+def run_killed(cli, args: tuple[str, ...], after: int | str | None, timeout: float = 600) -> tuple[int, str]:
     """``args`` in its own session; SIGKILL to the whole group right after the world's ``after``-th request
     (None: never). Returns its exit code (-9 when killed) and the request after which it died."""
     switch = discovery.KILL_SWITCH
@@ -139,17 +141,28 @@ def requests_of(cli, args: tuple[str, ...]) -> int:
     return len(seen)
 
 
-# "up:36,down:60": exactly these points (a leaked point's line names its k), instead of a sample.
+# "up:36,down:60,train--detach:5": exactly these points (a leaked point's line names its k), instead of a sample.
 AT = [item.split(":") for item in os.environ.get("TFCLUSTER_SWEEP_AT", "").split(",") if item]
 
 
-def points(command: str, total: int) -> list[int]:
-    """The sampled kill points of ``command`` over its ``total`` requests, spread over its whole span."""
+# Points named by the request they follow, tried in CI and in the full sweep: `up` killed right after Cloud
+# Storage made the bucket, before terraform recorded it (the gcp sweep's one leak: an orphan bucket the next
+# `up` and `down` must find by its label).
+NAMED = {"up": ["POST /storage/v1/b"]}
+# Seconds a command that asks the world nothing takes here, about: the span its moments are drawn from.
+GCP_SECONDS = {"stop": 6.0}
+
+
+def points(command: str, total: int) -> list[int | str]:
+    """The sampled kill points of ``command`` over its ``total`` requests, spread over its whole span, and its
+    named points (TFCLUSTER_SWEEP_AT: exactly those given, a number or a request's "VERB path" start)."""
     if AT:
-        return [int(k) for name, k in AT if name == command]
-    wanted = POINTS or CI_POINTS.get(command, 0)
+        return [int(k) if k.isdigit() else k for name, k in AT if name == command.replace(" ", "")]
+    wanted = POINTS
     rng = random.Random(f"{SEED}-{command}")
-    return sorted(rng.sample(range(1, total), min(wanted, total - 1)))
+    if total == 0:  # It asks the world nothing (gcp `stop` works over SSH alone): seeded moments in seconds.
+        return sorted(round(rng.uniform(0.05, 1.0) * GCP_SECONDS[command], 2) for _ in range(wanted))
+    return sorted(rng.sample(range(1, total), min(wanted, total - 1))) + NAMED.get(command, [])
 
 
 def ledger_problems(cli, made: list[tuple[str, float]], since: float) -> list[str]:
@@ -164,28 +177,44 @@ def ledger_problems(cli, made: list[tuple[str, float]], since: float) -> list[st
     return problems + [f"the ledger counts the start of {name} at {at} twice" for name, at in sorted(doubles)]
 
 
-def sweep_one(cli, world, tally: Tally, args: tuple[str, ...], k: int, before=None) -> None:
+def sweep_one(cli, world, tally: Tally, args: tuple[str, ...], k: int | str | float, before=None) -> None:
     """Point ``k`` of ``args``: ``before()`` makes the cluster it needs; kill; the same command; `down`; look."""
-    if before is not None:
-        before()
-    since = time.time()
-    _, killed_after = run_killed(cli, args, k)
-    tally.tried += 1
-    again = cli.run(*args, timeout=600)
+    sweep_chain(cli, world, [(tally, args, k, before)])
+
+
+def sweep_chain(cli, world, steps: list[tuple[Tally, tuple[str, ...], int | str | float, object]]) -> None:
+    """Points one after the other on one cluster (CI's sample: `up` killed, `up`; then `train --detach`
+    killed, `train --detach`), each its command killed at its point and run again, then one `down` and
+    one look: a leak or a broken line counts against every point of the chain."""
+    since, ran, where = time.time(), [], []
+    for tally, args, k, before in steps:
+        if before is not None:
+            before()
+        if isinstance(k, float):  # A seeded moment, in seconds, for a command that asks the world nothing.
+            killed_in_time(cli, args, k)
+            point, killed_after = f"{k} s in", "seeded moment"
+        else:
+            _, killed_after = run_killed(cli, args, k)
+            point = f"right after request {k}"
+        tally.tried += 1
+        ran.append((" ".join(args), cli.run(*args, timeout=600)))
+        where.append((tally, point, killed_after))
     down = cli.run("down", timeout=600)
-    for what, result in ((" ".join(args), again), ("down", down)):
-        problem = one_line_or_ok(result)
-        if problem:
-            tally.broken.append((f"right after request {k}", killed_after, f"`{what}` after the kill: {problem}"))
-    for problem in ledger_problems(cli, cli.made, since):
-        tally.broken.append((f"right after request {k}", killed_after, problem))
+    problems = [f"`{what}` after the kill: {problem}" for what, result in ran + [("down", down)]
+                for problem in [one_line_or_ok(result)] if problem]
+    problems += ledger_problems(cli, cli.made, since)
     left = held_by_world(world, cli)
-    if left or cli.cluster(CLUSTER) is not None:
-        said = [line.strip() for line in (again.stdout + down.stdout).splitlines() if "bucket" in line or "removing" in line]
-        tally.leaked.append((f"right after request {k}", killed_after, (left or ["the cluster's record"]) + said[-4:]))
+    clean = not left and cli.cluster(CLUSTER) is None
+    if not clean:
+        said = [line.strip() for _, result in ran + [("down", down)]
+                for line in (result.stdout + result.stderr).splitlines()
+                if "bucket" in line or "removing" in line or "state" in line]
+        for tally, point, killed_after in where:
+            tally.leaked.append((point, killed_after, (left or ["the cluster's record"]) + said[-4:]))
         forget_everything(world, cli)
-    else:
-        tally.converged += 1
+    for tally, point, killed_after in where:
+        tally.broken += [(point, killed_after, problem) for problem in problems]
+        tally.converged += clean
 
 
 @pytest.fixture
@@ -217,30 +246,73 @@ def report(tallies: list[Tally], backend: str) -> None:
         for k, after, problem in tally.broken:
             failures.append(f"{tally.command}: killed {k} ({after}): {problem}")
     sample = f"TFCLUSTER_SWEEP_POINTS={POINTS} " if POINTS else ""
+    at = ",".join(f"{tally.command.replace(' ', '')}:{k.removeprefix('right after request ')}" for tally in tallies
+                  for k, _, _ in tally.leaked + tally.broken if k.startswith("right after request"))
     assert not failures, ("\n".join(lines) + "\n" + "\n".join(failures) + f"\nreproduce: TFCLUSTER_SWEEP_SEED={SEED} "
-                          f"{sample}python -m pytest -n 0 -s tests/test_crash_sweep.py -k {backend}")
+                          f"{sample}python -m pytest -n 0 -s tests/test_crash_sweep.py -k {backend}"
+                          + (f"\none point alone: TFCLUSTER_SWEEP_AT={at} python -m pytest -n 0 -s "
+                             f"tests/test_crash_sweep.py -k {backend}" if at else ""))
 
 
-# Requests the world received during one clean `up` and `down` of a 2-VM cluster when the sweep was last
-# measured (the full sweep counts them anew): CI draws its points from these spans without a clean run.
-MEASURED = {"up": 95, "down": 108}
+# Requests the world received during one clean run of each command on a 2-VM cluster when the sweep was
+# last measured (the full sweep counts them anew): CI draws its points from these spans without a clean run.
+MEASURED = {"up": 100, "train": 21, "train --detach": 19, "stop": 0, "down": 109}
+# What the workers run: a short attached run, and the detached run that `stop` and `down` end.
+SHORT_GCP_RUN = "import os, time\nprint('worker', os.environ['TFCLUSTER_WORKER_INDEX'], 'up', flush=True)\ntime.sleep(2)\n"
+LONG_GCP_RUN = "import time\ntime.sleep(600)\n"
+
+
+def gcp_commands(cli) -> dict[str, tuple[tuple[str, ...], object]]:
+    """Each swept command: its arguments, and what must be there before it (None, or a callable)."""
+    short, long = cli.state_dir.parent / "sweep_short.py", cli.state_dir.parent / "sweep_long.py"
+    short.write_text(SHORT_GCP_RUN)
+    long.write_text(LONG_GCP_RUN)
+
+    def cluster_up():
+        if (cli.cluster(CLUSTER) or {}).get("status") != "up":
+            made = cli.run("up", timeout=600)
+            assert made.returncode == 0, made.stdout + made.stderr
+
+    def a_detached_run():
+        cluster_up()
+        cli.run("stop", timeout=300)  # An earlier point's short detached run may still be ending.
+        started = cli.run("train", "--detach", "--script", str(long), timeout=300)
+        assert started.returncode == 0, started.stdout + started.stderr
+
+    return {"up": (("up",), None),
+            "train": (("train", "--script", str(short)), cluster_up),
+            "train --detach": (("train", "--detach", "--script", str(short)), cluster_up),
+            "stop": (("stop",), a_detached_run),
+            "down": (("down",), cluster_up)}
 
 
 @needs_hosts
-def test_gcp_up_and_down_killed_anywhere_leave_nothing(sweep_cli, world):
+def test_gcp_commands_killed_anywhere_leave_nothing(sweep_cli, world):
+    """up, train (attached and --detach), stop and down on gcp, each killed right after sampled requests."""
     cli = sweep_cli
+    commands = gcp_commands(cli)
     if POINTS:  # The full sweep: each command's span counted on this world first.
-        spans = {"up": requests_of(cli, ("up",)), "down": requests_of(cli, ("down",))}
-        assert held_by_world(world, cli) == []  # The clean run itself leaves nothing.
+        spans = {}
+        for name, (args, before) in commands.items():
+            if before is not None:
+                before()
+            spans[name] = requests_of(cli, args)
+        if cli.cluster(CLUSTER) is not None:
+            assert cli.run("down", timeout=600).returncode == 0
+        assert held_by_world(world, cli) == []  # The clean runs themselves leave nothing.
         print(f"\nrequests of a clean run: {spans}")
     else:
         spans = MEASURED
-    up, down = Tally("up"), Tally("down")
-    for k in points("up", spans["up"]):
-        sweep_one(cli, world, up, ("up",), k)
-    for k in points("down", spans["down"]):
-        sweep_one(cli, world, down, ("down",), k, before=lambda: cli.run("up", timeout=600))
-    report([up, down], "gcp")
+    tallies = {name: Tally(name) for name in commands}
+    if not (POINTS or AT):  # CI: the named `up` point, then a seeded `train --detach` point on the cluster it made.
+        [k] = random.Random(f"{SEED}-train --detach").sample(range(1, spans["train --detach"]), 1)
+        sweep_chain(cli, world, [(tallies["up"], ("up",), NAMED["up"][0], None),
+                                 (tallies["train --detach"], commands["train --detach"][0], k, None)])
+    else:
+        for name, (args, before) in commands.items():
+            for k in points(name, spans[name]):
+                sweep_one(cli, world, tallies[name], args, k, before=before)
+    report(list(tallies.values()), "gcp")
 
 
 # ---------------------------------------------------------------- local: kill points in time

@@ -177,6 +177,18 @@ def cluster_holder(store: StateStore) -> Holder | None:
     return None
 
 
+def refuse_while_held(store: StateStore) -> None:
+    """The one line for a launcher started while `up` or `down` holds the cluster (nothing may start on
+    what `down` removes), naming the holder; nothing when neither holds it."""
+    lifecycle = command_holder(store)
+    if lifecycle is not None and "down" in lifecycle.command:
+        raise ClusterError(f"cluster '{store.cluster_name}' is being taken down by {lifecycle.describe()}; wait for it "
+                           "to finish, then `invoke up`")
+    if lifecycle is not None:
+        raise ClusterError(f"cluster '{store.cluster_name}' is held by {lifecycle.describe()}; wait for it to finish, "
+                           "then run this again")
+
+
 class LauncherLease:
     """A launcher's hold on its cluster, from before it starts anything until it can start nothing more.
 
@@ -206,13 +218,7 @@ class LauncherLease:
         admit = _open_lock(self.store.root / "locks" / f"{name}.admit")
         try:
             fcntl.flock(admit, fcntl.LOCK_EX)
-            lifecycle = command_holder(self.store)
-            if lifecycle is not None and "down" in lifecycle.command:  # Nothing may start on what it removes.
-                raise ClusterError(f"cluster '{name}' is being taken down by {lifecycle.describe()}; wait for it to "
-                                   "finish, then `invoke up`")
-            if lifecycle is not None:
-                raise ClusterError(f"cluster '{name}' is held by {lifecycle.describe()}; wait for it to finish, then "
-                                   "run this again")
+            refuse_while_held(self.store)
             for run_id, info in live_launchers(self.store):
                 if run_id != self.run_id:
                     other = Holder(info.get("command", "`invoke train`"), int(info.get("pid") or 0),

@@ -445,13 +445,14 @@ class KillSwitch:
     def __init__(self):
         self._lock = threading.Lock()
         self.pgid = 0
-        self.after: int | None = None
+        # Kill right after the after-th request, or after the first whose "VERB path" starts so (None: never).
+        self.after: int | str | None = None
         # "VERB path" of each request since arm(), in arrival order.
         self.seen: list[str] = []
         # The request after which the group was killed ("" while none was).
         self.killed_after = ""
 
-    def arm(self, after: int | None) -> None:
+    def arm(self, after: int | str | None) -> None:
         """Count from now; kill the group set by ``target`` right after request ``after`` (None: count only)."""
         with self._lock:
             self.pgid, self.after, self.seen, self.killed_after = 0, after, [], ""
@@ -471,7 +472,9 @@ class KillSwitch:
 
         with self._lock:
             self.seen.append(f"{verb} {path}")
-            if self.after is not None and self.pgid and len(self.seen) == self.after + 1:
+            if isinstance(self.after, str) and self.seen[-1].startswith(self.after):
+                self.after = len(self.seen)  # A named point: right after the first request so named.
+            elif isinstance(self.after, int) and self.pgid and len(self.seen) == self.after + 1:
                 self.killed_after = self.seen[-2] if len(self.seen) > 1 else "(start)"
                 try:
                     os.killpg(self.pgid, signal.SIGKILL)

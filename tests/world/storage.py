@@ -61,6 +61,28 @@ def written_object(method: str, target: str, body: bytes) -> str | None:
     return json.loads(b'"' + found[1] + b'"') if found else None
 
 
+def kept_labels(upstream: tuple[str, int], headers: dict, body: bytes, created: bytes) -> bytes:
+    """buckets.insert stores the labels of the bucket resource it is given, as Google does ("labels: User-provided
+    labels, in key/value pairs", https://cloud.google.com/storage/docs/json_api/v1/buckets#resource, supplied
+    whole in the insert's body: https://cloud.google.com/storage/docs/json_api/v1/buckets/insert);
+    gcp-storage-emulator keeps only the name on insert (handlers/buckets.py insert) and labels only on
+    buckets.patch, so they are patched in before the answer goes back. A bucket found by its labels (an
+    orphan a killed `terraform apply` made, tfcluster issue 46) is found here as in Google."""
+    labels = json.loads(body or b"{}").get("labels")
+    if not labels:
+        return created
+    name = json.loads(created)["name"]
+    connection = http.client.HTTPConnection(*upstream, timeout=60)
+    try:
+        connection.request("PATCH", f"/storage/v1/b/{name}", body=json.dumps({"labels": labels}).encode(),
+                           headers={**headers, "Content-Type": "application/json"})
+        patched = connection.getresponse()
+        data = patched.read()
+        return data if patched.status == 200 else created
+    finally:
+        connection.close()
+
+
 def contract(method: str, target: str, body: bytes):
     """(call, refusal) of a JSON API request under storage.v1's discovery document
     (tests/world/discovery.py); (None, None) for what the document does not describe: the XML
@@ -286,6 +308,8 @@ class IamStorageProxy:
                                    headers=headers)
                 response = connection.getresponse()
                 data = response.read()
+                if call is not None and call.id == "storage.buckets.insert" and response.status == 200:
+                    data = kept_labels(upstream, headers, body, data)
                 if call is not None and "json" in (response.getheader("Content-Type") or "") and data.strip():
                     answer = encoded_links(json.loads(data))
                     if listing and response.status == 200:

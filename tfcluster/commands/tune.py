@@ -107,6 +107,7 @@ def tune(settings: Settings, request: TuneRequest) -> RunRecord | None:
         _print_plan(build_tune_plans(hosts, run_id, argv + args, env, oracle_port, tune_dir))
         return None
 
+    holds.refuse_while_held(store)  # `down` (or `up`) holds the cluster: say who, before any run of it is looked at.
     if active_run(store, cluster):
         raise ClusterError(f"a run is still active on cluster '{cluster.name}'; "
                            "watch it with `invoke logs --follow` or end it with `invoke stop`")

@@ -393,8 +393,11 @@ class GcpBackend(SshBackend):
         with translated(cluster.project, "down"):
             kept = destroy_keeping_results(cluster, terraform, delete_bucket, self._announce)
             if cluster.zone:  # What a killed apply made but never recorded goes too; a bucket kept for results stays.
+                # Only a bucket this `down` kept: the record's bucket is not the state's when a kill cut the state
+                # (the backup's random suffix named another), and an empty one is never kept (issue 46's leak).
+                held = (cluster.bucket,) if any(line.startswith("kept bucket ") for line in kept) else ()
                 remove_unrecorded(self._api(cluster), cluster.project, cluster.zone, cluster.name, terraform.workdir,
-                                  self._announce, keep=(cluster.bucket,))
+                                  self._announce, keep=held)
             oslogin.forget_key(self.workdir(cluster.name), self._announce)
             left = self._api(cluster).leftovers(cluster.zone, cluster.name)
             iam = iam_leftovers(cluster.project, cluster.name, default_credentials())
