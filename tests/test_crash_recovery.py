@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
 
@@ -31,6 +33,10 @@ def test_a_stale_lock_and_a_cut_state_are_mended_and_a_running_terraform_is_left
 
     # A terraform of the cluster still runs: nothing is touched, and the line names it.
     running = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", f"-chdir={folder}", "apply"])
+    deadline = time.monotonic() + 30  # Until the child has exec'd: before that its cmdline is the parent's.
+    while f"-chdir={folder}".encode() not in Path(f"/proc/{running.pid}/cmdline").read_bytes():
+        assert time.monotonic() < deadline, "the stand-in terraform never started"
+        time.sleep(0.01)
     try:
         with pytest.raises(ClusterError, match=rf"^terraform \(pid {running.pid}\) still works on cluster 'sweep'; "
                                                rf"wait for it to end, or end it \(kill {running.pid}\), then run this "
