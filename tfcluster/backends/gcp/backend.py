@@ -21,7 +21,7 @@ from tfcluster.backends.gcp.cloud.compute import (LABEL, ComputeApi, default_cre
 from tfcluster.backends.gcp.cloud.errors import translated
 from tfcluster.backends.gcp.cloud.registry import adopt_kept_repository
 from tfcluster.backends.gcp.cloud.terraform import MODULE_DIR, Terraform
-from tfcluster.backends.gcp.leftovers import remove_unrecorded
+from tfcluster.backends.gcp.leftovers import remove_after_destroy, remove_unrecorded
 from tfcluster.backends.gcp.prices.quoter import Quoter
 from tfcluster.backends.gcp.spend import budget, ledger_events
 from tfcluster.backends.gcp.vms import docker_login, vm_control, vm_status
@@ -392,12 +392,7 @@ class GcpBackend(SshBackend):
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project, announce=self._announce)
         with translated(cluster.project, "down"):
             kept = destroy_keeping_results(cluster, terraform, delete_bucket, self._announce)
-            if cluster.zone:  # What a killed apply made but never recorded goes too; a bucket kept for results stays.
-                # Only a bucket this `down` kept: the record's bucket is not the state's when a kill cut the state
-                # (the backup's random suffix named another), and an empty one is never kept (issue 46's leak).
-                held = (cluster.bucket,) if any(line.startswith("kept bucket ") for line in kept) else ()
-                remove_unrecorded(self._api(cluster), cluster.project, cluster.zone, cluster.name, terraform.workdir,
-                                  self._announce, keep=held)
+            remove_after_destroy(self._api(cluster), cluster, terraform.workdir, self._announce, kept)
             oslogin.forget_key(self.workdir(cluster.name), self._announce)
             left = self._api(cluster).leftovers(cluster.zone, cluster.name)
             iam = iam_leftovers(cluster.project, cluster.name, default_credentials())

@@ -3,6 +3,6 @@
 for `down` after its destroy. It may import every other room (it asks Compute, IAM and Cloud Storage
 through cloud/ and access/, and books an unrecorded VM's time through spend/); only backend.py imports it."""
 
-from tfcluster.backends.gcp.leftovers.unrecorded import remove_unrecorded
+from tfcluster.backends.gcp.leftovers.unrecorded import remove_after_destroy, remove_unrecorded
 
-__all__ = ["remove_unrecorded"]
+__all__ = ["remove_after_destroy", "remove_unrecorded"]
