@@ -6,6 +6,7 @@ a variable, broken YAML, a read-only state folder on `up` and on `down`, `tensor
 from __future__ import annotations
 
 import dataclasses
+import json
 import shutil
 import subprocess
 import sys
@@ -139,6 +140,13 @@ def test_a_variable_broken_yaml_a_read_only_state_folder_and_a_port_are_one_line
     assert_one_line(invoke_in(clone, "tensorboard", "--port", "abc", env=env), "port must be a whole number")
 
     assert invoke_in(clone, "up", "--workers", "1", env=env).returncode == 0
+    # An `up` killed or failed leaves its record "provisioning": train starts nothing there (issue 46).
+    record = state / "clusters" / "default.json"
+    finished = record.read_text()
+    record.write_text(json.dumps({**json.loads(finished), "status": "provisioning"}))
+    assert_one_line(invoke_in(clone, "train", "--detach", env=env), "cluster 'default' is not up",
+                    "run `invoke up` again to finish it, or `invoke down`")
+    record.write_text(finished)
     read_only = ("unshare", "--mount", "--", "sh", "-c", f'mount -o bind,ro {state} {state} && exec "$@"', "sh")
     for command in (["up", "--workers", "1", "--cluster", "more"], ["down"]):
         assert_one_line(invoke_in(clone, *command, env=env, prefix=read_only), f"cannot use {state}",

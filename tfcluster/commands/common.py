@@ -32,6 +32,16 @@ def require_cluster(store: StateStore) -> ClusterState:
     return cluster
 
 
+def require_up_cluster(store: StateStore) -> ClusterState:
+    """The cluster, for a command that starts workers: one whose `up` finished. An `up` that was killed
+    or failed leaves the record "provisioning" (no hosts yet): say how to finish it, never start there."""
+    cluster = require_cluster(store)
+    if cluster.status != "up":
+        raise ClusterError(f"cluster '{cluster.name}' is not up: its `invoke up` did not finish (killed or failed); "
+                           "run `invoke up` again to finish it, or `invoke down` to remove what it made")
+    return cluster
+
+
 def active_run(store: StateStore, cluster: ClusterState,
                backend: Backend | None = None) -> tuple[RunRecord, list] | None:
     """The cluster's run that still runs: a launcher is attached to it (between attempts too, when no

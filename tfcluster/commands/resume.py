@@ -10,7 +10,7 @@ import time
 from tfcluster import container, holds, launch, stall
 from tfcluster.commands import requirements as script_requirements, restage
 from tfcluster.commands.attempts import clock, run_attempts
-from tfcluster.commands.common import active_run, backend_for_cluster, console, plans_for, require_cluster, stop_processes
+from tfcluster.commands.common import active_run, backend_for_cluster, console, plans_for, require_up_cluster, stop_processes
 from tfcluster.commands.train import LAUNCH_FILE, stall_limit
 from tfcluster.config import Settings, parse_int
 from tfcluster.errors import ClusterError, ConfigError
@@ -23,7 +23,7 @@ def resume(settings: Settings, run_id: str, retries: int | None = None, verbose:
     resume the same run from its backup, as the next attempt."""
     limit = stall_limit(stall_minutes)
     store = StateStore(settings)
-    cluster = require_cluster(store)
+    cluster = require_up_cluster(store)
     run = store.load_run(run_id)
     if run is None:
         raise ConfigError(f"no run {run_id} on cluster '{cluster.name}'; see the run ids with `invoke status`")

@@ -19,7 +19,7 @@ from tfcluster.backends import Payload
 from tfcluster.commands import (batch_fit, requirements as script_requirements, restage, script_facts,
                                  script_layout, spend)
 from tfcluster.commands.attempts import run_attempts
-from tfcluster.commands.common import active_run, backend_for_cluster, console, require_cluster
+from tfcluster.commands.common import active_run, backend_for_cluster, console, require_up_cluster
 from tfcluster.commands.budget import RunBudget
 from tfcluster.config import Settings, parse_image, parse_int
 from tfcluster.errors import ClusterError, ConfigError, TfClusterError, TrainingFailed
@@ -156,7 +156,7 @@ def train(settings: Settings, request: TrainRequest) -> RunRecord | None:
     then = _then_action(request.then)
     _check_detach(request)
     store = StateStore(settings)
-    cluster = require_cluster(store)
+    cluster = require_up_cluster(store)
     workers = _worker_count(request.workers, cluster)
     retries = settings.retries if request.retries is None else parse_int("retries", request.retries, 0)
     script, project = _script_and_project(request)

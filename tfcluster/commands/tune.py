@@ -19,7 +19,7 @@ from pathlib import Path
 from tfcluster import holds, ui
 from tfcluster.backends import Payload
 from tfcluster.backends.local import PROJECT_ROOT
-from tfcluster.commands.common import active_run, backend_for_cluster, console, require_cluster
+from tfcluster.commands.common import active_run, backend_for_cluster, console, require_up_cluster
 from tfcluster.commands.train import _script_and_project, _worker_count, ensure_synthetic_data
 from tfcluster.commands.tune_loop import run_search
 from tfcluster.commands.tune_plans import build_tune_plans
@@ -64,7 +64,7 @@ def _max_trials(value) -> int | None:
 def tune(settings: Settings, request: TuneRequest) -> RunRecord | None:
     max_trials = _max_trials(request.max_trials)
     store = StateStore(settings)
-    cluster = require_cluster(store)
+    cluster = require_up_cluster(store)
     workers = _worker_count(request.workers, cluster)
     retries = settings.retries if request.retries is None else parse_int("retries", request.retries, 0)
     script, project = _script_and_project(request)
