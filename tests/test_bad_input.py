@@ -178,6 +178,9 @@ def test_dash_h_is_help_on_every_task(name, capsys):
 def run_tfcluster(argv: list[str], monkeypatch, capsys) -> tuple[int, str, str]:
     """The installed command's own entry point (program.main), in process."""
     monkeypatch.setattr(spoken, "PROGRAM", spoken.PROGRAM)  # main() sets it; put it back after.
+    # main() takes INVOKE_TFCLUSTER_* out of the environment into cli's own dict, once per process: a
+    # fresh one here, so no later test in this process reads this test's state folder.
+    monkeypatch.setattr(cli, "_ENVIRONMENT", {})
     monkeypatch.setattr(sys, "argv", ["tfcluster", *argv])
     try:
         program.main()
