@@ -392,7 +392,7 @@ class GcpBackend(SshBackend):
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project, announce=self._announce)
         with translated(cluster.project, "down"):
             kept = destroy_keeping_results(cluster, terraform, delete_bucket, self._announce)
-            remove_after_destroy(self._api(cluster), cluster, terraform.workdir, self._announce, kept)
+            remove_after_destroy(self._api(cluster), cluster, terraform.workdir, self._announce, kept.bucket)
             oslogin.forget_key(self.workdir(cluster.name), self._announce)
             left = self._api(cluster).leftovers(cluster.zone, cluster.name)
             iam = iam_leftovers(cluster.project, cluster.name, default_credentials())
@@ -408,7 +408,7 @@ class GcpBackend(SshBackend):
         else:
             self._announce("verified through IAM: no service account of the cluster's VMs ("
                            f"{service_account_email(cluster.project, cluster.name, 'N')}) and no watchdog role is left")
-        for line in kept:
+        for line in kept.lines:
             self._announce(line)
 
 

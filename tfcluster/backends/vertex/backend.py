@@ -144,7 +144,7 @@ class VertexBackend(Backend):
                                    "`invoke down` again")
             self._announce(f"verified through Vertex AI (label tfcluster-cluster={jobspec.label(cluster.name)}): no "
                            "job of the cluster runs")
-        for line in kept:
+        for line in kept.lines:
             self._announce(line)
 
     def cancel_jobs(self, cluster) -> list[str]:

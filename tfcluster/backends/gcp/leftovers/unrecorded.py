@@ -134,12 +134,13 @@ def _delete_iam(project: str, kind: str, name: str) -> None:
                            f"the console (project {project}), then run this again")
 
 
-def remove_after_destroy(api, cluster, workdir: Path, announce: Callable[[str], None], kept: list[str]) -> list[str]:
-    """After `down`'s destroy (``kept``: its lines for what it kept): what a killed apply made but never
-    recorded goes too. Only a bucket this `down` kept for its results stays: the record's bucket is not the
-    state's when a kill cut the state (the backup's random suffix named another), and an empty one is never
-    kept (the sweep's leak, issue 46)."""
+def remove_after_destroy(api, cluster, workdir: Path, announce: Callable[[str], None],
+                         kept_bucket: str | None) -> list[str]:
+    """After `down`'s destroy: what a killed apply made but never recorded goes too. Only ``kept_bucket``,
+    the bucket this `down` kept for its results, stays: the record's bucket is not the state's when a kill
+    cut the state (the backup's random suffix named another), and an empty one is never kept (the sweep's
+    leak, issue 46)."""
     if not cluster.zone:
         return []
-    held = (cluster.bucket,) if any(line.startswith("kept bucket ") for line in kept) else ()
+    held = (kept_bucket,) if kept_bucket else ()
     return remove_unrecorded(api, cluster.project, cluster.zone, cluster.name, workdir, announce, keep=held)

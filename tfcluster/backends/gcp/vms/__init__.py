@@ -7,6 +7,6 @@ May import: the cloud, prices and zones rooms, tfcluster.backends.{base,docker,g
 layer. Outside tfcluster/backends/gcp/, only what __all__ names.
 """
 
-from tfcluster.backends.gcp.vms.teardown import bucket_rule, destroy_keeping_results
+from tfcluster.backends.gcp.vms.teardown import Kept, bucket_rule, destroy_keeping_results
 
-__all__ = ["bucket_rule", "destroy_keeping_results"]
+__all__ = ["Kept", "bucket_rule", "destroy_keeping_results"]

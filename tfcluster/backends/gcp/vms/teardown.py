@@ -22,6 +22,7 @@ Registry call that is refused (a missing permission, an API turned off) or fails
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from typing import Callable
 
 from tfcluster.backends.gcp.prices.cost import PRICES
@@ -32,6 +33,17 @@ from tfcluster.state import ClusterState
 
 BUCKET = "google_storage_bucket.cluster"
 WORKERS = "google_compute_instance.worker"
+
+
+@dataclass
+class Kept:
+    """What `down` kept because it holds something: the caller says its lines, and removes nothing of it."""
+
+    # The bucket's name, when it was kept for its objects (None: it went with the rest, or there was none).
+    bucket: str | None = None
+    # One line per kept bucket or registry (its size, monthly cost and the command that deletes it), and
+    # the bucket's lifecycle rule after its line.
+    lines: list[str] = field(default_factory=list)
 
 
 def bucket_usage(project: str, bucket: str) -> Stored | None:
@@ -75,8 +87,9 @@ def _kept_repository(stored: Stored, location: str, repository: str, project: st
 
 
 def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_stored: bool,
-                            announce: Callable[[str], None]) -> list[str]:
-    """Destroy the cluster's resources, the VMs first; returns one line per kept bucket or repository.
+                            announce: Callable[[str], None]) -> Kept:
+    """Destroy the cluster's resources, the VMs first; returns what was kept (a bucket or registry that holds
+    something, unless ``delete_stored``).
     What a killed terraform left in its folder is mended first (cloud/terraform_remains.py); what it made
     in the project but never recorded is the caller's to remove after (leftovers/unrecorded.py)."""
     terraform.mend()
@@ -89,7 +102,7 @@ def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_
         bucket = bucket_usage(cluster.project, cluster.bucket) if cluster.bucket else None
         images = repository_usage(cluster)
     delete_stored = delete_stored or bool(terraform.variables().get("bucket_force_destroy"))
-    kept, deleted = [], []
+    kept, deleted = Kept(), []
     if bucket is not None and bucket.items:
         if delete_stored:
             deleted.append(f"bucket {bucket.label} with its {bucket.items} objects ({bucket.size / 1e9:.2f} GB)")
@@ -97,15 +110,16 @@ def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_
             terraform.apply([BUCKET])
         else:
             terraform.forget(BUCKET)
-            kept.append(_kept_bucket(bucket))
-            kept.append(bucket_rule(int(terraform.variables().get("bucket_retention_days") or 0)))
+            kept.bucket = cluster.bucket
+            kept.lines.append(_kept_bucket(bucket))
+            kept.lines.append(bucket_rule(int(terraform.variables().get("bucket_retention_days") or 0)))
     if images is not None and images.items:
         if delete_stored:
             deleted.append(f"registry {images.label} with its {images.items} images ({images.size / 1e9:.2f} GB)")
         else:
             terraform.forget(REPOSITORY)
             _, name = repository_path(cluster)
-            kept.append(_kept_repository(images, name.split("/")[3], name.split("/")[-1], name.split("/")[1]))
+            kept.lines.append(_kept_repository(images, name.split("/")[3], name.split("/")[-1], name.split("/")[1]))
     rest = "the firewall rules, network and service account" if vms else "the jobs' service account"
     if deleted:
         announce(f"deleting {' and '.join(deleted)}, then {rest}")
@@ -113,6 +127,6 @@ def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_
         empty = [what for what, stored in (("bucket", bucket), ("registry", images))
                  if stored is not None and not stored.items]
         announce(f"destroying {rest}" + (f", and the empty {' and '.join(empty)}" if empty else "")
-                 + ("; keeping what holds results and images" if kept else ""))
+                 + ("; keeping what holds results and images" if kept.lines else ""))
     terraform.destroy()
     return kept
