@@ -372,7 +372,7 @@ class GcpBackend(SshBackend):
 
     def vm_rows(self, cluster, settings) -> list[VmRow]:
         with translated(cluster.project, "status"):
-            return vm_status.rows(self, cluster, settings)
+            return vm_status.rows(cluster, settings, self.prices, self.workdir(cluster.name), self._announce)
 
     # ------------------------------------------------------------ money: what the collaborators answer
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import time
 from datetime import datetime
+from pathlib import Path
+from typing import Callable
 
 from tfcluster.backends.base import VmRow
 from tfcluster.backends.gcp.zones import reservations
@@ -37,17 +39,19 @@ def how(vm) -> str:
     return f"{model}, reservation {held}" if held else model
 
 
-def rows(backend, cluster, settings) -> list[VmRow]:
-    """Each VM's state (and how it got its capacity), uptime and cost so far, from instances.list."""
+def rows(cluster, settings, prices, workdir: Path, announce: Callable[[str], None]) -> list[VmRow]:
+    """Each VM's state (and how it got its capacity), uptime and cost so far, from instances.list; ``prices``
+    (GcpBackend.prices, a prices.Quoter) quotes them, ``workdir`` holds what was applied, ``announce`` says
+    the cost and placement lines."""
     api = ComputeApi(cluster.project)
     listed = api.list_cluster(cluster.zone, cluster.name)
     # What the VMs are (Compute's provisioning model, or what was applied), not today's settings.
-    tfvars = backend.workdir(cluster.name) / "terraform.tfvars.json"
+    tfvars = workdir / "terraform.tfvars.json"
     applied = json.loads(tfvars.read_text()) if tfvars.exists() else {}
     spot = any(vm.scheduling.provisioning_model == "SPOT" for vm in listed) or bool(applied.get("spot", settings.spot))
-    prices = backend.prices.quote(settings, cluster.project, cluster.zone, len(cluster.hosts), spot, applied)
-    for line in prices.lines():
-        backend._announce(line)
+    quote = prices.quote(settings, cluster.project, cluster.zone, len(cluster.hosts), spot, applied)
+    for line in quote.lines():
+        announce(line)
     names = {vm.name for vm in listed}
     found = [VmRow(name=r.instance, status="DELETED (`invoke up` re-creates it)", uptime_seconds=0.0, cost_so_far=0.0)
              for r in cluster.hosts if r.instance not in names]
@@ -58,13 +62,13 @@ def rows(backend, cluster, settings) -> list[VmRow]:
         on_reservation = bool(reservations.consumed(vm))
         reserved += [vm.name] if on_reservation else []
         found.append(VmRow(name=vm.name, status=vm.status, uptime_seconds=uptime, capacity=how(vm),
-                           cost_so_far=0.0 if on_reservation else prices.in_use.per_vm * uptime / 3600))
+                           cost_so_far=0.0 if on_reservation else quote.in_use.per_vm * uptime / 3600))
     if reserved:
-        backend._announce(f"cost: {', '.join(reserved)} run on a reservation: no cost beyond it (the project pays "
+        announce(f"cost: {', '.join(reserved)} run on a reservation: no cost beyond it (the project pays "
                           "the reservation's hours whether a VM uses them or not)")
     placed = spread([topology_of(vm) for vm in listed])  # resourceStatus.physicalHostTopology, where Compute says.
     if placed:
-        backend._announce(f"placement: {placed}")
+        announce(f"placement: {placed}")
     return found
 
 
