@@ -27,6 +27,7 @@ from tfcluster.backends.gcp.spend import budget, ledger_events
 from tfcluster.backends.gcp.vms import docker_login, vm_control, vm_status
 from tfcluster.backends.gcp.vms.teardown import bucket_rule, destroy_keeping_results
 from tfcluster.backends.gcp.zones import capacity, failover, placement
+from tfcluster.backends.gcp.zones.ladder import Ladder
 from tfcluster.backends.gcp.zones.restart import ZoneFull, bring_back, bring_back_waiting, new_nonce
 from tfcluster.backends.group import in_parallel
 from tfcluster.backends.ssh import SshBackend
@@ -43,8 +44,8 @@ class GcpBackend(SshBackend):
     """Terraform-provisioned GPU VMs reached with the cluster's own SSH key and pinned host keys.
 
     It is the ssh backend (docs/design.md says why it inherits it) plus the provisioning, and holds its
-    collaborators: ``prices`` (the Quote of a cluster's VMs), ``spend`` (the cost ledger kept from what
-    Compute shows) and ``budget`` (--budget as the VMs' hypervisor deadline)."""
+    collaborators: ``prices`` (the Quote of a cluster's VMs), ``spend`` (the ledger kept from what Compute
+    shows), ``budget`` (--budget as the VMs' deadline) and ``ladder`` (climbing the capacity ladder)."""
 
     name = "gcp"
     hosts_outlive_cluster = False  # `terraform destroy` removes the VMs with whatever they hold.
@@ -56,6 +57,7 @@ class GcpBackend(SshBackend):
         self.prices = Quoter(store)
         self.spend = ledger_events.SpendTracker(self._api, self.workdir, self.prices.quote)
         self.budget = budget.Budget(store, self.spend, self.prices.quote, self._api, self.workdir, announce)
+        self.ladder = Ladder(store, self.spend, announce, self.name)
 
     def workdir(self, cluster_name: str) -> Path:
         return self._store.root / "gcp" / cluster_name
@@ -174,7 +176,7 @@ class GcpBackend(SshBackend):
         adopt_kept_repository(terraform, settings.project, variables["registry_location"], settings.cluster,
                               self._announce)
         if settings.capacity == AUTO or settings.provisioning == FLEX_START:  # The ladder, the Flex-start wait.
-            zone = capacity.make_cluster(self, settings, terraform, api, variables, record, began, str(key_file))
+            zone = self.ladder.make(settings, terraform, api, variables, record, began, str(key_file))
         else:
             zone = failover.apply_in_zones(terraform, api, variables, zones, settings.cluster, self._announce, record)
         outputs = terraform.outputs()
@@ -340,7 +342,7 @@ class GcpBackend(SshBackend):
                                    settings.capacity_wait_seconds, settings.capacity_tries)
             except ZoneFull as full:  # --capacity auto: the rest of the ladder; else the next zone, if any.
                 if settings.capacity == AUTO:
-                    capacity.recover(self, cluster, api, terraform, full, settings)
+                    self.ladder.recover(cluster, api, terraform, full, settings)
                 else:
                     failover.move_or_fail(cluster, api, terraform, full, settings, self._announce,
                                           self._store.save_cluster)
