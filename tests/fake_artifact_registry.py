@@ -27,11 +27,11 @@ import json
 import re
 import threading
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
 from tests.world import compute_auth, discovery
-from tests.world.http import send_json
+from tests.world.http import WorldServer, send_json
 
 REPOSITORY = r"/v1/(?P<repo>projects/(?P<project>[^/]+)/locations/[^/]+/repositories/[^/]+)"
 NOW = "2026-11-22T20:00:00Z"
@@ -161,9 +161,9 @@ class FakeArtifactRegistryServer:
 
         import ssl
 
-        self.control = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.control = WorldServer(("127.0.0.1", 0), Handler)
         address, certfile, keyfile = tls
-        secure = ThreadingHTTPServer((address, 443), Handler)
+        secure = WorldServer((address, 443), Handler)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.load_cert_chain(certfile, keyfile)
         secure.socket = context.wrap_socket(secure.socket, server_side=True)

@@ -51,7 +51,7 @@ import re
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlparse
 
 BASE = "/compute/v1/projects/(?P<project>[^/]+)"
@@ -60,7 +60,7 @@ from tests.world import capacity, compute_auth, compute_lists, compute_resources
 from tests.world import images as world_images  # noqa: E402
 from tests.world import quotas as world_quotas  # noqa: E402
 from tests.world import placement  # noqa: E402
-from tests.world.http import send_json  # noqa: E402
+from tests.world.http import WorldServer, send_json  # noqa: E402
 from tests import fake_operations  # noqa: E402
 from tests.fake_operations import (_now_iso, advance, capacity_error, new_operation, preempt_instance,  # noqa: E402
                                    start_effect)
@@ -547,13 +547,13 @@ class FakeComputeServer:
             def log_message(self, *args):
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = WorldServer(("127.0.0.1", 0), Handler)
         self.servers = [self.server]
         if tls is not None:
             import ssl
 
             address, certfile, keyfile = tls
-            secure = ThreadingHTTPServer((address, 443), Handler)
+            secure = WorldServer((address, 443), Handler)
             context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
             context.load_cert_chain(certfile, keyfile)
             secure.socket = context.wrap_socket(secure.socket, server_side=True)

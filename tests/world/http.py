@@ -3,9 +3,28 @@
 from __future__ import annotations
 
 import json
+import ssl
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
+
+# A client gone mid-answer: its process was killed (the crash sweep SIGKILLs commands between a request
+# and its answer, tests/test_crash_sweep.py) or it hung up.
+GONE = (BrokenPipeError, ConnectionResetError, ssl.SSLEOFError, ssl.SSLZeroReturnError)
+
+
+class WorldServer(ThreadingHTTPServer):
+    """Every stand-in's HTTP server: a thread per request, none keeping the test alive. An answer whose
+    sender is gone is lost, as Google's is; it is no error of the world's, so socketserver's traceback
+    for it is not printed. Any other error in a handler still is."""
+
+    daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        if isinstance(sys.exc_info()[1], GONE):
+            return
+        super().handle_error(request, client_address)
 
 
 def send_json(handler: BaseHTTPRequestHandler, code: int, payload) -> None:
@@ -40,8 +59,7 @@ class TlsServer:
     (the world's CA signs the names that resolve to ``address``), in a thread until close()."""
 
     def __init__(self, address: str, context, handler: type[BaseHTTPRequestHandler]):
-        self.server = ThreadingHTTPServer((address, 443), handler)
-        self.server.daemon_threads = True
+        self.server = WorldServer((address, 443), handler)
         self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 

@@ -25,11 +25,12 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from tests.world import discovery
 from tests.world.compute_auth import OPERATOR, insufficient_scopes
+from tests.world.http import WorldServer
 from tests.world.iam import needed, permissions_of
 
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
@@ -358,8 +359,7 @@ class IamStorageProxy:
 
     def listen(self, address: str, port: int, context: ssl.SSLContext | None) -> None:
         """One more door (for example on the test hosts' bridge, for TensorFlow on the hosts)."""
-        server = ThreadingHTTPServer((address, port), self.handler)
-        server.daemon_threads = True
+        server = WorldServer((address, port), self.handler)
         if context is not None:
             server.socket = context.wrap_socket(server.socket, server_side=True)
         self.servers.append(server)
