@@ -54,10 +54,13 @@ class Tally:
     leaked: list = field(default_factory=list)
     # (the kill point, the request, what failed) of each point whose re-run or `down` broke the one-line rule.
     broken: list = field(default_factory=list)
+    # Points tried whose command ended before its kill point (a run that sent fewer requests than counted).
+    missed: int = 0
 
     def line(self, backend: str) -> str:
+        missed = f", {self.missed} of them ended before their kill point" if self.missed else ""
         return (f"sweep {backend} {self.command}: points tried {self.tried} / converged {self.converged} / "
-                f"leaked {len(self.leaked)} (seed {SEED})")
+                f"leaked {len(self.leaked)} (seed {SEED}{missed})")
 
 
 def held_by_world(world, cli) -> list[str]:
@@ -105,7 +108,8 @@ def forget_everything(world, cli) -> None:
 
 def run_killed(cli, args: tuple[str, ...], after: int | str | None, timeout: float = 600) -> tuple[int, str]:
     """``args`` in its own session; SIGKILL to the whole group right after the world's ``after``-th request
-    (None: never). Returns its exit code (-9 when killed) and the request after which it died."""
+    (None: never). Returns its exit code (-9 when killed) and the request after which it died, with what
+    the group was running then ("... while running python -m tfcluster, terraform apply")."""
     switch = discovery.KILL_SWITCH
     switch.arm(after)
     process = subprocess.Popen(cli.argv(*args), cwd=REPO, env=cli.env, stdout=subprocess.DEVNULL,
@@ -117,8 +121,14 @@ def run_killed(cli, args: tuple[str, ...], after: int | str | None, timeout: flo
         if process.poll() is None:
             os.killpg(process.pid, 9)
             process.wait()
-        switch.disarm()
-    return code, switch.killed_after
+        seen = switch.disarm()
+    if not switch.killed_after:  # It ended before its (after+1)-th request: no kill landed; the line says so.
+        return code, f"not killed: it ended with exit {code} after {len(seen)} requests"
+    return code, switch.killed_after + running(switch.killed_during)
+
+
+def running(commands: list[str]) -> str:
+    return f" while running {', '.join(commands)}" if commands else ""
 
 
 def one_line_or_ok(result: subprocess.CompletedProcess) -> str | None:
@@ -194,11 +204,12 @@ def sweep_chain(cli, world, steps: list[tuple[Tally, tuple[str, ...], int | str 
         if before is not None:
             before()
         if isinstance(k, float):  # A seeded moment, in seconds, for a command that asks the world nothing.
-            killed_in_time(cli, args, k)
-            point, killed_after = f"{k} s in", "seeded moment"
+            during = killed_in_time(cli, args, k)
+            point, killed_after = f"{k} s in", "seeded moment" + running(during)
         else:
             _, killed_after = run_killed(cli, args, k)
             point = f"right after request {k}"
+            tally.missed += killed_after.startswith("not killed")
         tally.tried += 1
         ran.append((" ".join(args), cli.run(*args, timeout=600)))
         where.append((tally, point, killed_after))
@@ -341,16 +352,19 @@ def local_leftovers(cli, cluster_id: str) -> list[str]:
     return left + (["the cluster's record"] if cli.cluster() is not None else [])
 
 
-def killed_in_time(cli, args: tuple[str, ...], after: float) -> None:
+def killed_in_time(cli, args: tuple[str, ...], after: float) -> list[str]:
     """``args`` in its own session, its whole group SIGKILLed ``after`` seconds in (the kill point, drawn
-    from the seeded sample; never a synchronisation)."""
+    from the seeded sample; never a synchronisation). Returns what the group ran then ([] if it had ended)."""
     process = subprocess.Popen(cli.argv(*args), cwd=REPO, env=cli.env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         process.wait(timeout=after)
+        return []
     except subprocess.TimeoutExpired:
+        during = discovery.group_commands(process.pid)
         os.killpg(process.pid, 9)
         process.wait()
+        return during
 
 
 # Seconds each command takes here, about: the span the kill points are drawn from.
@@ -382,21 +396,23 @@ def time_sweep(cli, backend: str, script, up: tuple[str, ...], commands: list[st
                 assert detached.returncode == 0, detached.stdout + detached.stderr
             cluster_id = (cli.cluster() or {}).get("cluster_id", "")
             at = round(rng.uniform(0.05, 1.0) * SPANS[backend][name], 2)
-            killed_in_time(cli, args, at)
+            moment = "seeded" + running(killed_in_time(cli, args, at))
             tally.tried += 1
             cluster_id = cluster_id or (cli.cluster() or {}).get("cluster_id", "")
             for what in (args, ("down",)):
                 problem = one_line_or_ok(cli.run(*what, timeout=300))
                 if problem:
-                    tally.broken.append((f"{at} s in", "seeded", f"`{' '.join(what)}` after the kill: {problem}"))
+                    tally.broken.append((f"{at} s in", moment, f"`{' '.join(what)}` after the kill: {problem}"))
             left = local_leftovers(cli, cluster_id) if cluster_id else (["the cluster's record"] if cli.cluster() else [])
             if remote is not None and (remote / "default").exists() and any((remote / "default").iterdir()):
                 left.append(f"the hosts' folder {remote / 'default'}")
             if left:
-                tally.leaked.append((f"{at} s in", "seeded", left))
+                tally.leaked.append((f"{at} s in", moment, left))
                 cli.run("down", "--force")
             else:
                 tally.converged += 1
+            print(f"sweep point {backend} {name} killed {at} s in ({moment}): {'LEAKED' if left else 'converged'}",
+                  flush=True)
         tallies.append(tally)
     return tallies
 

@@ -451,11 +451,14 @@ class KillSwitch:
         self.seen: list[str] = []
         # The request after which the group was killed ("" while none was).
         self.killed_after = ""
+        # What the group was running when it was killed ("terraform apply", "terraform-provider-google",
+        # "ssh", "python -m tfcluster" ...): where in the command the kill landed.
+        self.killed_during: list[str] = []
 
     def arm(self, after: int | str | None) -> None:
         """Count from now; kill the group set by ``target`` right after request ``after`` (None: count only)."""
         with self._lock:
-            self.pgid, self.after, self.seen, self.killed_after = 0, after, [], ""
+            self.pgid, self.after, self.seen, self.killed_after, self.killed_during = 0, after, [], "", []
 
     def target(self, pgid: int) -> None:
         with self._lock:
@@ -476,11 +479,41 @@ class KillSwitch:
                 self.after = len(self.seen)  # A named point: right after the first request so named.
             elif isinstance(self.after, int) and self.pgid and len(self.seen) == self.after + 1:
                 self.killed_after = self.seen[-2] if len(self.seen) > 1 else "(start)"
+                self.killed_during = group_commands(self.pgid)
                 try:
                     os.killpg(self.pgid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
                 self.after = None
+
+
+def group_commands(pgid: int) -> list[str]:
+    """What process group ``pgid`` runs, by /proc (proc(5): stat's fifth field is the group): each
+    process as its program and, for terraform and python, its first word ("terraform apply", "python -m
+    invoke"), a script as its own name ("terraform-provider-google"), sorted, without repeats."""
+    import os
+
+    found = set()
+    for entry in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            stat = open(f"/proc/{entry}/stat").read()
+            if int(stat.rsplit(")", 1)[1].split()[2]) != pgid:
+                continue
+            argv = open(f"/proc/{entry}/cmdline", "rb").read().decode(errors="replace").split("\0")
+        except (OSError, ValueError, IndexError):
+            continue  # Gone meanwhile, or not a process.
+        program = os.path.basename(argv[0]) if argv and argv[0] else ""
+        words = [word for word in argv[1:] if word and not word.startswith("-chdir")]
+        if program.startswith("python") and words[:1] == ["-m"]:
+            found.add(f"python -m {words[1] if len(words) > 1 else ''}".strip())
+        elif program.startswith("python") and words and not words[0].startswith("-"):
+            # A script run by its shebang, as the provider stand-ins are (tests/world/provider/mirror.py).
+            found.add(os.path.basename(words[0]).split("_v")[0])
+        elif program == "terraform" and words:
+            found.add(f"terraform {words[0]}")
+        elif program:
+            found.add(program.split("_v")[0])  # terraform-provider-google_v7.46.1_x5 -> terraform-provider-google
+    return sorted(found)
 
 
 KILL_SWITCH = KillSwitch()
