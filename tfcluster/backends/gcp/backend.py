@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -15,13 +16,12 @@ from tfcluster.backends.gcp.access import check as prerequisites
 from tfcluster.backends.gcp.access import oslogin
 from tfcluster.backends.gcp.access.address import detect_operator_cidr
 from tfcluster.backends.gcp.access.cluster_key import generate_cluster_key
-from tfcluster.backends.gcp.access.iam import iam_leftovers, service_account_email
-from tfcluster.backends.gcp.cloud.compute import (LABEL, ComputeApi, default_credentials, gpu_type, pinned_host_key,
-                                                  wait_ready)
+from tfcluster.backends.gcp.cloud.compute import ComputeApi, gpu_type, pinned_host_key, wait_ready
 from tfcluster.backends.gcp.cloud.errors import translated
 from tfcluster.backends.gcp.cloud.registry import adopt_kept_repository
 from tfcluster.backends.gcp.cloud.terraform import MODULE_DIR, Terraform
-from tfcluster.backends.gcp.leftovers import remove_after_destroy, remove_unrecorded
+from tfcluster.backends.gcp.leftovers import (prove_gone, remove_after_destroy, remove_before_destroy,
+                                              remove_unrecorded)
 from tfcluster.backends.gcp.prices.quoter import Quoter
 from tfcluster.backends.gcp.spend import budget, ledger_events
 from tfcluster.backends.gcp.vms import docker_login, vm_control, vm_status
@@ -392,24 +392,13 @@ class GcpBackend(SshBackend):
         The bucket (results) and the registry (images) are kept when they hold something (and
         named, with size and cost) unless `--delete-bucket` or bucket_force_destroy says otherwise."""
         terraform = Terraform(self.workdir(cluster.name), project=cluster.project, announce=self._announce)
+        api = self._api(cluster)
         with translated(cluster.project, "down"):
-            kept = destroy_keeping_results(cluster, terraform, delete_bucket, self._announce)
-            remove_after_destroy(self._api(cluster), cluster, terraform.workdir, self._announce, kept.bucket)
+            kept = destroy_keeping_results(cluster, terraform, delete_bucket, self._announce, clear_network=partial(
+                remove_before_destroy, api, cluster, terraform.workdir, self._announce))
+            remove_after_destroy(api, cluster, terraform.workdir, self._announce, kept.bucket)
             oslogin.forget_key(self.workdir(cluster.name), self._announce)
-            left = self._api(cluster).leftovers(cluster.zone, cluster.name)
-            iam = iam_leftovers(cluster.project, cluster.name, default_credentials())
-        if left or iam.found:
-            raise ClusterError(f"still there after destroy: {', '.join(left + iam.found)}; delete them in the "
-                               f"console (project {cluster.project}) or with `gcloud compute ... delete`, "
-                               "`gcloud iam service-accounts delete` and `gcloud iam roles delete`, "
-                               "then run `invoke down` again")
-        self._announce(f"verified through the Compute API (label {LABEL}={cluster.name} and network "
-                       f"{cluster.name}-net): nothing left that bills by the hour")
-        if iam.unchecked:
-            self._announce(f"could not check that the service accounts and custom role are gone: {iam.unchecked}")
-        else:
-            self._announce("verified through IAM: no service account of the cluster's VMs ("
-                           f"{service_account_email(cluster.project, cluster.name, 'N')}) and no watchdog role is left")
+            prove_gone(api, cluster, self._announce)
         for line in kept.lines:
             self._announce(line)
 

@@ -5,8 +5,9 @@ A terraform killed mid-apply has made resources that it records only once the pr
 after `down`'s destroy, resources of the cluster that the state does not name (instances, disks,
 addresses and empty buckets by the cluster's label; firewall rules and subnetworks by the cluster's
 network; the network, its service accounts and custom role by their names) are deleted, so `up`
-makes them again and `down` leaves none; an unrecorded VM's start and deletion go into the cost
-ledger first. It says so in one line.
+makes them again and `down` leaves none (what stands on the cluster's network before its destroy deletes
+the network, the rest after); an unrecorded VM's start and deletion go into the cost ledger first. It
+says so in one line.
 """
 
 from __future__ import annotations
@@ -53,11 +54,22 @@ ORDER = ("instance", "disk", "address", "firewall rule", "subnetwork", "network"
          "bucket")
 
 
+# What stands on the cluster's network (Compute refuses to delete a network still in use: 400
+# resourceInUseByAnotherResource, "The network resource '...' is already being used by '...'",
+# https://cloud.google.com/vpc/docs/create-modify-vpc-networks#deleting_a_network), and what bills by the hour.
+ON_THE_NETWORK = ("instance", "disk", "address", "firewall rule", "subnetwork")
+
+
+def _kind(item: str) -> str:
+    return next(kind for kind in ORDER if item.startswith(kind + " "))
+
+
 def remove_unrecorded(api, project: str, zone: str, cluster: str, workdir: Path,
-                      announce: Callable[[str], None], keep: tuple[str, ...] = ()) -> list[str]:
-    """Delete the cluster's resources that the state does not name (but ``keep``); returns them."""
-    items = sorted(unrecorded(api, project, zone, cluster, workdir, keep),
-                   key=lambda item: next(i for i, kind in enumerate(ORDER) if item.startswith(kind + " ")))
+                      announce: Callable[[str], None], keep: tuple[str, ...] = (),
+                      kinds: tuple[str, ...] = ORDER) -> list[str]:
+    """Delete the cluster's resources of ``kinds`` that the state does not name (but ``keep``); returns them."""
+    items = sorted((item for item in unrecorded(api, project, zone, cluster, workdir, keep) if _kind(item) in kinds),
+                   key=lambda item: ORDER.index(_kind(item)))
     if not items:
         return []
     announce(f"removing {len(items)} resource(s) of '{cluster}' that a killed terraform made but never recorded: "
@@ -132,6 +144,16 @@ def _delete_iam(project: str, kind: str, name: str) -> None:
     if answer.status_code not in (200, 204, 404):
         raise ClusterError(f"could not delete {kind} {name} ({answer.status_code}: {answer.text[:200]}); delete it in "
                            f"the console (project {project}), then run this again")
+
+
+def remove_before_destroy(api, cluster, workdir: Path, announce: Callable[[str], None]) -> list[str]:
+    """Before `down`'s last destroy, which deletes the network: what a killed apply made on the network
+    but never recorded (a subnetwork or firewall rule whose insert was answered after the kill, an
+    instance), and what bills by the hour. Else Compute refuses the network, terraform destroy fails,
+    and so does every `down` after it (the sweep's `up then down`, issue 46)."""
+    if not cluster.zone:
+        return []
+    return remove_unrecorded(api, cluster.project, cluster.zone, cluster.name, workdir, announce, kinds=ON_THE_NETWORK)
 
 
 def remove_after_destroy(api, cluster, workdir: Path, announce: Callable[[str], None],

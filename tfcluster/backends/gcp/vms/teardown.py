@@ -87,11 +87,12 @@ def _kept_repository(stored: Stored, location: str, repository: str, project: st
 
 
 def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_stored: bool,
-                            announce: Callable[[str], None]) -> Kept:
+                            announce: Callable[[str], None], clear_network: Callable[[], object] = lambda: None) -> Kept:
     """Destroy the cluster's resources, the VMs first; returns what was kept (a bucket or registry that holds
     something, unless ``delete_stored``).
     What a killed terraform left in its folder is mended first (cloud/terraform_remains.py); what it made
-    in the project but never recorded is the caller's to remove after (leftovers/unrecorded.py)."""
+    in the project but never recorded is the caller's to remove: ``clear_network()`` runs right before the
+    last destroy, which deletes the network (leftovers/unrecorded.py)."""
     terraform.mend()
     vms = bool(terraform.variables().get("workers", 1))  # A Vertex AI cluster has none (terraform/vertex.tf).
     if vms:
@@ -128,5 +129,6 @@ def destroy_keeping_results(cluster: ClusterState, terraform: Terraform, delete_
                  if stored is not None and not stored.items]
         announce(f"destroying {rest}" + (f", and the empty {' and '.join(empty)}" if empty else "")
                  + ("; keeping what holds results and images" if kept.lines else ""))
+    clear_network()
     terraform.destroy()
     return kept
