@@ -9,7 +9,8 @@ Behaviours modelled, with their sources (https://cloud.google.com/artifact-regis
 - repositories.dockerImages.list pages with pageSize / pageToken / nextPageToken; each DockerImage
   has name, uri, tags, imageSizeBytes, uploadTime, mediaType, updateTime.
 - repositories.delete "deletes a repository and all of its contents" (projects.locations.
-  repositories/delete): there is no refusal for a non-empty repository, unlike a bucket.
+  repositories/delete): there is no refusal for a non-empty repository, unlike a bucket; its
+  operation is done with a google.protobuf.Empty response and no metadata (the discovery document).
 - repositories.create returns a long-running operation; an id that exists answers 409
   ALREADY_EXISTS (projects.locations.repositories/create).
 - repositories.getIamPolicy (GET REPOSITORY:getIamPolicy) and setIamPolicy (POST
@@ -104,7 +105,12 @@ def route(state: FakeArtifactRegistry, method: str, path: str, query: dict,
             if state.repositories.pop(match["repo"], None) is None:
                 return _error(404, "NOT_FOUND", "Requested entity was not found.")
             state.policies.pop(match["repo"], None)
-        return 200, {"name": f"{match['repo']}/operations/delete", "done": True}
+        # artifactregistry.v1's discovery document, repositories.delete: "The returned Operation will finish
+        # once the repository has been deleted. It will not have any Operation metadata and will return a
+        # google.protobuf.Empty response." (Operation.name: "a resource name ending with operations/{unique_id}".)
+        location = match["repo"].split("/repositories/")[0]
+        return 200, {"name": f"{location}/operations/delete-{match['repo'].rsplit('/', 1)[1]}", "done": True,
+                     "response": {"@type": "type.googleapis.com/google.protobuf.Empty"}}
     if method != "GET" or match is None:
         return _error(404, "NOT_FOUND", f"fake Artifact Registry does not serve {method} {path}")
     with state.lock:

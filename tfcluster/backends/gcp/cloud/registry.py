@@ -70,6 +70,12 @@ def usage(registry: str) -> Stored | None:
     return Stored(registry, images, repository.size_bytes)
 
 
+def delete_repository(name: str) -> None:
+    """repositories.delete ("deletes a repository and all of its contents", a long-running operation,
+    https://cloud.google.com/artifact-registry/docs/reference/rest/v1/projects.locations.repositories/delete)."""
+    _client().delete_repository(name=name).result(timeout=300)
+
+
 def repository_usage(cluster) -> Stored | None:
     """What a ClusterState's repository holds; None if it is gone."""
     return usage(repository_path(cluster)[0])

@@ -2,12 +2,12 @@
 
 A terraform killed mid-apply has made resources that it records only once the provider returns them
 (tfcluster/backends/gcp/cloud/terraform_remains.py mends the folder itself). Before the next `up` and
-after `down`'s destroy, resources of the cluster that the state does not name (instances, disks,
+around `down`'s last destroy, resources of the cluster that the state does not name (instances, disks,
 addresses and empty buckets by the cluster's label; firewall rules and subnetworks by the cluster's
-network; the network, its service accounts and custom role by their names) are deleted, so `up`
-makes them again and `down` leaves none (what stands on the cluster's network before its destroy deletes
-the network, the rest after); an unrecorded VM's start and deletion go into the cost ledger first. It
-says so in one line.
+network; the network, its service accounts, custom role and empty registry by their names) are
+deleted, so `up` makes them again and `down` leaves none (what stands on the cluster's network before
+`down`'s destroy deletes the network, the rest after it); an unrecorded VM's start and deletion go
+into the cost ledger first. It says so in one line.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def unrecorded(api, project: str, zone: str, cluster: str, workdir: Path, keep: 
 
     names = state_names(workdir)
     found = (api.leftovers(zone, cluster) + iam_leftovers(project, cluster, default_credentials()).found
-             + _empty_buckets(project, cluster))
+             + _empty_buckets(project, cluster) + _empty_repository(project, zone, cluster, workdir))
     return [item for item in found if not _recorded(item, names) and item.rsplit(" ", 1)[-1] not in keep]
 
 
@@ -49,9 +49,26 @@ def _empty_buckets(project: str, cluster: str) -> list[str]:
             and not list(client.list_blobs(bucket.name, max_results=1, versions=True))]
 
 
+def _empty_repository(project: str, zone: str, cluster: str, workdir: Path) -> list[str]:
+    """The cluster's Artifact Registry repository (terraform/registry.tf: CLUSTER-images, in the
+    registry_location its first `up` pinned), when it is empty: a killed `up` may have made it and never
+    recorded it. One that holds images was kept by an earlier `down` (the next `up` adopts it,
+    registry.adopt_kept_repository), never taken for an orphan."""
+    import json
+
+    from tfcluster.backends.gcp.cloud import registry
+    from tfcluster.backends.gcp.cloud.compute import region_of
+
+    tfvars = workdir / "terraform.tfvars.json"
+    location = (json.loads(tfvars.read_text()).get("registry_location") if tfvars.exists() else "") or region_of(zone)
+    path = f"{location}-docker.pkg.dev/{project}/{cluster}-images"
+    stored = registry.usage(path)
+    return [f"registry {registry.resource_name(path)}"] if stored is not None and not stored.items else []
+
+
 # Deleted in this order: what uses a thing goes before it (an instance before its disk and network).
 ORDER = ("instance", "disk", "address", "firewall rule", "subnetwork", "network", "service account", "custom role",
-         "bucket")
+         "bucket", "registry")
 
 
 # What stands on the cluster's network (Compute refuses to delete a network still in use: 400
@@ -124,6 +141,10 @@ def _delete(api, project: str, zone: str, item: str) -> None:
             from tfcluster.backends.gcp.cloud import storage
 
             storage.client(project).bucket(name).delete()  # Refused (409) if an object came since: kept.
+        elif kind == "registry":
+            from tfcluster.backends.gcp.cloud import registry
+
+            registry.delete_repository(name)
         else:
             _delete_iam(project, kind, name)
     except exceptions.NotFound:
