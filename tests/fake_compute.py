@@ -157,6 +157,8 @@ class FakeCompute:
     account_visible_at: dict = field(default_factory=dict)
     custom_roles: dict = field(default_factory=dict)
     deleted_roles: set = field(default_factory=set)
+    # A deleted role's permissions, which projects.roles.undelete gives back (tests/world/iam_api.py).
+    deleted_role_permissions: dict = field(default_factory=dict)
     # Images, "project/name" -> image (tests/world/images.py): the Deep Learning VM families.
     images: dict = field(default_factory=world_images.default_images)
     # networks, subnetworks, firewalls: name -> the resource as inserted (compute_resources.py).

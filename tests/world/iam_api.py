@@ -10,7 +10,8 @@ From the IAM reference (https://cloud.google.com/iam/docs/reference/rest):
   projects/P/roles/ID; delete marks it deleted, and the id stays reserved: "you can't create a new
   role with the same ID until the deletion process is complete" (up to 44 days,
   https://cloud.google.com/iam/docs/creating-custom-roles#deleting-custom-role), answered 400
-  FAILED_PRECONDITION here as for an existing id 409 ALREADY_EXISTS.
+  FAILED_PRECONDITION here as for an existing id 409 ALREADY_EXISTS; until then it can be undeleted
+  (projects.roles.undelete, for 7 days), and projects.roles.patch changes a live one.
 Compute reads the custom roles' permissions from ``state.custom_roles`` (compute_auth.py).
 IAM is eventually consistent ("changes ... can take time to propagate": a new service account
 may not be found at once, https://cloud.google.com/iam/docs/overview#consistency): for
@@ -88,7 +89,7 @@ def route(state, method: str, path: str, body: dict | None, query: dict | None =
             state.tokens.pop(token_for(match["email"]), None)  # Its applications lose access.
             return 200, {}
         return 200, accounts[match["email"]]
-    match = re.fullmatch(r"/v1/projects/(?P<project>[^/]+)/roles(?:/(?P<id>[^/]+))?", path)
+    match = re.fullmatch(r"/v1/projects/(?P<project>[^/]+)/roles(?:/(?P<id>[^/:]+))?(?P<verb>:undelete)?", path)
     if match:
         roles = state.custom_roles
         if method == "POST" and not match["id"]:
@@ -113,6 +114,15 @@ def route(state, method: str, path: str, body: dict | None, query: dict | None =
                 page["nextPageToken"] = str(start + size)
             return 200, page
         name = f"projects/{match['project']}/roles/{match['id']}"
+        if match["verb"]:
+            # projects.roles.undelete: "Undeletes a custom Role" (IAM v1 reference), as it was before its
+            # delete. A role is undeletable for 7 days after it (creating-custom-roles#deleting-custom-role);
+            # the world's deletes are all younger. Undeleting a live role is not modelled (nothing asks it).
+            if name not in state.deleted_roles:
+                return _error(404, "NOT_FOUND", f"The role named {name} was not found.")
+            state.deleted_roles.discard(name)
+            roles[name] = state.deleted_role_permissions.pop(name, set())
+            return 200, {"name": name, "includedPermissions": sorted(roles[name]), "deleted": False}
         if name in state.deleted_roles and method == "GET":
             # A deleted role stays readable, marked deleted, until it is purged
             # (https://cloud.google.com/iam/docs/creating-custom-roles#deleting-custom-role).
@@ -120,8 +130,10 @@ def route(state, method: str, path: str, body: dict | None, query: dict | None =
         if name not in roles:
             return _error(404, "NOT_FOUND", f"The role named {name} was not found.")
         if method == "DELETE":
-            roles.pop(name)
+            state.deleted_role_permissions[name] = roles.pop(name)
             state.deleted_roles.add(name)
             return 200, {"name": name, "deleted": True}
+        if method == "PATCH":  # projects.roles.patch: the fields given (no updateMask: all of them).
+            roles[name] = set((body or {}).get("includedPermissions", roles[name]))
         return 200, {"name": name, "includedPermissions": sorted(roles[name])}
     return None

@@ -95,23 +95,45 @@ class ServiceAccount(Resource):
 
 
 class CustomRole(Resource):
-    """projects.roles create / get / delete (resource_google_project_iam_custom_role.go)."""
+    """projects.roles get / create / undelete / patch / delete, as resource_google_project_iam_custom_role.go
+    (hashicorp/terraform-provider-google, services/resourcemanager) does them. Its create first reads
+    the role: a soft-deleted one (a role's id stays reserved after its delete, tests/world/iam_api.py) is
+    undeleted and patched to the configuration ("This role was soft-deleted; update to match new
+    state"), a live one fails ("Custom project role %s already exists and must be imported"), and only
+    a 404 creates it."""
     type_name = "google_project_iam_custom_role"
     forces_new = ("role_id", "project")
 
+    def _role(self, planned) -> dict:
+        return {"title": planned["title"], "description": planned.get("description"),
+                "includedPermissions": planned["permissions"], "stage": planned.get("stage") or "GA"}
+
     def create_request(self, planned):
         project = planned.get("project") or self.provider.config["project"]
-        return "POST", f"{IAM}/projects/{project}/roles", {"roleId": planned["role_id"], "role": {
-            "title": planned["title"], "description": planned.get("description"),
-            "includedPermissions": planned["permissions"], "stage": planned.get("stage") or "GA"}}
+        return "POST", f"{IAM}/projects/{project}/roles", {"roleId": planned["role_id"], "role": self._role(planned)}
 
     def create(self, planned):
         project = planned.get("project") or self.provider.config["project"]
+        name = f"projects/{project}/roles/{planned['role_id']}"
         try:
-            made = call(*self.create_request(planned))
+            found = call("GET", f"{IAM}/{name}")
         except GoogleApiError as error:
-            raise fail(f"creating the custom project role {planned['title']}", error) from None
-        return {**planned, "project": project, "name": made["name"], "id": made["name"], "deleted": False}
+            if not not_found(error):
+                raise ProviderFailure(f"Unable to verify whether custom project role {name} already exists and "
+                                      f"must be undeleted: {error}") from None
+            found = None
+        if found is not None and not found.get("deleted"):
+            raise ProviderFailure(f"Custom project role {name} already exists and must be imported")
+        try:
+            if found is not None:  # resourceGoogleProjectIamCustomRoleUpdate: undelete, then patch.
+                call("POST", f"{IAM}/{name}:undelete", {})
+                call("PATCH", f"{IAM}/{name}", self._role(planned))
+            else:
+                name = call(*self.create_request(planned))["name"]
+        except GoogleApiError as error:
+            verb = "undeleting" if found is not None else "creating"
+            raise fail(f"{verb} the custom project role {planned['title']}", error) from None
+        return {**planned, "project": project, "name": name, "id": name, "deleted": False}
 
     def read(self, state):
         return state if found_at(f"{IAM}/{state['name']}", "custom role") else None
