@@ -544,7 +544,7 @@ class FakeComputeServer:
                                           dict(self.headers))
                 send_json(self, code, payload)
 
-            do_GET = do_POST = do_DELETE = _serve
+            do_GET = do_POST = do_DELETE = do_PATCH = _serve
 
             def log_message(self, *args):
                 pass

@@ -435,9 +435,20 @@ def test_failed_apply_is_resumed_or_torn_down(gcp_cli):
     assert gcp_cli.cluster()["status"] == "provisioning"  # Remembered, not forgotten while billing.
     tfvars = gcp_cli.state_dir / "gcp" / "default" / "terraform.tfvars.json"
     nonce = json.loads(tfvars.read_text())["boot_nonce"]
+    # As if a kill had cut the apply between the role's create and its recording (tfcluster issue 46): the
+    # resumed `up` deletes the unrecorded role, and terraform makes it again under the same id, which IAM
+    # keeps reserved after a delete: the provider undeletes it (resource_google_project_iam_custom_role.go).
+    workdir, state = gcp_cli.state_dir / "gcp" / "default", gcp_cli.compute.state
+    [role] = [name for name in state.custom_roles if "/roles/tfclusterWatchdog_default_" in name]
+    forgot = subprocess.run([mirror.TERRAFORM, f"-chdir={workdir}", "state", "rm",
+                             "google_project_iam_custom_role.watchdog[0]"], env=gcp_cli.env, capture_output=True, text=True)
+    assert forgot.returncode == 0, forgot.stderr
     second = gcp_cli.run("up", timeout=180)
     assert second.returncode == 0, second.stdout + second.stderr
     assert "Resuming the unfinished `up`" in second.stdout
+    assert (f"removing 1 resource(s) of 'default' that a killed terraform made but never recorded: custom role {role}"
+            in " ".join(second.stdout.split())), second.stdout
+    assert role in state.custom_roles and role not in state.deleted_roles and state.custom_roles[role]
     assert gcp_cli.cluster()["status"] == "up"
     # VMs the failed apply made booted with the first nonce; the resumed one waits for that one.
     assert json.loads(tfvars.read_text())["boot_nonce"] == nonce
