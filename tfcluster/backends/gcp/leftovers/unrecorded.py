@@ -71,9 +71,9 @@ ORDER = ("instance", "disk", "address", "firewall rule", "subnetwork", "network"
          "bucket", "registry")
 
 
-# What stands on the cluster's network (Compute refuses to delete a network still in use: 400
-# resourceInUseByAnotherResource, "The network resource '...' is already being used by '...'",
-# https://cloud.google.com/vpc/docs/create-modify-vpc-networks#deleting_a_network), and what bills by the hour.
+# What stands on the cluster's network, and what bills by the hour: Compute refuses to delete a network
+# still in use (networks.delete, https://cloud.google.com/compute/docs/reference/rest/v1/networks/delete,
+# answers 400 resourceInUseByAnotherResource: "The network resource '...' is already being used by '...'").
 ON_THE_NETWORK = ("instance", "disk", "address", "firewall rule", "subnetwork")
 
 
