@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import time
@@ -149,14 +150,15 @@ def one_line_or_ok(result: subprocess.CompletedProcess) -> str | None:
     return f"exit {result.returncode}: {result.stderr.strip()[-1500:]}"
 
 
-def requests_of(cli, args: tuple[str, ...]) -> int:
-    """How many requests the world receives during one clean run of ``args``."""
+def requests_of(cli, args: tuple[str, ...]) -> tuple[int, float]:
+    """How many requests the world receives during one clean run of ``args``, and its seconds."""
     switch = discovery.KILL_SWITCH
     switch.arm(None)
+    began = time.monotonic()
     result = cli.run(*args, timeout=600)
     seen = switch.disarm()
     assert result.returncode == 0, result.stdout + result.stderr
-    return len(seen)
+    return len(seen), time.monotonic() - began
 
 
 # "up:36,down:60,train--detach:5": exactly these points (a leaked point's line names its k), instead of a sample.
@@ -170,20 +172,21 @@ NAMED = {"up": ["POST /storage/v1/b"], "up then down": ["POST /storage/v1/b"]}
 # Commands a user gives up on after the kill: no re-run, `down` straight away (a killed `up`'s half-made
 # cluster torn down as it is, whatever the kill left in terraform's folder and the project).
 GIVE_UP = {"up then down"}
-# Seconds a command that asks the world nothing takes here, about: the span its moments are drawn from.
-GCP_SECONDS = {"stop": 6.0}
 
 
-def points(command: str, total: int) -> list[int | str]:
-    """The sampled kill points of ``command`` over its ``total`` requests, spread over its whole span, and its
-    named points (TFCLUSTER_SWEEP_AT: exactly those given, a number or a request's "VERB path" start)."""
+def points(command: str, total: int, seconds: float) -> list[int | float | str]:
+    """The sampled kill points of ``command``, spread over its whole span: right after requests of its
+    ``total``, and seeded moments in its ``seconds`` (a clean run's) for the rest of the POINTS (gcp `stop`
+    asks the world nothing: all moments; `train` asks fewer than 20 requests, and its moments fall inside
+    the SSH uploads and starts, between requests); then its named points (TFCLUSTER_SWEEP_AT: exactly
+    those given, a number, a moment in seconds "2.5", or a request's "VERB path" start)."""
     if AT:
-        return [int(k) if k.isdigit() else k for name, k in AT if name == command.replace(" ", "")]
-    wanted = POINTS
+        return [int(k) if k.isdigit() else float(k) if re.fullmatch(r"\d+\.\d+", k) else k
+                for name, k in AT if name == command.replace(" ", "")]
     rng = random.Random(f"{SEED}-{command}")
-    if total == 0:  # It asks the world nothing (gcp `stop` works over SSH alone): seeded moments in seconds.
-        return sorted(round(rng.uniform(0.05, 1.0) * GCP_SECONDS[command], 2) for _ in range(wanted))
-    return sorted(rng.sample(range(1, total), min(wanted, total - 1))) + NAMED.get(command, [])
+    requests = sorted(rng.sample(range(1, total), min(POINTS, total - 1))) if total > 1 else []
+    moments = sorted(round(rng.uniform(0.05, 0.95) * seconds, 2) for _ in range(POINTS - len(requests)))
+    return requests + moments + NAMED.get(command, [])
 
 
 def ledger_problems(cli, made: list[tuple[str, float]], since: float) -> list[str]:
@@ -211,9 +214,12 @@ def sweep_chain(cli, world, steps: list[tuple[Tally, tuple[str, ...], int | str 
     for tally, args, k, before in steps:
         if before is not None:
             before()
-        if isinstance(k, float):  # A seeded moment, in seconds, for a command that asks the world nothing.
+        if isinstance(k, float):  # A seeded moment, in seconds (between requests, or with none at all).
             during = killed_in_time(cli, args, k)
-            point, killed_after = f"{k} s in", "seeded moment" + running(during)
+            point = f"{k} s in"
+            killed_after = "seeded moment" + running(during) if during is not None else \
+                f"not killed: it ended before {k} s"
+            tally.missed += during is None
         else:
             _, killed_after = run_killed(cli, args, k)
             point = f"right after request {k}"
@@ -291,9 +297,10 @@ def report(tallies: list[Tally], backend: str) -> None:
                              f"tests/test_crash_sweep.py -k {backend}" if at else ""))
 
 
-# Requests the world received during one clean run of each command on a 2-VM cluster when the sweep was
-# last measured (the full sweep counts them anew): CI draws its points from these spans without a clean run.
-MEASURED = {"up": 100, "up then down": 100, "train": 21, "train --detach": 19, "stop": 0, "down": 109}
+# Requests the world received during one clean run of each command on a 2-VM cluster, and its seconds, when
+# the sweep was last measured (the full sweep measures them anew): CI and TFCLUSTER_SWEEP_AT use these.
+MEASURED = {"up": (100, 25.0), "up then down": (100, 25.0), "train": (21, 12.0), "train --detach": (19, 8.0),
+            "stop": (0, 2.0), "down": (109, 20.0)}
 # What the workers run: a short attached run, and the detached run that `stop` and `down` end.
 SHORT_GCP_RUN = "import os, time\nprint('worker', os.environ['TFCLUSTER_WORKER_INDEX'], 'up', flush=True)\ntime.sleep(2)\n"
 LONG_GCP_RUN = "import time\ntime.sleep(600)\n"
@@ -348,12 +355,12 @@ def test_gcp_commands_killed_anywhere_leave_nothing(sweep_cli, world):
     if not (POINTS or AT):  # CI: `up` killed after the bucket's insert and given up on (`down` at once); then the
         # same kill with `up` run again, and a seeded `train --detach` point on the cluster it made.
         sweep_one(cli, world, tallies["up then down"], ("up",), NAMED["up then down"][0])
-        [k] = random.Random(f"{SEED}-train --detach").sample(range(1, spans["train --detach"]), 1)
+        [k] = random.Random(f"{SEED}-train --detach").sample(range(1, spans["train --detach"][0]), 1)
         sweep_chain(cli, world, [(tallies["up"], ("up",), NAMED["up"][0], None),
                                  (tallies["train --detach"], commands["train --detach"][0], k, None)])
     else:
         for name, (args, before) in commands.items():
-            for k in points(name, spans[name]):
+            for k in points(name, *spans[name]):
                 sweep_one(cli, world, tallies[name], args, k, before=before)
     report(list(tallies.values()), "gcp")
 
@@ -375,14 +382,15 @@ def local_leftovers(cli, cluster_id: str) -> list[str]:
     return left + (["the cluster's record"] if cli.cluster() is not None else [])
 
 
-def killed_in_time(cli, args: tuple[str, ...], after: float) -> list[str]:
+def killed_in_time(cli, args: tuple[str, ...], after: float) -> list[str] | None:
     """``args`` in its own session, its whole group SIGKILLed ``after`` seconds in (the kill point, drawn
-    from the seeded sample; never a synchronisation). Returns what the group ran then ([] if it had ended)."""
+    from the seeded sample; never a synchronisation). Returns what the group ran then (None: it had ended
+    before, and nothing was killed)."""
     process = subprocess.Popen(cli.argv(*args), cwd=REPO, env=cli.env, stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         process.wait(timeout=after)
-        return []
+        return None
     except subprocess.TimeoutExpired:
         during = discovery.group_commands(process.pid)
         os.killpg(process.pid, 9)
@@ -419,7 +427,9 @@ def time_sweep(cli, backend: str, script, up: tuple[str, ...], commands: list[st
                 assert detached.returncode == 0, detached.stdout + detached.stderr
             cluster_id = (cli.cluster() or {}).get("cluster_id", "")
             at = round(rng.uniform(0.05, 1.0) * SPANS[backend][name], 2)
-            moment = "seeded" + running(killed_in_time(cli, args, at))
+            during = killed_in_time(cli, args, at)
+            moment = "seeded" + running(during) if during is not None else "not killed: it had ended"
+            tally.missed += during is None
             tally.tried += 1
             cluster_id = cluster_id or (cli.cluster() or {}).get("cluster_id", "")
             for what in (args, ("down",)):
