@@ -398,7 +398,7 @@ def killed_in_time(cli, args: tuple[str, ...], after: float) -> list[str] | None
         return during
 
 
-# Seconds each command takes here, about: the span the kill points are drawn from.
+# Seconds each command takes here, about (CI's span; a full sweep measures a clean run instead).
 SPANS = {"local": {"up": 2.0, "train": 6.0, "train --detach": 4.0, "stop": 3.0, "down": 3.0},
          "ssh": {"up": 4.0, "train": 10.0, "train --detach": 8.0, "stop": 4.0, "down": 4.0, "down (no run)": 3.0}}
 
@@ -413,20 +413,36 @@ def time_sweep(cli, backend: str, script, up: tuple[str, ...], commands: list[st
         "down": (("down",), "a detached run"),
         "down (no run)": (("down",), "up"),
     }
+    def prepare(needs: str | None) -> None:
+        if needs is not None:
+            made = cli.run(*up, timeout=300)
+            assert made.returncode == 0, made.stdout + made.stderr
+        if needs == "a detached run":
+            detached = subprocess.run(cli.argv("train", "--detach", "--script", str(script)), cwd=REPO,
+                                      env={**cli.env, "SLEEP": "600"}, capture_output=True, text=True, timeout=300)
+            assert detached.returncode == 0, detached.stdout + detached.stderr
+
+    def seconds_of(args: tuple[str, ...], needs: str | None) -> float:
+        """One clean run's seconds (the full sweep): the span its moments are drawn from, so they land
+        while it runs (fixed guesses put most of local's after its end); then `down`, as before a point."""
+        prepare(needs)
+        began = time.monotonic()
+        result = cli.run(*args, timeout=300)
+        took = time.monotonic() - began
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert cli.run("down", timeout=300).returncode == 0
+        return took
+
     tallies = []
     for name in commands:
         args, needs = table[name]
         tally, rng = Tally(name), random.Random(f"{SEED}-{backend}-{name}")
+        span = seconds_of(args, needs) if POINTS else SPANS[backend][name]
+        print(f"sweep {backend} {name}: moments drawn from {span:.2f} s", flush=True)
         for _ in range(LOCAL_POINTS):
-            if needs is not None:
-                made = cli.run(*up, timeout=300)
-                assert made.returncode == 0, made.stdout + made.stderr
-            if needs == "a detached run":
-                detached = subprocess.run(cli.argv("train", "--detach", "--script", str(script)), cwd=REPO,
-                                          env={**cli.env, "SLEEP": "600"}, capture_output=True, text=True, timeout=300)
-                assert detached.returncode == 0, detached.stdout + detached.stderr
+            prepare(needs)
             cluster_id = (cli.cluster() or {}).get("cluster_id", "")
-            at = round(rng.uniform(0.05, 1.0) * SPANS[backend][name], 2)
+            at = round(rng.uniform(0.05, 0.95) * span, 2)
             during = killed_in_time(cli, args, at)
             moment = "seeded" + running(during) if during is not None else "not killed: it had ended"
             tally.missed += during is None
