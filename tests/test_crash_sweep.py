@@ -399,8 +399,9 @@ def killed_in_time(cli, args: tuple[str, ...], after: float) -> list[str] | None
 
 
 # Seconds each command takes here, about (CI's span; a full sweep measures a clean run instead).
-SPANS = {"local": {"up": 2.0, "train": 6.0, "train --detach": 4.0, "stop": 3.0, "down": 3.0},
-         "ssh": {"up": 4.0, "train": 10.0, "train --detach": 8.0, "stop": 4.0, "down": 4.0, "down (no run)": 3.0}}
+# Measured by the full sweep of 2026-11-28 (a clean run each, the machine busy with other sweeps).
+SPANS = {"local": {"up": 1.0, "train": 3.6, "train --detach": 0.7, "stop": 1.2, "down": 1.1},
+         "ssh": {"up": 16.0, "train": 21.0, "train --detach": 15.6, "stop": 2.4, "down": 3.3, "down (no run)": 2.4}}
 
 
 def time_sweep(cli, backend: str, script, up: tuple[str, ...], commands: list[str], remote=None) -> list[Tally]:
