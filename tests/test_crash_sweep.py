@@ -44,8 +44,8 @@ CLUSTER = "sweep"
 SEED = int(os.environ.get("TFCLUSTER_SWEEP_SEED") or 46)
 # Points per command in the full sweep (20 or more); CI (0) runs one chain of two points instead (below).
 POINTS = int(os.environ.get("TFCLUSTER_SWEEP_POINTS") or 0)
-# The gcp commands a full sweep (TFCLUSTER_SWEEP_POINTS) runs ("up,train--detach"; all when unset): two processes, each with its own
-# world and lab network (TFCLUSTER_TESTLAB_NET), sweep halves of the commands side by side.
+# The gcp commands a full sweep (TFCLUSTER_SWEEP_POINTS) runs ("up,train--detach"; all when unset): two
+# processes, each with its own world and lab network (TFCLUSTER_TESTLAB_NET), sweep halves side by side.
 ONLY = {name for name in os.environ.get("TFCLUSTER_SWEEP_COMMANDS", "").split(",") if name}
 
 
@@ -128,13 +128,18 @@ def run_killed(cli, args: tuple[str, ...], after: int | str | None, timeout: flo
             process.wait()
         seen = switch.disarm()
     if not switch.killed_after:  # It ended before its (after+1)-th request: no kill landed; the line says so.
-        last = said.strip().splitlines()[-1:] if code else []
-        return code, f"not killed: it ended with exit {code} after {len(seen)} requests{': ' + last[0] if last else ''}"
+        return code, f"not killed: it ended with exit {code} after {len(seen)} requests" + (f": {last_line(said)}"
+                                                                                            if code else "")
     return code, switch.killed_after + running(switch.killed_during)
 
 
 def running(commands: list[str]) -> str:
     return f" while running {', '.join(commands)}" if commands else ""
+
+
+def last_line(text: str) -> str:
+    """A failed command's last line on stderr: its one `error:` line, when it keeps the rule."""
+    return (text.strip().splitlines() or [""])[-1]
 
 
 def one_line_or_ok(result: subprocess.CompletedProcess) -> str | None:
@@ -228,13 +233,13 @@ def sweep_chain(cli, world, steps: list[tuple[Tally, tuple[str, ...], int | str 
         if tally.command not in GIVE_UP:
             ran.append((" ".join(args), cli.run(*args, timeout=600)))
             if ran[-1][1].returncode:  # Within the rule if one `error:` line; said on the point's line all the same.
-                killed_after += f"; the re-run said: {(ran[-1][1].stderr.strip().splitlines() or [''])[-1]}"
+                killed_after += f"; the re-run said: {last_line(ran[-1][1].stderr)}"
                 # The world did not change since: the same command again must now finish the job, or the
                 # one line named a fix that fixes nothing (a dead end, never a converged point).
                 again = cli.run(*args, timeout=600)
                 if again.returncode:
                     problems_later.append(f"`{' '.join(args)}` failed twice after the kill, the second time with: "
-                                          f"{(again.stderr.strip().splitlines() or [''])[-1]}")
+                                          f"{last_line(again.stderr)}")
         where.append((tally, point, killed_after))
     down = cli.run("down", timeout=600)
     problems = [f"`{what}` after the kill: {problem}" for what, result in ran + [("down", down)]
@@ -333,9 +338,10 @@ def gcp_commands(cli) -> dict[str, tuple[tuple[str, ...], object]]:
 
 @needs_hosts
 def test_gcp_commands_killed_anywhere_leave_nothing(sweep_cli, world):
-    """up, train (attached and --detach), stop and down on gcp, each killed right after sampled requests."""
+    """up (then up again, or given up on: `down` at once), train (attached and --detach), stop and down on
+    gcp, each killed right after sampled requests or at seeded moments."""
     cli = sweep_cli
-    commands = {name: spec for name, spec in gcp_commands(cli).items() 
+    commands = {name: spec for name, spec in gcp_commands(cli).items()
                 if not (POINTS and ONLY) or name.replace(" ", "") in ONLY}
     assert commands, f"TFCLUSTER_SWEEP_COMMANDS={','.join(sorted(ONLY))} names no command of {list(gcp_commands(cli))}"
     if POINTS:  # The full sweep: each command's span counted on this world first.
@@ -343,7 +349,8 @@ def test_gcp_commands_killed_anywhere_leave_nothing(sweep_cli, world):
         for name, (args, before) in commands.items():
             if before is not None:
                 before()
-            same = [spans[other] for other, (other_args, _) in commands.items() if other in spans and other_args == args]
+            same = [spans[other] for other, (other_args, _) in commands.items()
+                    if other in spans and other_args == args]
             spans[name] = same[0] if same else requests_of(cli, args)  # "up then down" kills the span of `up`.
         if cli.cluster(CLUSTER) is not None:
             assert cli.run("down", timeout=600).returncode == 0
